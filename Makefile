@@ -1,0 +1,36 @@
+# GovFS. The first two targets are all the set-up a fresh Debian machine
+# with Go needs: `make dev` runs a local cluster, `make test` runs every test.
+GO ?= go
+BIN := bin/govfs
+
+.PHONY: dev test build proto bench-meta vet clean
+
+dev: build
+	./$(BIN) dev --dir ./govfs-dev
+
+build:
+	$(GO) build -o $(BIN) ./cmd/govfs
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+
+# Regenerates internal/wire from internal/wire/govfs.proto. Installs protoc
+# (Debian package) and the Go plugins when missing.
+proto:
+	@command -v protoc >/dev/null || (apt-get update && apt-get install -y protobuf-compiler)
+	@command -v protoc-gen-go >/dev/null || $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	@command -v protoc-gen-go-grpc >/dev/null || $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	PATH="$$PATH:$$($(GO) env GOPATH)/bin" protoc -I internal/wire \
+		--go_out=internal/wire --go_opt=paths=source_relative \
+		--go-grpc_out=internal/wire --go-grpc_opt=paths=source_relative \
+		internal/wire/govfs.proto
+
+bench-meta: build
+	./$(BIN) bench meta
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin
