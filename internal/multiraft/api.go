@@ -1,0 +1,347 @@
+package multiraft
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+var (
+	// ErrStopped is returned when the host stops while a call waits.
+	ErrStopped = errors.New("multiraft: stopped")
+	// ErrUnknownGroup is returned for a group not hosted here.
+	ErrUnknownGroup = errors.New("multiraft: group not hosted on this node")
+	// ErrUnavailable means the group cannot serve right now (no leader,
+	// cut off from the leader, proposal dropped); retry later or elsewhere.
+	ErrUnavailable = errors.New("multiraft: group unavailable")
+)
+
+// NotLeaderError says this node is not the group's leader.
+type NotLeaderError struct {
+	Group  ids.GroupID
+	Leader ids.NodeID // 0 when unknown
+}
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("multiraft: %v: not leader (leader %v)", e.Group, e.Leader)
+}
+
+// Propose proposes cmd to group g and waits until it is applied here,
+// returning the state machine's result and the entry's index. Only the
+// leader accepts proposals. cmd.Req identifies the request; the host fills
+// one in for internal commands that have none.
+func (h *Host) Propose(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*wire.Result, uint64, error) {
+	r := h.replica(g)
+	if r == nil {
+		return nil, 0, ErrUnknownGroup
+	}
+	if cmd.GetReq().GetClientId() == 0 {
+		s := h.seq.Add(1)
+		cmd.Req = &wire.RequestID{ClientId: h.clientID, Seq: s, FirstIncomplete: s}
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, 0, fmt.Errorf("multiraft: encode command: %w", err)
+	}
+	key := reqKey{cmd.Req.GetClientId(), cmd.Req.GetSeq()}
+	ch := make(chan applyResult, 1)
+	r.mu.Lock()
+	if !r.mu.leader {
+		lead := r.mu.lead
+		r.mu.Unlock()
+		return nil, 0, &NotLeaderError{Group: g, Leader: ids.NodeID(lead)}
+	}
+	if err := r.mu.rn.Propose(data); err != nil {
+		r.mu.Unlock()
+		if errors.Is(err, raft.ErrProposalDropped) {
+			return nil, 0, fmt.Errorf("%w: proposal dropped (leader change or overload)", ErrUnavailable)
+		}
+		return nil, 0, fmt.Errorf("multiraft: propose: %w", err)
+	}
+	r.mu.waiters[key] = append(r.mu.waiters[key], ch)
+	r.mu.Unlock()
+	h.signal()
+	select {
+	case res := <-ch:
+		return res.res, res.index, res.err
+	case <-ctx.Done():
+		r.mu.Lock()
+		ws := r.mu.waiters[key]
+		for i, w := range ws {
+			if w == ch {
+				r.mu.waiters[key] = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(r.mu.waiters[key]) == 0 {
+			delete(r.mu.waiters, key)
+		}
+		r.mu.Unlock()
+		return nil, 0, ctx.Err()
+	case <-h.stop:
+		return nil, 0, ErrStopped
+	}
+}
+
+func readKey(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
+
+// ReadIndex returns an index such that a read served after applying it is
+// linearizable (raft ReadIndex, confirmed by a quorum of heartbeats).
+func (h *Host) ReadIndex(ctx context.Context, g ids.GroupID) (uint64, error) {
+	r := h.replica(g)
+	if r == nil {
+		return 0, ErrUnknownGroup
+	}
+	k := h.readCtx.Add(1)
+	ch := make(chan uint64, 1)
+	r.mu.Lock()
+	if r.mu.lead == 0 {
+		r.mu.Unlock()
+		return 0, fmt.Errorf("%w: no leader", ErrUnavailable)
+	}
+	r.mu.readWaiters[k] = ch
+	r.mu.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, k))
+	r.mu.Unlock()
+	h.signal()
+	select {
+	case idx, ok := <-ch:
+		if !ok {
+			return 0, fmt.Errorf("%w: leadership changed during read index", ErrUnavailable)
+		}
+		return idx, nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		delete(r.mu.readWaiters, k)
+		r.mu.Unlock()
+		return 0, ctx.Err()
+	case <-h.stop:
+		return 0, ErrStopped
+	}
+}
+
+// WaitApplied blocks until group g has applied index idx.
+func (h *Host) WaitApplied(ctx context.Context, g ids.GroupID, idx uint64) error {
+	r := h.replica(g)
+	if r == nil {
+		return ErrUnknownGroup
+	}
+	for {
+		ch := r.appliedNotify()
+		if r.applied.Load() >= idx {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.stop:
+			return ErrStopped
+		}
+	}
+}
+
+// Applied returns the applied index of g.
+func (h *Host) Applied(g ids.GroupID) uint64 {
+	if r := h.replica(g); r != nil {
+		return r.applied.Load()
+	}
+	return 0
+}
+
+// CheckReadable says whether this replica may serve reads: the leader may;
+// a follower only while it has heard from a leader within the election
+// timeout (the thesis' perishable rule), so a cut-off clerk stops serving.
+func (h *Host) CheckReadable(g ids.GroupID) error {
+	r := h.replica(g)
+	if r == nil {
+		return ErrUnknownGroup
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.leader {
+		return nil
+	}
+	if r.mu.lead == 0 {
+		return fmt.Errorf("%w: %v has no leader", ErrUnavailable, g)
+	}
+	if h.cfg.Clock.Now().Sub(r.mu.lastLeaderContact) > h.cfg.ElectionTimeout() {
+		return fmt.Errorf("%w: %v has not heard from its leader for over %v", ErrUnavailable, g, h.cfg.ElectionTimeout())
+	}
+	return nil
+}
+
+// Leader returns the leader of g as this node knows it (0 = unknown) and
+// whether this node is it.
+func (h *Host) Leader(g ids.GroupID) (ids.NodeID, bool) {
+	r := h.replica(g)
+	if r == nil {
+		return 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return ids.NodeID(r.mu.lead), r.mu.leader
+}
+
+// Receive steps messages that arrived from another node.
+func (h *Host) Receive(msgs []GroupMessage) {
+	now := h.cfg.Clock.Now()
+	for _, gm := range msgs {
+		r := h.replica(gm.Group)
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		switch gm.Msg.GetType() {
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			r.mu.lastLeaderContact = now
+		}
+		if err := r.mu.rn.Step(gm.Msg); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
+			h.log.Debug("step", "group", uint64(gm.Group), "err", err)
+		}
+		r.mu.Unlock()
+	}
+	h.signal()
+}
+
+// ReceiveSnapshot stages a streamed snapshot's data and steps its MsgSnap.
+func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(fn func(k, v []byte))) error {
+	r := h.replica(g)
+	if r == nil {
+		return ErrUnknownGroup
+	}
+	ps := &pendingSnapshot{index: msg.GetSnapshot().GetMetadata().GetIndex()}
+	kvs(func(k, v []byte) { ps.kvs = append(ps.kvs, kv{k, v}) })
+	r.mu.Lock()
+	r.mu.pendingSnap = ps
+	r.mu.lastLeaderContact = h.cfg.Clock.Now()
+	err := r.mu.rn.Step(msg)
+	r.mu.Unlock()
+	h.signal()
+	if err != nil {
+		return fmt.Errorf("multiraft: step snapshot: %w", err)
+	}
+	return nil
+}
+
+// ReportSnapshot tells raft whether streaming a snapshot to `to` worked.
+func (h *Host) ReportSnapshot(g ids.GroupID, to ids.NodeID, ok bool) {
+	r := h.replica(g)
+	if r == nil {
+		return
+	}
+	st := raft.SnapshotFinish
+	if !ok {
+		st = raft.SnapshotFailure
+	}
+	r.mu.Lock()
+	r.mu.rn.ReportSnapshot(uint64(to), st)
+	r.mu.Unlock()
+	h.signal()
+}
+
+// ReportUnreachable tells every group that `to` could not be reached.
+func (h *Host) ReportUnreachable(to ids.NodeID) {
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		r.mu.rn.ReportUnreachable(uint64(to))
+		r.mu.Unlock()
+	}
+}
+
+// TransferLeader asks the leader of g to hand leadership to `to`.
+func (h *Host) TransferLeader(g ids.GroupID, to ids.NodeID) error {
+	r := h.replica(g)
+	if r == nil {
+		return ErrUnknownGroup
+	}
+	r.mu.Lock()
+	r.mu.rn.TransferLeader(uint64(to))
+	r.mu.Unlock()
+	h.signal()
+	return nil
+}
+
+// Campaign makes this node start an election for g now (tests, tools).
+func (h *Host) Campaign(g ids.GroupID) error {
+	r := h.replica(g)
+	if r == nil {
+		return ErrUnknownGroup
+	}
+	r.mu.Lock()
+	err := r.mu.rn.Campaign()
+	r.mu.Unlock()
+	h.signal()
+	return err
+}
+
+// GroupStatus describes a hosted group.
+type GroupStatus struct {
+	Group      ids.GroupID
+	Leader     ids.NodeID
+	Role       string
+	Term       uint64
+	Commit     uint64
+	Applied    uint64
+	FirstIndex uint64
+	Voters     []ids.NodeID
+}
+
+// Status reports every hosted group.
+func (h *Host) Status() []GroupStatus {
+	var out []GroupStatus
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		st := r.mu.rn.BasicStatus()
+		var voters []ids.NodeID
+		for _, v := range r.mu.cs.GetVoters() {
+			voters = append(voters, ids.NodeID(v))
+		}
+		r.mu.Unlock()
+		first, _ := r.ms.FirstIndex()
+		out = append(out, GroupStatus{
+			Group:      r.id,
+			Leader:     ids.NodeID(st.Lead),
+			Role:       strings.TrimPrefix(st.RaftState.String(), "State"),
+			Term:       st.HardState.GetTerm(),
+			Commit:     st.HardState.GetCommit(),
+			Applied:    r.applied.Load(),
+			FirstIndex: first,
+			Voters:     voters,
+		})
+	}
+	return out
+}
+
+// MeanEntriesPerAppend is the mean number of entries per MsgApp sent.
+func (h *Host) MeanEntriesPerAppend() float64 { return h.metrics.meanEntriesPerAppend() }
+
+// raftLogger routes etcd raft's logging to slog; raft's Info level is
+// chatty, so it is logged at Debug.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...interface{})                   { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(format string, v ...interface{})   { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Info(v ...interface{})                    { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(format string, v ...interface{})    { r.l.Debug(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Warning(v ...interface{})                 { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(format string, v ...interface{}) { r.l.Warn(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Error(v ...interface{})                   { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(format string, v ...interface{})   { r.l.Error(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Fatal(v ...interface{})                   { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
+func (r raftLogger) Panic(v ...interface{})                   { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }

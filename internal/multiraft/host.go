@@ -1,0 +1,566 @@
+package multiraft
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Host runs every raft group of one node.
+type Host struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+
+	mu     sync.RWMutex
+	groups map[ids.GroupID]*replica
+
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	workers []chan func()
+	wg      sync.WaitGroup
+
+	readCtx  atomic.Uint64
+	clientID uint64
+	seq      atomic.Uint64
+
+	fatalMu sync.Mutex
+	fatal   error
+	fatalCh chan struct{}
+}
+
+// NewHost returns a host; add groups with AddGroup, then Start.
+func NewHost(cfg Config) (*Host, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	h := &Host{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", uint64(cfg.NodeID)),
+		metrics:  newMetrics(cfg.Registry),
+		groups:   map[ids.GroupID]*replica{},
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		clientID: uint64(cfg.NodeID)<<48 | 1<<47,
+		fatalCh:  make(chan struct{}),
+	}
+	return h, nil
+}
+
+// AddGroup hosts group g with state machine sm. When the group has no
+// state on disk and peers is non-empty, it is bootstrapped with those
+// voters (every initial member must bootstrap with the same list).
+func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) error {
+	ld, err := loadGroup(h.cfg.Engine, uint64(g))
+	if err != nil {
+		return fmt.Errorf("multiraft: load group %v: %w", g, err)
+	}
+	rc := &raft.Config{
+		ID:                        uint64(h.cfg.NodeID),
+		ElectionTick:              h.cfg.ElectionTicks,
+		HeartbeatTick:             h.cfg.HeartbeatTicks,
+		Storage:                   ld.ms,
+		Applied:                   ld.applied,
+		MaxSizePerMsg:             h.cfg.MaxSizePerMsg,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 256 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{h.log.With("group", uint64(g))},
+	}
+	rn, err := raft.NewRawNode(rc)
+	if err != nil {
+		return fmt.Errorf("multiraft: start group %v: %w", g, err)
+	}
+	if !ld.exists {
+		if len(peers) == 0 {
+			return fmt.Errorf("multiraft: group %v has no state on this node and no bootstrap peers", g)
+		}
+		ps := make([]raft.Peer, len(peers))
+		for i, p := range peers {
+			ps[i] = raft.Peer{ID: uint64(p)}
+		}
+		if err := rn.Bootstrap(ps); err != nil {
+			return fmt.Errorf("multiraft: bootstrap group %v: %w", g, err)
+		}
+	}
+	r := &replica{id: g, sm: sm, ms: ld.ms}
+	r.mu.rn = rn
+	r.mu.cs = ld.cs
+	r.mu.waiters = map[reqKey][]chan applyResult{}
+	r.mu.readWaiters = map[uint64]chan uint64{}
+	r.mu.appliedCh = make(chan struct{})
+	r.applied.Store(ld.applied)
+	if ld.applied > 0 {
+		r.mu.snapIndex = ld.applied
+		r.mu.snap = newSnapRef(h.cfg.Engine, g, ld.applied)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.groups[g]; ok {
+		return fmt.Errorf("multiraft: group %v already hosted", g)
+	}
+	h.groups[g] = r
+	return nil
+}
+
+// HasGroup reports whether g is hosted here.
+func (h *Host) HasGroup(g ids.GroupID) bool { return h.replica(g) != nil }
+
+func (h *Host) replica(g ids.GroupID) *replica {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.groups[g]
+}
+
+func (h *Host) allReplicas() []*replica {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]*replica, 0, len(h.groups))
+	for _, r := range h.groups {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].id < out[j].id })
+	return out
+}
+
+// Start runs the Ready loop and the apply workers.
+func (h *Host) Start() {
+	h.workers = make([]chan func(), h.cfg.ApplyWorkers)
+	for i := range h.workers {
+		ch := make(chan func(), 64)
+		h.workers[i] = ch
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			for f := range ch {
+				f()
+			}
+		}()
+	}
+	go h.run()
+}
+
+// Stop stops the loop and waits for it. Pending proposals fail.
+func (h *Host) Stop() {
+	select {
+	case <-h.stop:
+		return
+	default:
+	}
+	close(h.stop)
+	<-h.done
+	for _, ch := range h.workers {
+		close(ch)
+	}
+	h.wg.Wait()
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		r.failWaitersLocked(ErrStopped)
+		if r.mu.snap != nil {
+			r.mu.snap.Release()
+			r.mu.snap = nil
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Fatal is closed when the host hit an unrecoverable error (disk failure,
+// undecodable log); Err says which. The process should exit.
+func (h *Host) Fatal() <-chan struct{} { return h.fatalCh }
+
+// Err returns the fatal error, if any.
+func (h *Host) Err() error {
+	h.fatalMu.Lock()
+	defer h.fatalMu.Unlock()
+	return h.fatal
+}
+
+func (h *Host) setFatal(err error) {
+	h.fatalMu.Lock()
+	defer h.fatalMu.Unlock()
+	if h.fatal == nil {
+		h.fatal = err
+		h.log.Error("multiraft: fatal", "err", err)
+		close(h.fatalCh)
+	}
+}
+
+func (h *Host) signal() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (h *Host) run() {
+	defer close(h.done)
+	t := h.cfg.Clock.NewTicker(h.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.fatalCh:
+			<-h.stop
+			return
+		case <-t.C():
+			for _, r := range h.allReplicas() {
+				r.mu.Lock()
+				r.mu.rn.Tick()
+				r.mu.Unlock()
+			}
+		case <-h.wake:
+		}
+		if err := h.processReady(); err != nil {
+			h.setFatal(err)
+		}
+	}
+}
+
+type readyWork struct {
+	r       *replica
+	rd      raft.Ready
+	snapKVs []kv
+}
+
+// processReady runs one round of the loop over every group with work.
+func (h *Host) processReady() error {
+	var work []*readyWork
+	for _, r := range h.allReplicas() {
+		r.mu.Lock()
+		if r.mu.rn.HasReady() {
+			w := &readyWork{r: r, rd: r.mu.rn.Ready()}
+			h.noteSoftStateLocked(r, w.rd.SoftState, w.rd.HardState)
+			if !raft.IsEmptySnap(w.rd.Snapshot) {
+				ps := r.mu.pendingSnap
+				idx := w.rd.Snapshot.GetMetadata().GetIndex()
+				if ps == nil || ps.index != idx {
+					r.mu.Unlock()
+					return fmt.Errorf("group %v: snapshot %d to apply but its data was not received", r.id, idx)
+				}
+				w.snapKVs = ps.kvs
+				r.mu.pendingSnap = nil
+			}
+			work = append(work, w)
+		}
+		r.mu.Unlock()
+	}
+	if len(work) == 0 {
+		return nil
+	}
+
+	// 1. Persist every group's entries, hard state and snapshot: one batch,
+	// at most one fsync.
+	wb := h.cfg.Engine.NewWriteBatch()
+	needSync := false
+	for _, w := range work {
+		if err := persistReady(wb, uint64(w.r.id), &w.rd, w.snapKVs); err != nil {
+			wb.Close()
+			return fmt.Errorf("group %v: persist: %w", w.r.id, err)
+		}
+		if len(w.rd.Entries) > 0 || !raft.IsEmptyHardState(w.rd.HardState) || !raft.IsEmptySnap(w.rd.Snapshot) {
+			needSync = true
+		}
+	}
+	if k := h.cfg.Knobs; k != nil && k.BeforePersist != nil {
+		if err := k.BeforePersist(); err != nil {
+			wb.Close()
+			return err
+		}
+	}
+	if !wb.Empty() {
+		t0 := h.cfg.Clock.Now()
+		if err := wb.Commit(needSync); err != nil {
+			wb.Close()
+			return err
+		}
+		if needSync {
+			h.metrics.fsync.Observe(h.cfg.Clock.Now().Sub(t0).Seconds())
+		}
+	}
+	wb.Close()
+	h.metrics.readyGroups.Observe(float64(len(work)))
+
+	for _, w := range work {
+		if err := h.afterPersist(w); err != nil {
+			return err
+		}
+	}
+
+	// 2. Send, coalesced per destination.
+	h.send(work)
+
+	// 3. Apply on the worker pool, then Advance.
+	var wg sync.WaitGroup
+	errs := make([]error, len(work))
+	for i, w := range work {
+		if len(w.rd.CommittedEntries) == 0 {
+			continue
+		}
+		wg.Add(1)
+		i, w := i, w
+		h.workers[uint64(w.r.id)%uint64(len(h.workers))] <- func() {
+			defer wg.Done()
+			errs[i] = h.apply(w.r, w.rd.CommittedEntries)
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	again := false
+	for _, w := range work {
+		r := w.r
+		r.mu.Lock()
+		for _, rs := range w.rd.ReadStates {
+			key := readKey(rs.RequestCtx)
+			if ch, ok := r.mu.readWaiters[key]; ok {
+				ch <- rs.Index
+				delete(r.mu.readWaiters, key)
+			}
+		}
+		r.mu.rn.Advance(w.rd)
+		if r.mu.rn.HasReady() {
+			again = true
+		}
+		r.mu.Unlock()
+	}
+	if again {
+		h.signal()
+	}
+	return nil
+}
+
+func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardState) {
+	if hs != nil && hs.Term != nil {
+		r.mu.term = hs.GetTerm()
+	}
+	if ss == nil {
+		return
+	}
+	wasLeader := r.mu.leader
+	r.mu.lead = ss.Lead
+	r.mu.leader = ss.RaftState == raft.StateLeader
+	if wasLeader && !r.mu.leader {
+		r.failWaitersLocked(&NotLeaderError{Group: r.id, Leader: ids.NodeID(ss.Lead)})
+		for k, ch := range r.mu.readWaiters {
+			close(ch)
+			delete(r.mu.readWaiters, k)
+		}
+	}
+	if r.mu.leader != wasLeader {
+		h.log.Info("leadership changed", "group", uint64(r.id), "leader", r.mu.leader, "term", r.mu.term)
+	}
+}
+
+// afterPersist makes the durable state visible to raft's storage.
+func (h *Host) afterPersist(w *readyWork) error {
+	r := w.r
+	if !raft.IsEmptySnap(w.rd.Snapshot) {
+		if err := r.ms.ApplySnapshot(w.rd.Snapshot); err != nil {
+			return fmt.Errorf("group %v: apply snapshot to log: %w", r.id, err)
+		}
+		idx := w.rd.Snapshot.GetMetadata().GetIndex()
+		r.mu.Lock()
+		r.mu.cs = proto.Clone(w.rd.Snapshot.GetMetadata().GetConfState()).(*pb.ConfState)
+		r.mu.snapIndex = idx
+		if r.mu.snap != nil {
+			r.mu.snap.Release()
+		}
+		r.mu.snap = newSnapRef(h.cfg.Engine, r.id, idx)
+		r.publishAppliedLocked(idx)
+		r.mu.Unlock()
+		h.log.Info("installed snapshot", "group", uint64(r.id), "index", idx)
+	}
+	if err := r.ms.Append(w.rd.Entries); err != nil {
+		return fmt.Errorf("group %v: append to log: %w", r.id, err)
+	}
+	if !raft.IsEmptyHardState(w.rd.HardState) {
+		if err := r.ms.SetHardState(w.rd.HardState); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Host) send(work []*readyWork) {
+	per := map[ids.NodeID][]GroupMessage{}
+	for _, w := range work {
+		for _, m := range w.rd.Messages {
+			to := ids.NodeID(m.GetTo())
+			switch m.GetType() {
+			case pb.MsgSnap:
+				w.r.mu.Lock()
+				src := w.r.mu.snap
+				if src != nil {
+					src = src.acquire()
+				}
+				w.r.mu.Unlock()
+				if src == nil || src.index != m.GetSnapshot().GetMetadata().GetIndex() {
+					if src != nil {
+						src.Release()
+					}
+					h.ReportSnapshot(w.r.id, to, false)
+					continue
+				}
+				h.metrics.snapshotsSent.Inc()
+				h.cfg.Transport.SendSnapshot(to, w.r.id, m, src)
+				continue
+			case pb.MsgApp:
+				h.metrics.appendEntries.Observe(float64(len(m.GetEntries())))
+				h.metrics.noteAppend(len(m.GetEntries()))
+			}
+			per[to] = append(per[to], GroupMessage{Group: w.r.id, Msg: m})
+		}
+	}
+	tos := make([]ids.NodeID, 0, len(per))
+	for to := range per {
+		tos = append(tos, to)
+	}
+	sort.Slice(tos, func(i, j int) bool { return tos[i] < tos[j] })
+	for _, to := range tos {
+		h.cfg.Transport.Send(to, per[to])
+	}
+}
+
+// apply applies committed entries of one group in one batch.
+func (h *Host) apply(r *replica, ents []*pb.Entry) error {
+	b := h.cfg.Engine.NewBatch()
+	defer b.Close()
+	view := engine.Prefixed{RW: b, Prefix: engine.StatePrefix(uint64(r.id))}
+	type done struct {
+		key reqKey
+		res applyResult
+	}
+	var results []done
+	last := ents[len(ents)-1].GetIndex()
+	for _, e := range ents {
+		switch e.GetType() {
+		case pb.EntryNormal:
+			if len(e.GetData()) == 0 {
+				continue // leader's empty entry at the start of its term
+			}
+			cmd := &wire.Command{}
+			if err := proto.Unmarshal(e.GetData(), cmd); err != nil {
+				return fmt.Errorf("group %v: entry %d: undecodable command: %w", r.id, e.GetIndex(), err)
+			}
+			res, err := r.sm.Apply(view, e.GetIndex(), cmd)
+			if err != nil {
+				return fmt.Errorf("group %v: apply entry %d: %w", r.id, e.GetIndex(), err)
+			}
+			if req := cmd.GetReq(); req != nil {
+				results = append(results, done{reqKey{req.GetClientId(), req.GetSeq()}, applyResult{res: res, index: e.GetIndex()}})
+			}
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			var cc pb.ConfChangeI
+			if e.GetType() == pb.EntryConfChange {
+				c := &pb.ConfChange{}
+				if err := proto.Unmarshal(e.GetData(), c); err != nil {
+					return fmt.Errorf("group %v: entry %d: undecodable conf change: %w", r.id, e.GetIndex(), err)
+				}
+				cc = c
+			} else {
+				c := &pb.ConfChangeV2{}
+				if err := proto.Unmarshal(e.GetData(), c); err != nil {
+					return fmt.Errorf("group %v: entry %d: undecodable conf change: %w", r.id, e.GetIndex(), err)
+				}
+				cc = c
+			}
+			r.mu.Lock()
+			cs := r.mu.rn.ApplyConfChange(cc)
+			r.mu.cs = cs
+			r.mu.Unlock()
+			cb, err := proto.Marshal(cs)
+			if err != nil {
+				return err
+			}
+			if err := b.Set(engine.GroupKey(uint64(r.id), keyConfState), cb); err != nil {
+				return err
+			}
+		}
+	}
+	if err := b.Set(appliedKey(uint64(r.id)), u64(last)); err != nil {
+		return err
+	}
+	if err := b.Commit(false); err != nil {
+		return fmt.Errorf("group %v: commit applied state: %w", r.id, err)
+	}
+	r.mu.Lock()
+	r.publishAppliedLocked(last)
+	for _, d := range results {
+		for _, w := range r.mu.waiters[d.key] {
+			w <- d.res
+		}
+		delete(r.mu.waiters, d.key)
+	}
+	r.mu.Unlock()
+	h.metrics.applied.Add(float64(len(ents)))
+	return h.maybeCompact(r, last)
+}
+
+// maybeCompact takes a snapshot at the applied index and truncates the log
+// once SnapshotEvery entries have been applied since the last one.
+func (h *Host) maybeCompact(r *replica, applied uint64) error {
+	r.mu.Lock()
+	due := applied-r.mu.snapIndex >= h.cfg.SnapshotEvery
+	cs := r.mu.cs
+	r.mu.Unlock()
+	if !due {
+		return nil
+	}
+	snap, err := r.ms.CreateSnapshot(applied, cs, nil)
+	if err != nil {
+		return fmt.Errorf("group %v: create snapshot at %d: %w", r.id, applied, err)
+	}
+	ref := newSnapRef(h.cfg.Engine, r.id, applied)
+	mb, err := proto.Marshal(snap.GetMetadata())
+	if err != nil {
+		return err
+	}
+	wb := h.cfg.Engine.NewWriteBatch()
+	defer wb.Close()
+	_ = wb.Set(engine.GroupKey(uint64(r.id), keySnapMeta), mb)
+	var compactTo uint64
+	if applied > h.cfg.KeepEntries {
+		compactTo = applied - h.cfg.KeepEntries
+	}
+	first, _ := r.ms.FirstIndex()
+	if compactTo > first {
+		if err := r.ms.Compact(compactTo); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("group %v: compact log to %d: %w", r.id, compactTo, err)
+		}
+		_ = wb.DeleteRange(engine.LogKey(uint64(r.id), 0), engine.LogKey(uint64(r.id), compactTo))
+	}
+	if err := wb.Commit(false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	if r.mu.snap != nil {
+		r.mu.snap.Release()
+	}
+	r.mu.snap = ref
+	r.mu.snapIndex = applied
+	r.mu.Unlock()
+	h.metrics.snapshotsTaken.Inc()
+	return nil
+}
+
+var _ = prometheus.NewRegistry

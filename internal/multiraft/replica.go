@@ -1,0 +1,116 @@
+package multiraft
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+type reqKey struct{ client, seq uint64 }
+
+type applyResult struct {
+	res   *wire.Result
+	index uint64
+	err   error
+}
+
+// replica is one group hosted on this node.
+type replica struct {
+	id ids.GroupID
+	sm StateMachine
+	ms *raft.MemoryStorage
+
+	applied atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		rn                *raft.RawNode
+		lead              uint64
+		leader            bool
+		term              uint64
+		cs                *pb.ConfState
+		snapIndex         uint64
+		snap              *snapRef
+		pendingSnap       *pendingSnapshot
+		waiters           map[reqKey][]chan applyResult
+		readWaiters       map[uint64]chan uint64
+		appliedCh         chan struct{}
+		lastLeaderContact time.Time
+	}
+}
+
+type pendingSnapshot struct {
+	index uint64
+	kvs   []kv
+}
+
+// appliedNotify returns a channel closed at the next apply.
+func (r *replica) appliedNotify() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.appliedCh
+}
+
+func (r *replica) publishAppliedLocked(idx uint64) {
+	r.applied.Store(idx)
+	close(r.mu.appliedCh)
+	r.mu.appliedCh = make(chan struct{})
+}
+
+// failWaitersLocked answers every pending proposal and read with err; used
+// when leadership is lost. The proposals may still commit under the new
+// leader: clients retry with the same request id, which the dedup table
+// answers.
+func (r *replica) failWaitersLocked(err error) {
+	for k, ws := range r.mu.waiters {
+		for _, w := range ws {
+			w <- applyResult{err: err}
+		}
+		delete(r.mu.waiters, k)
+	}
+}
+
+// snapRef is a reference-counted engine snapshot of a group's state at
+// index; it stays open while a transport streams it.
+type snapRef struct {
+	mu    sync.Mutex
+	refs  int
+	snap  *engine.Snapshot
+	group ids.GroupID
+	index uint64
+}
+
+func newSnapRef(e *engine.Engine, g ids.GroupID, index uint64) *snapRef {
+	return &snapRef{refs: 1, snap: e.NewSnapshot(), group: g, index: index}
+}
+
+func (s *snapRef) acquire() *snapRef {
+	s.mu.Lock()
+	s.refs++
+	s.mu.Unlock()
+	return s
+}
+
+// Release implements SnapshotSource.
+func (s *snapRef) Release() {
+	s.mu.Lock()
+	s.refs--
+	last := s.refs == 0
+	s.mu.Unlock()
+	if last {
+		s.snap.Close()
+	}
+}
+
+// Scan implements SnapshotSource.
+func (s *snapRef) Scan(fn func(k, v []byte) bool) error {
+	p := engine.StatePrefix(uint64(s.group))
+	n := len(p)
+	return s.snap.Scan(p, engine.PrefixEnd(p), func(k, v []byte) bool { return fn(k[n:], v) })
+}
