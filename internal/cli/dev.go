@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/govfs/govfs/internal/testcluster"
+)
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("govfs dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "./govfs-dev", "directory for the nodes' data and logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		return err
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("dev: find the govfs binary: %w", err)
+	}
+	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true})
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer c.Stop()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = c.WaitReady(rctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	meta := strings.Join(c.Addrs(), ",")
+	fmt.Fprintf(stdout, "GovFS dev cluster is up: 3 metadata nodes, data and logs in %s\n", abs)
+	for i, a := range c.Addrs() {
+		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
+	}
+	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta)
+	// Report a node that dies under us; the others keep serving (a
+	// majority is enough) until Ctrl-C.
+	type exited struct {
+		i   int
+		err error
+	}
+	died := make(chan exited, len(c.Addrs()))
+	for i := range c.Addrs() {
+		done, status := c.Exited(i)
+		go func() {
+			select {
+			case <-done:
+				died <- exited{i, status()}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	for {
+		select {
+		case d := <-died:
+			fmt.Fprintf(stderr, "dev: node %d exited unexpectedly (%v); see %s\n", d.i+1, d.err, c.LogPath(d.i))
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	fmt.Fprintln(stdout, "stopping...")
+	return nil
+}

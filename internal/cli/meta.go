@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/metanode"
+)
+
+func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("govfs meta", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	id := fs.String("id", "", "this node's id (a positive integer listed in --peers)")
+	listen := fs.String("listen", "", "HOST:PORT to serve gRPC on")
+	peers := fs.String("peers", "", "every initial member as ID=HOST:PORT,... (including this node)")
+	data := fs.String("data", "", "data directory")
+	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
+	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("meta: unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	cfg := metanode.DefaultConfig()
+	if *id == "" {
+		return fmt.Errorf("meta: --id is required")
+	}
+	if cfg.ID, err = ids.ParseNodeID(*id); err != nil {
+		return fmt.Errorf("meta: --id: %w", err)
+	}
+	if cfg.Peers, err = metanode.ParsePeers(*peers); err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	cfg.Listen, cfg.DataDir, cfg.HTTPListen, cfg.TickInterval, cfg.Logger = *listen, *data, *httpAddr, *tick, log
+	n, err := metanode.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		n.Stop()
+		return nil
+	case <-n.Fatal():
+		err := n.Err()
+		n.Stop()
+		return fmt.Errorf("meta: node stopped: %w", err)
+	}
+}

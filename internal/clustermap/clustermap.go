@@ -1,0 +1,140 @@
+// Package clustermap is the president group's state machine (pure and
+// deterministic): the cluster id, the metadata members, the ministry table
+// and the inode-number allocator. At this stage the ministry table is
+// fixed at bootstrap (ministry 1 owns "/").
+//
+// Keys (relative to the group's state prefix):
+//
+//	"cid"            cluster id (string)
+//	"members"        wire.InitClusterOp with the member list
+//	"nextino"        u64, the next inode number not yet granted
+//	"r" client seq   wire.Result of an applied request (dedup)
+package clustermap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// MaxAlloc bounds one inode grant.
+const MaxAlloc = 1 << 24
+
+var (
+	keyClusterID = []byte("cid")
+	keyMembers   = []byte("members")
+	keyNextIno   = []byte("nextino")
+)
+
+// Map is the president's state machine.
+type Map struct{}
+
+func dedupKey(req *wire.RequestID) []byte {
+	k := binary.BigEndian.AppendUint64([]byte("r"), req.GetClientId())
+	return binary.BigEndian.AppendUint64(k, req.GetSeq())
+}
+
+// Apply implements multiraft.StateMachine.
+func (Map) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire.Result, error) {
+	if cmd.GetVersion() != 1 {
+		return nil, fmt.Errorf("clustermap: command format version %d is not known to this binary; upgrade it", cmd.GetVersion())
+	}
+	req := cmd.GetReq()
+	if req.GetClientId() != 0 {
+		if b, err := rw.Get(dedupKey(req)); err != nil {
+			return nil, err
+		} else if b != nil {
+			res := &wire.Result{}
+			if err := proto.Unmarshal(b, res); err != nil {
+				return nil, fmt.Errorf("clustermap: decode remembered result: %w", err)
+			}
+			return res, nil
+		}
+	}
+	res, err := apply(rw, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetClientId() != 0 {
+		b, err := proto.Marshal(res)
+		if err != nil {
+			return nil, err
+		}
+		if err := rw.Set(dedupKey(req), b); err != nil {
+			return nil, err
+		}
+		lo := binary.BigEndian.AppendUint64([]byte("r"), req.GetClientId())
+		below := max(req.GetFirstIncomplete(), req.GetSeq()-min(req.GetSeq(), 1024))
+		if below > 0 {
+			if err := rw.DeleteRange(binary.BigEndian.AppendUint64(lo, 0), binary.BigEndian.AppendUint64(lo, below)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return res, nil
+}
+
+func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_InitCluster:
+		cur, err := rw.Get(keyClusterID)
+		if err != nil {
+			return nil, err
+		}
+		if cur != nil {
+			return &wire.Result{Message: string(cur)}, nil
+		}
+		if op.InitCluster.GetClusterId() == "" {
+			return &wire.Result{Errno: uint32(syscall.EINVAL), Message: "empty cluster id"}, nil
+		}
+		b, err := proto.Marshal(op.InitCluster)
+		if err != nil {
+			return nil, err
+		}
+		_ = rw.Set(keyClusterID, []byte(op.InitCluster.GetClusterId()))
+		_ = rw.Set(keyMembers, b)
+		_ = rw.Set(keyNextIno, binary.BigEndian.AppendUint64(nil, uint64(ids.RootIno)+1))
+		return &wire.Result{Message: op.InitCluster.GetClusterId()}, nil
+	case *wire.Command_AllocInodes:
+		n := op.AllocInodes.GetCount()
+		if n == 0 || n > MaxAlloc {
+			return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("inode grant of %d: must be 1..%d", n, MaxAlloc)}, nil
+		}
+		next, err := NextIno(rw)
+		if err != nil {
+			return nil, err
+		}
+		if next == 0 {
+			return &wire.Result{Errno: uint32(syscall.EAGAIN), Message: "cluster not initialised yet"}, nil
+		}
+		if next+n < next {
+			return &wire.Result{Errno: uint32(syscall.ENOSPC), Message: "inode number space exhausted"}, nil
+		}
+		if err := rw.Set(keyNextIno, binary.BigEndian.AppendUint64(nil, next+n)); err != nil {
+			return nil, err
+		}
+		return &wire.Result{Start: next, End: next + n}, nil
+	default:
+		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
+	}
+}
+
+// ClusterID returns the cluster id, "" before initialisation.
+func ClusterID(r engine.Reader) (string, error) {
+	b, err := r.Get(keyClusterID)
+	return string(b), err
+}
+
+// NextIno returns the next inode number to grant (0 before initialisation).
+func NextIno(r engine.Reader) (uint64, error) {
+	b, err := r.Get(keyNextIno)
+	if err != nil || b == nil {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(b), nil
+}

@@ -1,0 +1,102 @@
+package metanode
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+)
+
+// Config configures a metadata node.
+type Config struct {
+	ID      ids.NodeID
+	Listen  string
+	Peers   map[ids.NodeID]string
+	DataDir string
+	// HTTPListen serves /metrics and /healthz when non-empty.
+	HTTPListen string
+	// TickInterval is the raft tick (election timeout = 10 ticks).
+	TickInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// DefaultConfig returns defaults.
+func DefaultConfig() Config {
+	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default()}
+}
+
+// ParsePeers parses "1=127.0.0.1:7001,2=...".
+func ParsePeers(s string) (map[ids.NodeID]string, error) {
+	out := map[ids.NodeID]string{}
+	seen := map[string]ids.NodeID{}
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("--peers is empty: list every initial member as ID=HOST:PORT, comma-separated")
+	}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return nil, fmt.Errorf("--peers entry %q: want ID=HOST:PORT", part)
+		}
+		nid, err := ids.ParseNodeID(id)
+		if err != nil {
+			return nil, fmt.Errorf("--peers entry %q: %w", part, err)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--peers entry %q: address: %w", part, err)
+		}
+		if _, dup := out[nid]; dup {
+			return nil, fmt.Errorf("--peers names node %v twice", nid)
+		}
+		if other, dup := seen[addr]; dup {
+			return nil, fmt.Errorf("--peers gives address %s to both node %v and node %v", addr, other, nid)
+		}
+		out[nid], seen[addr] = addr, nid
+	}
+	return out, nil
+}
+
+// FormatPeers renders peers in --peers syntax, sorted by id.
+func FormatPeers(p map[ids.NodeID]string) string {
+	var parts []string
+	for _, id := range sortedIDs(p) {
+		parts = append(parts, fmt.Sprintf("%d=%s", id, p[id]))
+	}
+	return strings.Join(parts, ",")
+}
+
+func sortedIDs(p map[ids.NodeID]string) []ids.NodeID {
+	out := make([]ids.NodeID, 0, len(p))
+	for id := range p {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Validate names the first bad field and what to do.
+func (c *Config) Validate() error {
+	switch {
+	case c.ID == 0:
+		return errors.New("--id is required (a positive node id listed in --peers)")
+	case c.DataDir == "":
+		return errors.New("--data is required: the directory holding this node's store")
+	case c.Listen == "":
+		return errors.New("--listen is required: HOST:PORT to serve on")
+	case len(c.Peers) == 0:
+		return errors.New("--peers is required: ID=HOST:PORT of every initial member")
+	case c.TickInterval <= 0:
+		return errors.New("tick interval must be positive")
+	}
+	if _, ok := c.Peers[c.ID]; !ok {
+		return fmt.Errorf("node id %v is not a member: --peers lists %s; pick one of those ids or add this node to --peers", c.ID, FormatPeers(c.Peers))
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package metanode
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+)
+
+var identityKey = []byte("nident")
+
+// identity is what a data directory remembers about its node.
+type identity struct {
+	NodeID    ids.NodeID            `json:"node_id"`
+	Peers     map[ids.NodeID]string `json:"peers"`
+	ClusterID string                `json:"cluster_id,omitempty"`
+}
+
+func loadIdentity(e *engine.Engine) (*identity, error) {
+	b, err := e.Get(identityKey)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	id := &identity{}
+	if err := json.Unmarshal(b, id); err != nil {
+		return nil, fmt.Errorf("decode node identity: %w", err)
+	}
+	return id, nil
+}
+
+func saveIdentity(e *engine.Engine, id *identity) error {
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	wb := e.NewWriteBatch()
+	defer wb.Close()
+	if err := wb.Set(identityKey, b); err != nil {
+		return err
+	}
+	return wb.Commit(true)
+}
+
+// checkIdentity refuses a data directory that belongs to another node or
+// was formed with other peers.
+func checkIdentity(cfg *Config, stored *identity) error {
+	if stored == nil {
+		return nil
+	}
+	if stored.NodeID != cfg.ID {
+		return fmt.Errorf("data directory %s belongs to node %v (cluster %q), not node %v: start with --id %d, or give this node an empty --data directory",
+			cfg.DataDir, stored.NodeID, stored.ClusterID, cfg.ID, uint64(stored.NodeID))
+	}
+	if FormatPeers(stored.Peers) != FormatPeers(cfg.Peers) {
+		return fmt.Errorf("--peers %s conflicts with the members this data directory was formed with (%s): start with --peers %s (membership changes are not supported yet)",
+			FormatPeers(cfg.Peers), FormatPeers(stored.Peers), FormatPeers(stored.Peers))
+	}
+	return nil
+}

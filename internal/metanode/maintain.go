@@ -1,0 +1,129 @@
+package metanode
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const (
+	// inodeGrant is how many inode numbers a ministry asks for at a time;
+	// it asks again when fewer than inodeLowWater remain.
+	inodeGrant    = 1 << 20
+	inodeLowWater = 1 << 18
+)
+
+// maintain runs the leader duties every 50 ms until Stop.
+func (n *Node) maintain() {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-n.host.Fatal():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := n.maintainOnce(ctx); err != nil {
+			n.log.Debug("leader duties", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (n *Node) maintainOnce(ctx context.Context) error {
+	// Learn the cluster id from group 0's state and remember it.
+	if n.ClusterID() == "" {
+		cid, err := clustermap.ClusterID(n.stateReader(ids.PresidentGroup))
+		if err != nil {
+			return err
+		}
+		if cid != "" {
+			n.ident.ClusterID = cid
+			if err := saveIdentity(n.eng, n.ident); err != nil {
+				return err
+			}
+			n.clusterID.Store(cid)
+			n.log.Info("cluster id", "cluster", cid)
+		} else if _, me := n.host.Leader(ids.PresidentGroup); me {
+			var members []*wire.Member
+			for _, id := range sortedIDs(n.cfg.Peers) {
+				members = append(members, &wire.Member{Id: uint64(id), Addr: n.cfg.Peers[id]})
+			}
+			_, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+				Op: &wire.Command_InitCluster{InitCluster: &wire.InitClusterOp{ClusterId: newClusterID(), Members: members}}})
+			return err
+		}
+	}
+	if _, me := n.host.Leader(ids.RootMinistry); !me {
+		return nil
+	}
+	r := n.stateReader(ids.RootMinistry)
+	if _, err := namespace.GetAttr(r, ids.RootIno); err != nil {
+		_, _, err := n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+			Op: &wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(ids.RootIno), Mode: 0o755}}})
+		if err != nil {
+			return err
+		}
+	}
+	free, err := namespace.FreeInodes(r)
+	if err != nil {
+		return err
+	}
+	if free >= inodeLowWater {
+		return nil
+	}
+	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+		Op: &wire.Command_AllocInodes{AllocInodes: &wire.AllocInodesOp{Ministry: uint64(ids.RootMinistry), Count: inodeGrant}}})
+	if err != nil {
+		return fmt.Errorf("ask president for inodes: %w", err)
+	}
+	if res.GetErrno() != 0 {
+		return fmt.Errorf("president refused inode grant: %s", res.GetMessage())
+	}
+	_, _, err = n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+		Op: &wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: res.GetStart(), End: res.GetEnd()}}})
+	return err
+}
+
+// proposeAnywhere proposes cmd to group g through its leader, local or
+// remote.
+func (n *Node) proposeAnywhere(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*wire.Result, error) {
+	lead, me := n.host.Leader(g)
+	if me {
+		res, _, err := n.host.Propose(ctx, g, cmd)
+		return res, err
+	}
+	if lead == 0 {
+		return nil, fmt.Errorf("group %v has no leader", g)
+	}
+	cc, err := n.pool.Get(n.cfg.Peers[lead])
+	if err != nil {
+		return nil, err
+	}
+	resp, err := wire.NewMetaClient(cc).Mutate(ctx, &wire.MutateRequest{ClusterId: n.ClusterID(), Group: uint64(g), Cmd: cmd})
+	if err != nil {
+		return nil, err
+	}
+	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK && st.GetCode() != wire.Code_ERRNO {
+		return nil, fmt.Errorf("%v: %s", st.GetCode(), st.GetMessage())
+	}
+	return resp.GetResult(), nil
+}
+
+func newClusterID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,288 @@
+package metanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/multiraft"
+	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// maxSymlinkTarget is PATH_MAX.
+const maxSymlinkTarget = 4096
+
+// metaService implements wire.MetaServer.
+type metaService struct {
+	wire.UnimplementedMetaServer
+	n *Node
+}
+
+func statusOf(code wire.Code, format string, args ...any) *wire.Status {
+	return &wire.Status{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// errStatus maps an internal error to a wire status.
+func (s *metaService) errStatus(g ids.GroupID, err error) *wire.Status {
+	var nl *multiraft.NotLeaderError
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &nl):
+		return &wire.Status{Code: wire.Code_NOT_LEADER, Message: err.Error(), LeaderId: uint64(nl.Leader), LeaderAddr: s.n.cfg.Peers[nl.Leader]}
+	case errors.Is(err, multiraft.ErrUnknownGroup):
+		return statusOf(wire.Code_UNKNOWN_GROUP, "group %v is not hosted on node %v", g, s.n.cfg.ID)
+	case errors.Is(err, multiraft.ErrUnavailable), errors.Is(err, multiraft.ErrStopped),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		lead, _ := s.n.host.Leader(g)
+		return &wire.Status{Code: wire.Code_UNAVAILABLE, Message: err.Error(), LeaderId: uint64(lead), LeaderAddr: s.n.cfg.Peers[lead]}
+	case errors.As(err, &errno):
+		return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}
+	default:
+		return statusOf(wire.Code_INTERNAL, "%v", err)
+	}
+}
+
+func (s *metaService) checkCluster(cid string) *wire.Status {
+	if mine := s.n.ClusterID(); cid != "" && mine != "" && cid != mine {
+		return statusOf(wire.Code_WRONG_CLUSTER, "request for cluster %s reached node %v of cluster %s: check --meta / GOVFS_META", cid, s.n.cfg.ID, mine)
+	}
+	return nil
+}
+
+func withDefaultDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, 10*time.Second)
+}
+
+// validateCommand checks a client command at the edge so that bad input
+// never reaches the log.
+func validateCommand(g ids.GroupID, cmd *wire.Command) error {
+	if cmd == nil {
+		return errors.New("missing command")
+	}
+	if cmd.GetVersion() != 1 {
+		return fmt.Errorf("command version %d is not supported (want 1)", cmd.GetVersion())
+	}
+	names := [][]byte{}
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Create:
+		names = append(names, op.Create.GetName())
+		if op.Create.GetType() == wire.FileType_SYMLINK {
+			if len(op.Create.GetTarget()) == 0 {
+				return fmt.Errorf("%w: empty symlink target", syscall.ENOENT)
+			}
+			if len(op.Create.GetTarget()) > maxSymlinkTarget {
+				return fmt.Errorf("%w: symlink target longer than %d bytes", syscall.ENAMETOOLONG, maxSymlinkTarget)
+			}
+		}
+	case *wire.Command_Link:
+		names = append(names, op.Link.GetNewName())
+	case *wire.Command_Unlink:
+		names = append(names, op.Unlink.GetName())
+	case *wire.Command_Rename:
+		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
+	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr:
+	case *wire.Command_AllocInodes:
+		if g != ids.PresidentGroup {
+			return errors.New("alloc_inodes goes to the president group (0)")
+		}
+		return nil
+	case nil:
+		return errors.New("command has no operation")
+	default:
+		return fmt.Errorf("operation %T may not be sent by clients", op)
+	}
+	if g == ids.PresidentGroup {
+		return errors.New("the president group (0) holds no namespace; send file operations to a ministry")
+	}
+	for _, nm := range names {
+		if err := namespace.ValidateName(nm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wire.MutateResponse, error) {
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.MutateResponse{Status: st}, nil
+	}
+	g := ids.GroupID(req.GetGroup())
+	if !s.n.host.HasGroup(g) {
+		return &wire.MutateResponse{Status: s.errStatus(g, multiraft.ErrUnknownGroup)}, nil
+	}
+	cmd := req.GetCmd()
+	if err := validateCommand(g, cmd); err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return &wire.MutateResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()},
+				Result: &wire.Result{Errno: uint32(errno), Message: err.Error()}}, nil
+		}
+		return &wire.MutateResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
+	}
+	// The proposer stamps the time so every replica applies the same one.
+	cmd.NowNs = time.Now().UnixNano()
+	ctx, cancel := withDefaultDeadline(ctx)
+	defer cancel()
+	res, idx, err := s.n.host.Propose(ctx, g, cmd)
+	if err != nil {
+		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
+	}
+	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
+	if e := res.GetErrno(); e != 0 {
+		resp.Status = &wire.Status{Code: wire.Code_ERRNO, Errno: e, Message: res.GetMessage()}
+	}
+	return resp, nil
+}
+
+func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.ReadResponse{Status: st}, nil
+	}
+	g := ids.GroupID(req.GetGroup())
+	if g == ids.PresidentGroup {
+		return &wire.ReadResponse{Status: statusOf(wire.Code_INVALID, "the president group (0) holds no namespace")}, nil
+	}
+	if err := s.n.host.CheckReadable(g); err != nil {
+		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+	}
+	ctx, cancel := withDefaultDeadline(ctx)
+	defer cancel()
+	wait := req.GetMinIndex()
+	if req.GetConsistency() == wire.ReadConsistency_LINEARIZABLE {
+		idx, err := s.n.host.ReadIndex(ctx, g)
+		if err != nil {
+			return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+		}
+		wait = max(wait, idx)
+	}
+	if wait > 0 {
+		// A clerk far behind the client's session answers UNAVAILABLE
+		// quickly rather than holding the client: it can try a peer.
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.n.host.WaitApplied(wctx, g, wait)
+		wcancel()
+		if err != nil {
+			return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "replica on node %v has not applied index %d of %v yet", s.n.cfg.ID, wait, g)}, nil
+		}
+	}
+	applied := s.n.host.Applied(g)
+	resp, err := query(s.n.stateReader(g), req)
+	if err != nil {
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return &wire.ReadResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}, AppliedIndex: applied}, nil
+		}
+		if errors.Is(err, errBadRead) {
+			return &wire.ReadResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
+		}
+		return &wire.ReadResponse{Status: statusOf(wire.Code_INTERNAL, "%v", err)}, nil
+	}
+	resp.Status = &wire.Status{}
+	resp.AppliedIndex = applied
+	return resp, nil
+}
+
+var errBadRead = errors.New("malformed read request")
+
+func query(r interface {
+	Get([]byte) ([]byte, error)
+	Scan([]byte, []byte, func(k, v []byte) bool) error
+}, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	switch op := req.GetOp().(type) {
+	case *wire.ReadRequest_Lookup:
+		if err := namespace.ValidateName(op.Lookup.GetName()); err != nil {
+			return nil, err
+		}
+		attr, de, err := namespace.Lookup(r, ids.Ino(op.Lookup.GetParent()), op.Lookup.GetName())
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Attr: attr, Ministry: de.GetMinistry()}, nil
+	case *wire.ReadRequest_GetAttr:
+		attr, err := namespace.GetAttr(r, ids.Ino(op.GetAttr.GetIno()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Attr: attr}, nil
+	case *wire.ReadRequest_Readdir:
+		ents, next, eof, err := namespace.Readdir(r, ids.Ino(op.Readdir.GetIno()), op.Readdir.GetCookie(), int(op.Readdir.GetLimit()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Entries: ents, NextCookie: next, Eof: eof}, nil
+	case *wire.ReadRequest_GetXattr:
+		v, err := namespace.GetXattr(r, ids.Ino(op.GetXattr.GetIno()), op.GetXattr.GetName())
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Value: v}, nil
+	case *wire.ReadRequest_ListXattr:
+		names, err := namespace.ListXattr(r, ids.Ino(op.ListXattr.GetIno()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Names: names}, nil
+	case *wire.ReadRequest_Readlink:
+		v, err := namespace.Readlink(r, ids.Ino(op.Readlink.GetIno()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Value: v}, nil
+	default:
+		return nil, fmt.Errorf("%w: no operation", errBadRead)
+	}
+}
+
+func (s *metaService) members() []*wire.Member {
+	var out []*wire.Member
+	for _, id := range sortedIDs(s.n.cfg.Peers) {
+		out = append(out, &wire.Member{Id: uint64(id), Addr: s.n.cfg.Peers[id]})
+	}
+	return out
+}
+
+func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
+	var voters []uint64
+	for _, id := range sortedIDs(s.n.cfg.Peers) {
+		voters = append(voters, uint64(id))
+	}
+	return &wire.ClusterInfoResponse{
+		Status:    &wire.Status{},
+		ClusterId: s.n.ClusterID(),
+		NodeId:    uint64(s.n.cfg.ID),
+		Members:   s.members(),
+		Ministries: []*wire.Ministry{{Group: uint64(ids.RootMinistry), RootIno: uint64(ids.RootIno), RootPath: "/",
+			Members: voters, Epoch: 1}},
+	}, nil
+}
+
+func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
+	resp := &wire.StatusResponse{
+		Status:               &wire.Status{},
+		ClusterId:            s.n.ClusterID(),
+		NodeId:               uint64(s.n.cfg.ID),
+		Addr:                 s.n.cfg.Peers[s.n.cfg.ID],
+		Members:              s.members(),
+		MeanEntriesPerAppend: s.n.host.MeanEntriesPerAppend(),
+	}
+	for _, st := range s.n.host.Status() {
+		kind := "ministry"
+		if st.Group == ids.PresidentGroup {
+			kind = "president"
+		}
+		gs := &wire.GroupStatus{Group: uint64(st.Group), Kind: kind, Leader: uint64(st.Leader), Term: st.Term,
+			Commit: st.Commit, Applied: st.Applied, Role: st.Role, FirstIndex: st.FirstIndex}
+		for _, v := range st.Voters {
+			gs.Voters = append(gs.Voters, uint64(v))
+		}
+		resp.Groups = append(resp.Groups, gs)
+	}
+	return resp, nil
+}

@@ -1,0 +1,263 @@
+package metanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/govfs/govfs/internal/clock"
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/multiraft"
+	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+)
+
+// Node is a running metadata node.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	eng       *engine.Engine
+	host      *multiraft.Host
+	transport *rpc.RaftTransport
+	grpc      *grpc.Server
+	lis       net.Listener
+	http      *http.Server
+	pool      *rpc.Pool
+	clusterID atomic.Value // string
+	ident     *identity
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// ministrySM adapts the namespace state machine to multiraft.
+type ministrySM struct{}
+
+func (ministrySM) Apply(rw engine.ReadWriter, _ uint64, cmd *wire.Command) (*wire.Result, error) {
+	return namespace.Apply(rw, cmd)
+}
+
+// Start opens the store, checks identity and starts serving. The returned
+// node runs until Stop.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	eng, err := engine.Open(cfg.DataDir, engine.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", uint64(cfg.ID)), eng: eng, pool: rpc.NewPool(), stop: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			n.closeAll()
+		}
+	}()
+	stored, err := loadIdentity(eng)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkIdentity(&cfg, stored); err != nil {
+		return nil, err
+	}
+	if stored == nil {
+		stored = &identity{NodeID: cfg.ID, Peers: cfg.Peers}
+		if err := saveIdentity(eng, stored); err != nil {
+			return nil, fmt.Errorf("record node identity: %w", err)
+		}
+	}
+	n.ident = stored
+	n.clusterID.Store(stored.ClusterID)
+	if err := n.checkPeersCluster(ctx); err != nil {
+		return nil, err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.transport = rpc.NewRaftTransport(cfg.ID, cfg.Peers, n.ClusterID, n.log)
+	hc := multiraft.DefaultConfig()
+	hc.NodeID = cfg.ID
+	hc.Engine = eng
+	hc.Transport = n.transport
+	hc.Clock = clock.Real{}
+	hc.Logger = n.log
+	hc.Registry = reg
+	hc.TickInterval = cfg.TickInterval
+	host, err := multiraft.NewHost(hc)
+	if err != nil {
+		return nil, err
+	}
+	peers := sortedIDs(cfg.Peers)
+	if err := host.AddGroup(ids.PresidentGroup, clustermap.Map{}, peers); err != nil {
+		return nil, err
+	}
+	if err := host.AddGroup(ids.RootMinistry, ministrySM{}, peers); err != nil {
+		return nil, err
+	}
+	n.host = host
+	n.transport.SetHost(host)
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (is another process using it?): %w", cfg.Listen, err)
+	}
+	n.lis = lis
+	n.grpc = grpc.NewServer(rpc.ServerOptions()...)
+	wire.RegisterRaftServer(n.grpc, n.transport.Service())
+	wire.RegisterMetaServer(n.grpc, &metaService{n: n})
+	host.Start()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("grpc serve", "err", err)
+		}
+	}()
+	if cfg.HTTPListen != "" {
+		if err := n.startHTTP(reg); err != nil {
+			return nil, err
+		}
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.maintain()
+	}()
+	ok = true
+	n.log.Info("metadata node started", "listen", lis.Addr().String(), "data", cfg.DataDir, "cluster", n.ClusterID())
+	return n, nil
+}
+
+// checkPeersCluster asks reachable peers for their cluster id and refuses
+// to start when it differs from the one in this data directory.
+func (n *Node) checkPeersCluster(ctx context.Context) error {
+	mine := n.ClusterID()
+	if mine == "" {
+		return nil
+	}
+	for id, addr := range n.cfg.Peers {
+		if id == n.cfg.ID {
+			continue
+		}
+		cc, err := n.pool.Get(addr)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		if theirs := info.GetClusterId(); theirs != "" && theirs != mine {
+			return fmt.Errorf("data directory %s belongs to cluster %s but peer %v at %s is in cluster %s: use the data directory of this cluster, or an empty one to form a new cluster",
+				n.cfg.DataDir, mine, id, addr, theirs)
+		}
+	}
+	return nil
+}
+
+func (n *Node) startHTTP(reg *prometheus.Registry) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.host.Err(); err != nil {
+			http.Error(w, "fatal: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		for _, st := range n.host.Status() {
+			if st.Leader == 0 {
+				http.Error(w, fmt.Sprintf("group %v has no leader", st.Group), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	lis, err := net.Listen("tcp", n.cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("listen for HTTP on %s: %w", n.cfg.HTTPListen, err)
+	}
+	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		_ = n.http.Serve(lis)
+	}()
+	return nil
+}
+
+// Addr is the address the gRPC server listens on.
+func (n *Node) Addr() string { return n.lis.Addr().String() }
+
+// ClusterID returns the cluster id ("" until group 0 initialised it).
+func (n *Node) ClusterID() string {
+	s, _ := n.clusterID.Load().(string)
+	return s
+}
+
+// Fatal is closed when the node hit an unrecoverable error.
+func (n *Node) Fatal() <-chan struct{} { return n.host.Fatal() }
+
+// Err is the fatal error, if any.
+func (n *Node) Err() error { return n.host.Err() }
+
+// Host exposes the raft host (tests, status).
+func (n *Node) Host() *multiraft.Host { return n.host }
+
+// Stop stops serving and closes the store.
+func (n *Node) Stop() {
+	select {
+	case <-n.stop:
+		return
+	default:
+	}
+	close(n.stop)
+	n.closeAll()
+}
+
+func (n *Node) closeAll() {
+	if n.grpc != nil {
+		stopped := make(chan struct{})
+		go func() { n.grpc.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			n.grpc.Stop()
+		}
+	}
+	if n.http != nil {
+		_ = n.http.Close()
+	}
+	if n.host != nil {
+		n.host.Stop()
+	}
+	n.wg.Wait()
+	if n.transport != nil {
+		n.transport.Close()
+	}
+	n.pool.Close()
+	if n.eng != nil {
+		_ = n.eng.Close()
+	}
+}
+
+func (n *Node) stateReader(g ids.GroupID) engine.Reader {
+	return engine.Prefixed{RW: engine.ReadOnly{Reader: n.eng}, Prefix: engine.StatePrefix(uint64(g))}
+}

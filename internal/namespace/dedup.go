@@ -1,0 +1,175 @@
+package namespace
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"syscall"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const (
+	// dedupWindow is how many answers per client are kept at most.
+	dedupWindow = 1024
+	// clientIdleNs is how long (in command time) a silent client is
+	// remembered.
+	clientIdleNs = int64(3600e9)
+	// maxExpirePerApply bounds the work expiry adds to one command.
+	maxExpirePerApply = 8
+)
+
+// clientRecord is the decoded "k" <client> value.
+type clientRecord struct {
+	lastUse   uint64 // timeKey of the last command time
+	watermark uint64 // answers below this seq were dropped
+}
+
+func loadClient(r engine.Reader, client uint64) (rec clientRecord, found bool, err error) {
+	v, err := r.Get(clientKey(client))
+	if err != nil {
+		return rec, false, fmt.Errorf("namespace: get client %d: %w", client, err)
+	}
+	if v == nil {
+		return rec, false, nil
+	}
+	if len(v) != 16 {
+		return rec, false, fmt.Errorf("namespace: corrupt client record %d", client)
+	}
+	return clientRecord{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}, true, nil
+}
+
+func storeClient(rw engine.ReadWriter, client uint64, rec clientRecord) error {
+	v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, rec.lastUse), rec.watermark)
+	if err := rw.Set(clientKey(client), v); err != nil {
+		return fmt.Errorf("namespace: set client %d: %w", client, err)
+	}
+	return nil
+}
+
+// dedupBegin records the client as active and returns the stored result
+// (done = true) when the request was applied before or is older than what
+// the client said it has seen answered.
+func dedupBegin(rw engine.ReadWriter, req *wire.RequestID, now int64) (*wire.Result, bool, error) {
+	client := req.ClientId
+	rec, found, err := loadClient(rw, client)
+	if err != nil {
+		return nil, false, err
+	}
+	// NB: last use never goes backwards, even if a new leader's clock is
+	// behind the old one's, so the idle index has one entry per client.
+	use := max(rec.lastUse, timeKey(now))
+	if !found || use != rec.lastUse {
+		if found {
+			if err := rw.Delete(idleKey(rec.lastUse, client)); err != nil {
+				return nil, false, fmt.Errorf("namespace: delete idle entry: %w", err)
+			}
+		}
+		if err := rw.Set(idleKey(use, client), nil); err != nil {
+			return nil, false, fmt.Errorf("namespace: set idle entry: %w", err)
+		}
+		rec.lastUse = use
+		if err := storeClient(rw, client, rec); err != nil {
+			return nil, false, err
+		}
+	}
+	if req.Seq < rec.watermark {
+		// A delayed copy of a request whose answer was dropped: applying it
+		// again would break exactly-once, and nobody waits for it.
+		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf(
+			"namespace: request %d/%d is older than the client's acknowledged requests (%d)", client, req.Seq, rec.watermark)}, true, nil
+	}
+	v, err := rw.Get(resultKey(client, req.Seq))
+	if err != nil {
+		return nil, false, fmt.Errorf("namespace: get result %d/%d: %w", client, req.Seq, err)
+	}
+	if v == nil {
+		return nil, false, nil
+	}
+	res := &wire.Result{}
+	if err := proto.Unmarshal(v, res); err != nil {
+		return nil, false, fmt.Errorf("namespace: corrupt result %d/%d: %w", client, req.Seq, err)
+	}
+	return res, true, nil
+}
+
+// dedupFinish stores the result of a newly applied request and drops the
+// client's answers below max(first_incomplete, seq-window).
+func dedupFinish(rw engine.ReadWriter, req *wire.RequestID, res *wire.Result) error {
+	client := req.ClientId
+	v, err := marshal(res)
+	if err != nil {
+		return err
+	}
+	if err := rw.Set(resultKey(client, req.Seq), v); err != nil {
+		return fmt.Errorf("namespace: set result %d/%d: %w", client, req.Seq, err)
+	}
+	bound := req.FirstIncomplete
+	if req.Seq > dedupWindow {
+		bound = max(bound, req.Seq-dedupWindow)
+	}
+	bound = min(bound, req.Seq) // never drop the answer just stored
+	rec, _, err := loadClient(rw, client)
+	if err != nil {
+		return err
+	}
+	if bound <= rec.watermark {
+		return nil
+	}
+	// NB: point deletes of the (usually one) dropped answer instead of a
+	// range tombstone per command.
+	var keys [][]byte
+	err = rw.Scan(resultKey(client, rec.watermark), resultKey(client, bound), func(k, _ []byte) bool {
+		keys = append(keys, slices.Clone(k))
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("namespace: scan results of %d: %w", client, err)
+	}
+	for _, k := range keys {
+		if err := rw.Delete(k); err != nil {
+			return fmt.Errorf("namespace: delete result: %w", err)
+		}
+	}
+	rec.watermark = bound
+	return storeClient(rw, client, rec)
+}
+
+// expireClients forgets up to maxExpirePerApply clients whose last request
+// is more than clientIdleNs older than now (command time).
+func expireClients(rw engine.ReadWriter, now int64) error {
+	if now < math.MinInt64+clientIdleNs {
+		return nil
+	}
+	lower := []byte{kindIdle}
+	upper := u64Key(kindIdle, timeKey(now-clientIdleNs))
+	var idle [][]byte
+	err := rw.Scan(lower, upper, func(k, _ []byte) bool {
+		idle = append(idle, slices.Clone(k))
+		return len(idle) < maxExpirePerApply
+	})
+	if err != nil {
+		return fmt.Errorf("namespace: scan idle clients: %w", err)
+	}
+	for _, k := range idle {
+		if len(k) != 17 {
+			return fmt.Errorf("namespace: corrupt idle key %x", k)
+		}
+		client := binary.BigEndian.Uint64(k[9:])
+		p := resultPrefix(client)
+		if err := rw.DeleteRange(p, prefixEnd(p)); err != nil {
+			return fmt.Errorf("namespace: forget client %d: %w", client, err)
+		}
+		if err := rw.Delete(clientKey(client)); err != nil {
+			return fmt.Errorf("namespace: forget client %d: %w", client, err)
+		}
+		if err := rw.Delete(k); err != nil {
+			return fmt.Errorf("namespace: forget client %d: %w", client, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package namespace
+
+import (
+	"syscall"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+func req(client, seq, firstIncomplete uint64) *wire.RequestID {
+	return &wire.RequestID{ClientId: client, Seq: seq, FirstIncomplete: firstIncomplete}
+}
+
+func hasResult(t *testing.T, r engine.Reader, client, seq uint64) bool {
+	t.Helper()
+	v, err := r.Get(resultKey(client, seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v != nil
+}
+
+func TestDedupReturnsFirstResult(t *testing.T) {
+	v := newEnv(t)
+	first := v.cmd(mkop(root, "d", wire.FileType_DIRECTORY), req(7, 1, 1))
+	if first.Errno != 0 {
+		t.Fatalf("mkdir: %v", first)
+	}
+	rootVer := v.attr(root).Version
+	// The retry would fail with EEXIST if applied again.
+	again := v.cmd(mkop(root, "d", wire.FileType_DIRECTORY), req(7, 1, 1))
+	if !proto.Equal(again, first) {
+		t.Fatalf("retry = %v, want the first result %v", again, first)
+	}
+	if v.attr(root).Version != rootVer {
+		t.Fatal("retry applied the command again")
+	}
+	// A failing request is remembered too, and a different client with the
+	// same seq is a different request.
+	bad := v.cmd(mkop(root, "d", wire.FileType_DIRECTORY), req(7, 2, 1))
+	if syscall.Errno(bad.Errno) != syscall.EEXIST {
+		t.Fatalf("second mkdir = %v", bad)
+	}
+	v.ok(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("d"), Dir: true}})
+	if again := v.cmd(mkop(root, "d", wire.FileType_DIRECTORY), req(7, 2, 1)); !proto.Equal(again, bad) {
+		t.Fatalf("retry of failed request = %v, want %v", again, bad)
+	}
+	if other := v.cmd(mkop(root, "d", wire.FileType_DIRECTORY), req(8, 1, 1)); other.Errno != 0 || other.Attr.Ino == first.Attr.Ino {
+		t.Fatalf("other client's request = %v", other)
+	}
+	// Client 0 means "no dedup": nothing is remembered.
+	v.cmd(mkop(root, "e", wire.FileType_REGULAR), req(0, 1, 1))
+	if hasResult(t, v.rw, 0, 1) {
+		t.Fatal("result stored for client 0")
+	}
+}
+
+func TestDedupPruning(t *testing.T) {
+	v := newEnv(t)
+	for seq := uint64(1); seq <= 5; seq++ {
+		v.cmd(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 100000 + seq, End: 100000 + seq + 1}}, req(3, seq, 1))
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		if !hasResult(t, v.rw, 3, seq) {
+			t.Fatalf("result %d missing", seq)
+		}
+	}
+	// The client has seen answers up to 3: 1..3 are dropped.
+	v.cmd(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 200000, End: 200001}}, req(3, 6, 4))
+	for seq, want := range map[uint64]bool{1: false, 2: false, 3: false, 4: true, 5: true, 6: true} {
+		if hasResult(t, v.rw, 3, seq) != want {
+			t.Errorf("result %d present = %v, want %v", seq, !want, want)
+		}
+	}
+	// A delayed duplicate of a dropped request is refused, not re-applied.
+	before := v.attr(root).Version
+	stale := v.cmd(mkop(root, "late", wire.FileType_REGULAR), req(3, 2, 1))
+	if syscall.Errno(stale.Errno) != syscall.EINVAL || stale.Message == "" {
+		t.Fatalf("stale request = %v", stale)
+	}
+	if _, ok := v.lookup(root, "late"); ok || v.attr(root).Version != before {
+		t.Fatal("stale request was applied")
+	}
+	// Retained answers are still answered.
+	if r := v.cmd(mkop(root, "x", wire.FileType_REGULAR), req(3, 5, 4)); r.Errno != 0 || r.Start != 100005 {
+		t.Fatalf("retry of seq 5 = %v", r)
+	}
+	// The window bounds a client that never advances first_incomplete.
+	v.cmd(mkop(root, "w", wire.FileType_REGULAR), req(3, 2000, 4))
+	if hasResult(t, v.rw, 3, 5) || !hasResult(t, v.rw, 3, 2000) {
+		t.Fatal("window of 1024 not enforced")
+	}
+	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 975, 4)); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Fatalf("request below the window = %v", r)
+	}
+	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 976, 4)); r.Errno != 0 {
+		t.Fatalf("request inside the window = %v", r)
+	}
+	// first_incomplete beyond seq never drops the answer just stored.
+	v.cmd(mkop(root, "y", wire.FileType_REGULAR), req(3, 2001, 5000))
+	if !hasResult(t, v.rw, 3, 2001) {
+		t.Fatal("current answer dropped")
+	}
+}
+
+func TestClientExpiry(t *testing.T) {
+	v := newEnv(t)
+	for c := uint64(1); c <= 10; c++ {
+		v.cmd(mkop(root, "f"+string(rune('a'+c)), wire.FileType_REGULAR), req(c, 1, 1))
+	}
+	v.cmd(mkop(root, "z", wire.FileType_REGULAR), req(99, 1, 1))
+	v.now += clientIdleNs - 1500 // clients 1..10 are over an hour old, 99 is not
+	v.cmd(nil, nil)              // expires at most 8 clients per command
+	gone := 0
+	for c := uint64(1); c <= 10; c++ {
+		if !hasResult(t, v.rw, c, 1) {
+			gone++
+		}
+	}
+	if gone != 8 || !hasResult(t, v.rw, 99, 1) {
+		t.Fatalf("%d clients expired, client 99 kept %v; want 8 and true", gone, hasResult(t, v.rw, 99, 1))
+	}
+	v.cmd(nil, req(99, 1, 1)) // a retry counts as use
+	for c := uint64(1); c <= 10; c++ {
+		if hasResult(t, v.rw, c, 1) {
+			t.Fatalf("client %d not expired", c)
+		}
+		if n := countPrefix(t, v.rw, clientKey(c)); n != 0 {
+			t.Fatalf("client record %d remains", c)
+		}
+	}
+	// Active clients survive: 99 refreshes, then an hour passes for 99's
+	// previous use but not its latest.
+	v.now += 1e9
+	v.cmd(nil, req(99, 1, 1))
+	v.now += clientIdleNs - 1e9
+	v.cmd(nil, nil)
+	if !hasResult(t, v.rw, 99, 1) {
+		t.Fatal("recently used client expired")
+	}
+	if n := countPrefix(t, v.rw, []byte{kindIdle}); n != 1 {
+		t.Fatalf("%d idle index entries, want 1", n)
+	}
+}
+
+func TestCommandErrors(t *testing.T) {
+	v := newEnv(t)
+	v.fails(nil, syscall.EINVAL)
+	v.fails(&wire.Command_InitCluster{InitCluster: &wire.InitClusterOp{ClusterId: "x"}}, syscall.EINVAL)
+	v.fails(&wire.Command_AllocInodes{AllocInodes: &wire.AllocInodesOp{Ministry: 1, Count: 10}}, syscall.EINVAL)
+	for _, ver := range []uint32{0, 2} {
+		if _, err := Apply(v.rw, &wire.Command{Version: ver, Op: &wire.Command_Create{Create: mkop(root, "x", wire.FileType_REGULAR).Create}}); err == nil {
+			t.Fatalf("version %d accepted", ver)
+		}
+	}
+	if _, ok := v.lookup(root, "x"); ok {
+		t.Fatal("command of unknown version applied")
+	}
+}
+
+// TestDeterministic applies the same commands to two stores and compares
+// every key.
+func TestDeterministic(t *testing.T) {
+	run := func() string {
+		v, n := newTree(t)
+		v.ok(ren(root, "a", n["b"], "a", 0))
+		v.ok(&wire.Command_SetXattr{SetXattr: &wire.SetXattrOp{Ino: uint64(n["f"]), Name: []byte("user.k"), Value: []byte("v")}})
+		v.ok(ren(n["c"], "cf", root, "g", 0))
+		v.cmd(mkop(root, "r", wire.FileType_FIFO), req(5, 1, 1))
+		return v.dump()
+	}
+	if a, b := run(), run(); a != b {
+		t.Fatalf("states differ:\n%s\n---\n%s", a, b)
+	}
+}

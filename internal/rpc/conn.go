@@ -1,0 +1,62 @@
+package rpc
+
+import (
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// MaxMessageSize bounds every gRPC message, in both directions.
+const MaxMessageSize = 16 << 20
+
+// ServerOptions are the options every GovFS gRPC server uses.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}
+}
+
+// Dial opens a client connection (lazily connecting) with the size limits.
+func Dial(addr string) (*grpc.ClientConn, error) {
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	if err != nil {
+		return nil, fmt.Errorf("rpc: dial %s: %w", addr, err)
+	}
+	return cc, nil
+}
+
+// Pool caches one connection per address.
+type Pool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// NewPool returns an empty pool.
+func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+
+// Get returns the connection to addr, dialing it on first use.
+func (p *Pool) Get(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for a, c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, a)
+	}
+}

@@ -1,0 +1,279 @@
+// Package testcluster starts GovFS clusters for `govfs dev`, end-to-end
+// tests and benchmarks: metadata nodes as real child processes of the
+// govfs binary on 127.0.0.1, with ports chosen once and remembered in the
+// cluster directory so a restart on the same directory finds its data.
+package testcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// ProcConfig configures a process cluster.
+type ProcConfig struct {
+	// Binary is the govfs executable.
+	Binary string
+	// Dir holds one data directory and one log file per node and
+	// cluster.json with the chosen ports.
+	Dir   string
+	Nodes int
+	// Tick is the raft tick passed to each node (election timeout = 10).
+	Tick time.Duration
+	// HTTP gives each node a /metrics port too.
+	HTTP bool
+}
+
+// layout is persisted in Dir/cluster.json.
+type layout struct {
+	Addrs []string `json:"addrs"`
+	HTTP  []string `json:"http,omitempty"`
+}
+
+// ProcCluster is a running process cluster.
+type ProcCluster struct {
+	cfg    ProcConfig
+	layout layout
+
+	mu    sync.Mutex
+	procs []*exec.Cmd
+	exits []*exit
+}
+
+// exit is closed when a process ends; err is its status.
+type exit struct {
+	done chan struct{}
+	err  error
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// StartProcs starts (or restarts, on an existing Dir) the cluster.
+func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create cluster directory: %w", err)
+	}
+	c := &ProcCluster{cfg: cfg}
+	lp := filepath.Join(cfg.Dir, "cluster.json")
+	if b, err := os.ReadFile(lp); err == nil {
+		if err := json.Unmarshal(b, &c.layout); err != nil {
+			return nil, fmt.Errorf("read %s: %w (remove the directory to start afresh)", lp, err)
+		}
+		if len(c.layout.Addrs) != cfg.Nodes {
+			return nil, fmt.Errorf("%s describes %d nodes, not %d", lp, len(c.layout.Addrs), cfg.Nodes)
+		}
+	} else {
+		for i := 0; i < cfg.Nodes; i++ {
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.layout.Addrs = append(c.layout.Addrs, a)
+			if cfg.HTTP {
+				h, err := freePort()
+				if err != nil {
+					return nil, err
+				}
+				c.layout.HTTP = append(c.layout.HTTP, h)
+			}
+		}
+		b, _ := json.MarshalIndent(c.layout, "", "  ")
+		if err := os.WriteFile(lp, b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	c.procs = make([]*exec.Cmd, cfg.Nodes)
+	c.exits = make([]*exit, cfg.Nodes)
+	for i := 0; i < cfg.Nodes; i++ {
+		if err := c.Start(i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Peers is the --peers value of the cluster.
+func (c *ProcCluster) Peers() string {
+	var parts []string
+	for i, a := range c.layout.Addrs {
+		parts = append(parts, fmt.Sprintf("%d=%s", i+1, a))
+	}
+	return strings.Join(parts, ",")
+}
+
+// Addrs are the gRPC addresses, node i+1 at index i.
+func (c *ProcCluster) Addrs() []string { return append([]string(nil), c.layout.Addrs...) }
+
+// HTTPAddrs are the /metrics addresses (when configured).
+func (c *ProcCluster) HTTPAddrs() []string { return append([]string(nil), c.layout.HTTP...) }
+
+// LogPath is node i's log file.
+func (c *ProcCluster) LogPath(i int) string {
+	return filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d.log", i+1))
+}
+
+// Start starts node i (index from 0) if it is not running.
+func (c *ProcCluster) Start(i int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs[i] != nil {
+		return nil
+	}
+	logf, err := os.OpenFile(c.LogPath(i), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
+		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
+	if len(c.layout.HTTP) > i {
+		args = append(args, "--http", c.layout.HTTP[i])
+	}
+	cmd := exec.Command(c.cfg.Binary, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Own process group: a Ctrl-C in the terminal reaches only the parent,
+	// which then stops the children in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start node %d: %w", i+1, err)
+	}
+	ex := &exit{done: make(chan struct{})}
+	go func() {
+		ex.err = cmd.Wait()
+		logf.Close()
+		close(ex.done)
+	}()
+	c.procs[i], c.exits[i] = cmd, ex
+	return nil
+}
+
+// Pid returns node i's process id (0 when not running).
+func (c *ProcCluster) Pid(i int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.procs[i] == nil {
+		return 0
+	}
+	return c.procs[i].Process.Pid
+}
+
+// Exited returns a channel closed when node i's current process exits,
+// and a function returning its exit status once it has.
+func (c *ProcCluster) Exited(i int) (<-chan struct{}, func() error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ex := c.exits[i]
+	if ex == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() error { return nil }
+	}
+	return ex.done, func() error { return ex.err }
+}
+
+// Kill sends SIGKILL to node i and waits for it to die.
+func (c *ProcCluster) Kill(i int) { c.signal(i, syscall.SIGKILL, 0) }
+
+// StopNode sends SIGTERM to node i and waits (SIGKILL after 15 s).
+func (c *ProcCluster) StopNode(i int) { c.signal(i, syscall.SIGTERM, 15*time.Second) }
+
+func (c *ProcCluster) signal(i int, sig syscall.Signal, grace time.Duration) {
+	c.mu.Lock()
+	cmd, ex := c.procs[i], c.exits[i]
+	c.procs[i] = nil
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	if grace > 0 {
+		select {
+		case <-ex.done:
+			return
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+		}
+	}
+	<-ex.done
+}
+
+// Stop stops every node (SIGTERM, in parallel) and waits for them.
+func (c *ProcCluster) Stop() {
+	var wg sync.WaitGroup
+	for i := range c.procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.StopNode(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// WaitReady waits until every running node answers and the root
+// directory can be read through some node with a linearizable read.
+func (c *ProcCluster) WaitReady(ctx context.Context) error {
+	pool := rpc.NewPool()
+	defer pool.Close()
+	var last error = errors.New("not ready")
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("cluster not ready: %v (logs in %s)", last, c.cfg.Dir)
+		}
+		ok := false
+		for _, a := range c.layout.Addrs {
+			cc, err := pool.Get(a)
+			if err != nil {
+				last = err
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			resp, err := wire.NewMetaClient(cc).Read(rctx, &wire.ReadRequest{Group: 1, Consistency: wire.ReadConsistency_LINEARIZABLE,
+				Op: &wire.ReadRequest_GetAttr{GetAttr: &wire.GetAttrReq{Ino: 1}}})
+			cancel()
+			if err != nil {
+				last = err
+				continue
+			}
+			if resp.GetStatus().GetCode() != wire.Code_OK {
+				last = fmt.Errorf("%v: %s", resp.GetStatus().GetCode(), resp.GetStatus().GetMessage())
+				continue
+			}
+			ok = true
+			break
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
