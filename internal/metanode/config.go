@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/govfs/govfs/internal/clock"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/multiraft"
 )
 
 // Config configures a metadata node.
@@ -23,11 +25,19 @@ type Config struct {
 	// TickInterval is the raft tick (election timeout = 10 ticks).
 	TickInterval time.Duration
 	Logger       *slog.Logger
+
+	// Clock defaults to the wall clock; in-process tests pass a manual one.
+	Clock clock.Clock
+	// Transport, when set, replaces the gRPC raft transport (in-process
+	// clusters use raftsim to inject partitions and drops); OnHost is then
+	// called with the host so the transport can deliver to it.
+	Transport multiraft.Transport
+	OnHost    func(*multiraft.Host)
 }
 
 // DefaultConfig returns defaults.
 func DefaultConfig() Config {
-	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default()}
+	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}}
 }
 
 // ParsePeers parses "1=127.0.0.1:7001,2=...".

@@ -59,7 +59,7 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 			for _, id := range sortedIDs(n.cfg.Peers) {
 				members = append(members, &wire.Member{Id: uint64(id), Addr: n.cfg.Peers[id]})
 			}
-			_, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+			_, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 				Op: &wire.Command_InitCluster{InitCluster: &wire.InitClusterOp{ClusterId: newClusterID(), Members: members}}})
 			return err
 		}
@@ -69,7 +69,7 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	}
 	r := n.stateReader(ids.RootMinistry)
 	if _, err := namespace.GetAttr(r, ids.RootIno); err != nil {
-		_, _, err := n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+		_, _, err := n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 			Op: &wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(ids.RootIno), Mode: 0o755}}})
 		if err != nil {
 			return err
@@ -82,7 +82,7 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	if free >= inodeLowWater {
 		return nil
 	}
-	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 		Op: &wire.Command_AllocInodes{AllocInodes: &wire.AllocInodesOp{Ministry: uint64(ids.RootMinistry), Count: inodeGrant}}})
 	if err != nil {
 		return fmt.Errorf("ask president for inodes: %w", err)
@@ -90,7 +90,7 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	if res.GetErrno() != 0 {
 		return fmt.Errorf("president refused inode grant: %s", res.GetMessage())
 	}
-	_, _, err = n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: time.Now().UnixNano(),
+	_, _, err = n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 		Op: &wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: res.GetStart(), End: res.GetEnd()}}})
 	return err
 }

@@ -127,7 +127,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return &wire.MutateResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
 	}
 	// The proposer stamps the time so every replica applies the same one.
-	cmd.NowNs = time.Now().UnixNano()
+	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)

@@ -59,6 +59,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	eng, err := engine.Open(cfg.DataDir, engine.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
@@ -96,7 +99,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	hc.NodeID = cfg.ID
 	hc.Engine = eng
 	hc.Transport = n.transport
-	hc.Clock = clock.Real{}
+	if cfg.Transport != nil {
+		hc.Transport = cfg.Transport
+	}
+	hc.Clock = cfg.Clock
 	hc.Logger = n.log
 	hc.Registry = reg
 	hc.TickInterval = cfg.TickInterval
@@ -113,6 +119,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.host = host
 	n.transport.SetHost(host)
+	if cfg.OnHost != nil {
+		cfg.OnHost(host)
+	}
 
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
