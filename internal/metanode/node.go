@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/govfs/govfs/internal/clock"
@@ -63,6 +64,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Clock = clock.Real{}
 	}
 	eng, err := engine.Open(cfg.DataDir, engine.Options{})
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, fmt.Errorf("data directory %s is locked by another process (is a govfs meta already running on it?): %w", cfg.DataDir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
 	}
