@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/testcluster"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "govfs-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "govfs")
+	out, err := exec.Command("go", "build", "-o", binary, "github.com/govfs/govfs/cmd/govfs").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build govfs: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startCluster starts 3 metadata processes with a 50 ms tick (election
+// timeout 500 ms) and stops them (by PID) at cleanup.
+func startCluster(t *testing.T) *testcluster.ProcCluster {
+	t.Helper()
+	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3, Tick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Stop()
+		if t.Failed() {
+			for i := range c.Addrs() {
+				if b, err := os.ReadFile(c.LogPath(i)); err == nil {
+					t.Logf("node %d log tail:\n%s", i+1, tail(b, 3000))
+				}
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+func newClient(t *testing.T, addrs []string, opTimeout time.Duration) *client.Client {
+	t.Helper()
+	cfg := client.DefaultConfig()
+	cfg.MetaAddrs = addrs
+	cfg.CallTimeout = time.Second
+	cfg.OpTimeout = opTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// groupLeader asks every node who leads group g; returns the node index
+// (0-based) of the leader.
+func groupLeader(t *testing.T, cl *client.Client, c *testcluster.ProcCluster, g uint64) int {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, a := range c.Addrs() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := cl.Status(ctx, a)
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, gs := range st.GetGroups() {
+				if gs.GetGroup() == g && gs.GetRole() == "Leader" {
+					return i
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no leader for group %d", g)
+	return -1
+}
+
+var _ = wire.Code_OK
