@@ -49,8 +49,8 @@ func checkIdentity(cfg *Config, stored *identity) error {
 		return nil
 	}
 	if stored.NodeID != cfg.ID {
-		return fmt.Errorf("data directory %s belongs to node %v (cluster %q), not node %v: start with --id %d, or give this node an empty --data directory",
-			cfg.DataDir, stored.NodeID, stored.ClusterID, cfg.ID, uint64(stored.NodeID))
+		return fmt.Errorf("data directory %s belongs to node %d (cluster %q), not node %d: start with --id %d, or give this node an empty --data directory",
+			cfg.DataDir, uint64(stored.NodeID), stored.ClusterID, uint64(cfg.ID), uint64(stored.NodeID))
 	}
 	if FormatPeers(stored.Peers) != FormatPeers(cfg.Peers) {
 		return fmt.Errorf("--peers %s conflicts with the members this data directory was formed with (%s): start with --peers %s (membership changes are not supported yet)",

@@ -217,14 +217,14 @@ func (t *RaftTransport) streamSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Mes
 }
 
 func (t *RaftTransport) checkPeer(cluster string, from, to uint64) *wire.Status {
-	if to != uint64(t.self) {
-		return &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("message for node %d reached node %v: check --peers addresses", to, t.self)}
-	}
 	if _, ok := t.addrs[ids.NodeID(from)]; !ok {
 		return &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("node %d is not a member of this cluster", from)}
 	}
+	if to != uint64(t.self) {
+		return &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("message for node %d reached node %d: check --peers addresses", to, uint64(t.self))}
+	}
 	if mine := t.clusterID(); mine != "" && cluster != "" && mine != cluster {
-		return &wire.Status{Code: wire.Code_WRONG_CLUSTER, Message: fmt.Sprintf("node %v belongs to cluster %s, sender to %s", t.self, mine, cluster)}
+		return &wire.Status{Code: wire.Code_WRONG_CLUSTER, Message: fmt.Sprintf("node %d belongs to cluster %s, sender to %s", uint64(t.self), mine, cluster)}
 	}
 	return nil
 }

@@ -1,0 +1,287 @@
+package client
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// maxMsgSize bounds gRPC messages both ways.
+const maxMsgSize = 16 << 20
+
+// maxOwners bounds the ino→ministry cache; when full it is cleared (a
+// forgotten owner costs at most one REDIRECT).
+const maxOwners = 1 << 16
+
+var errClosed = errors.New("govfs: client is closed")
+
+// Client talks to a GovFS cluster. Create one with New; it is safe for
+// concurrent use. Close releases its connections.
+type Client struct {
+	cfg       Config
+	log       *slog.Logger
+	clientID  uint64
+	clusterID string // set once in New, read-only afterwards
+	retry     retrier
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		// rand is cfg.Rand; not safe for concurrent use on its own.
+		rand    interface{ Int64N(int64) int64 }
+		members []*wire.Member
+		// addrs are the addresses tried when no better hint exists:
+		// members' addresses, then seed addresses not among them.
+		addrs []string
+		// groupAddrs are the addresses of a group's members when the
+		// cluster map says (ministries); other groups use addrs.
+		groupAddrs map[ids.GroupID][]string
+		conns      map[string]*grpc.ClientConn
+		leader     map[ids.GroupID]string
+		// cursor is where the leader search for a group continues.
+		cursor map[ids.GroupID]int
+		// readPref is the member reads go to while it works.
+		readPref string
+		applied  map[ids.GroupID]uint64
+		owners   map[ids.Ino]ids.GroupID
+		nextSeq  uint64
+		inflight map[uint64]struct{}
+	}
+}
+
+// New connects to the cluster reachable at cfg.MetaAddrs: it asks some
+// node for ClusterInfo (retrying across addresses within cfg.OpTimeout)
+// to learn the cluster id and the member list. Zero fields of cfg take
+// their defaults.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	id, err := randomClientID()
+	if err != nil {
+		return nil, fmt.Errorf("client: choose client id: %w", err)
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, clientID: id}
+	c.mu.rand = cfg.Rand
+	c.mu.addrs = dedup(cfg.MetaAddrs)
+	c.mu.groupAddrs = map[ids.GroupID][]string{}
+	c.mu.conns = map[string]*grpc.ClientConn{}
+	c.mu.leader = map[ids.GroupID]string{}
+	c.mu.cursor = map[ids.GroupID]int{}
+	c.mu.applied = map[ids.GroupID]uint64{}
+	c.mu.owners = map[ids.Ino]ids.GroupID{}
+	c.mu.inflight = map[uint64]struct{}{}
+	c.mu.nextSeq = 1
+	c.mu.readPref = c.mu.addrs[c.mu.rand.Int64N(int64(len(c.mu.addrs)))]
+	c.retry = retrier{clock: cfg.Clock, budget: cfg.OpTimeout, int64n: c.int64n}
+
+	info, err := c.fetchClusterInfo(ctx)
+	if err != nil {
+		c.Close()
+		return nil, &Error{Op: "connect", Path: strings.Join(cfg.MetaAddrs, ","), Err: err}
+	}
+	c.clusterID = info.GetClusterId()
+	c.applyClusterInfo(info)
+	c.log.Debug("connected", slog.String("cluster", c.clusterID),
+		slog.Uint64("client", c.clientID), slog.Int("members", len(info.GetMembers())))
+	return c, nil
+}
+
+func randomClientID() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := crand.Read(b[:]); err != nil {
+			return 0, err
+		}
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id, nil
+		}
+	}
+}
+
+func dedup(in []string) []string {
+	var out []string
+	for _, a := range in {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Close closes all connections. Calls in flight fail.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.closed = true
+	var errs []error
+	for addr, cc := range c.mu.conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", addr, err))
+		}
+		delete(c.mu.conns, addr)
+	}
+	return errors.Join(errs...)
+}
+
+// ClusterID returns the id of the cluster this Client talks to.
+func (c *Client) ClusterID() string { return c.clusterID }
+
+// ClientID returns this Client's random non-zero id (RequestID.client_id).
+func (c *Client) ClientID() uint64 { return c.clientID }
+
+// Members returns the metadata nodes as learned from ClusterInfo.
+func (c *Client) Members() []*wire.Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*wire.Member, len(c.mu.members))
+	for i, m := range c.mu.members {
+		out[i] = &wire.Member{Id: m.GetId(), Addr: m.GetAddr()}
+	}
+	return out
+}
+
+func (c *Client) int64n(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.rand.Int64N(n)
+}
+
+// conn returns the Meta client for addr, dialing lazily.
+func (c *Client) conn(addr string) (wire.MetaClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return nil, errClosed
+	}
+	if cc, ok := c.mu.conns[addr]; ok {
+		return wire.NewMetaClient(cc), nil
+	}
+	cc, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(maxMsgSize),
+			grpc.MaxCallSendMsgSize(maxMsgSize)))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	c.mu.conns[addr] = cc
+	return wire.NewMetaClient(cc), nil
+}
+
+// fetchClusterInfo asks the known addresses in turn until one answers
+// with an initialized cluster.
+func (c *Client) fetchClusterInfo(ctx context.Context) (*wire.ClusterInfoResponse, error) {
+	var info *wire.ClusterInfoResponse
+	next := 0
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		c.mu.Lock()
+		addr := c.mu.addrs[next%len(c.mu.addrs)]
+		c.mu.Unlock()
+		next++
+		cl, err := c.conn(addr)
+		if err != nil {
+			return false, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		resp, err := cl.ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+		cancel()
+		if err != nil {
+			return c.rpcFailed(ctx, addr, err)
+		}
+		switch st := resp.GetStatus(); st.GetCode() {
+		case wire.Code_OK:
+		case wire.Code_UNAVAILABLE, wire.Code_NOT_LEADER, wire.Code_UNKNOWN_GROUP:
+			return true, fmt.Errorf("%s: %v: %s", addr, st.GetCode(), st.GetMessage())
+		default:
+			return false, fmt.Errorf("%s: %w", addr, finalStatusErr(st))
+		}
+		if resp.GetClusterId() == "" {
+			return true, fmt.Errorf("%s: cluster not initialized yet", addr)
+		}
+		info = resp
+		return false, nil
+	})
+	return info, err
+}
+
+// applyClusterInfo installs the member list and group memberships.
+func (c *Client) applyClusterInfo(info *wire.ClusterInfoResponse) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	members := slices.Clone(info.GetMembers())
+	slices.SortFunc(members, func(a, b *wire.Member) int {
+		switch {
+		case a.GetId() < b.GetId():
+			return -1
+		case a.GetId() > b.GetId():
+			return 1
+		}
+		return 0
+	})
+	byID := map[uint64]string{}
+	var addrs []string
+	for _, m := range members {
+		byID[m.GetId()] = m.GetAddr()
+		if m.GetAddr() != "" {
+			addrs = append(addrs, m.GetAddr())
+		}
+	}
+	addrs = dedup(append(addrs, c.cfg.MetaAddrs...))
+	c.mu.members = members
+	c.mu.addrs = addrs
+	c.mu.groupAddrs = map[ids.GroupID][]string{}
+	for _, m := range info.GetMinistries() {
+		var ga []string
+		for _, id := range m.GetMembers() {
+			if a := byID[id]; a != "" {
+				ga = append(ga, a)
+			}
+		}
+		if len(ga) > 0 {
+			c.mu.groupAddrs[ids.GroupID(m.GetGroup())] = ga
+		}
+	}
+	if len(members) > 0 && !slices.ContainsFunc(members, func(m *wire.Member) bool { return m.GetAddr() == c.mu.readPref }) {
+		c.mu.readPref = members[c.mu.rand.Int64N(int64(len(members)))].GetAddr()
+	}
+}
+
+// Status asks the node at addr for its status (no retries).
+func (c *Client) Status(ctx context.Context, addr string) (*wire.StatusResponse, error) {
+	cl, err := c.conn(addr)
+	if err != nil {
+		return nil, opErr("status", addr, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+	defer cancel()
+	resp, err := cl.Status(cctx, &wire.StatusRequest{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, opErr("status", addr, ctxError(ctx.Err(), err))
+		}
+		st := status.Convert(err)
+		return nil, opErr("status", addr, fmt.Errorf("%v: %s", st.Code(), st.Message()))
+	}
+	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
+		return nil, opErr("status", addr, finalStatusErr(st))
+	}
+	if id := resp.GetClusterId(); id != "" && id != c.clusterID {
+		return nil, opErr("status", addr, fmt.Errorf("%w: node is in cluster %q, not %q", ErrWrongCluster, id, c.clusterID))
+	}
+	return resp, nil
+}

@@ -1,0 +1,331 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"syscall"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// maxRedirects bounds REDIRECT hops within one operation.
+const maxRedirects = 8
+
+// ReadOption changes how one read call is served.
+type ReadOption func(*readOpts)
+
+type readOpts struct {
+	consistency wire.ReadConsistency
+}
+
+// Linearizable makes a read linearizable (the serving replica confirms
+// with its leader) instead of the Client's default.
+func Linearizable() ReadOption {
+	return func(o *readOpts) { o.consistency = wire.ReadConsistency_LINEARIZABLE }
+}
+
+// Session makes a read session consistent instead of the Client's default.
+func Session() ReadOption {
+	return func(o *readOpts) { o.consistency = wire.ReadConsistency_SESSION }
+}
+
+func (c *Client) readOptions(opts []ReadOption) readOpts {
+	o := readOpts{consistency: c.cfg.Consistency}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// ---- request ids ----
+
+// newCommand stamps a command with the next RequestID and the proposer
+// time and registers it as in flight; call finish(seq) when done.
+func (c *Client) newCommand(build func(*wire.Command)) *wire.Command {
+	c.mu.Lock()
+	seq := c.mu.nextSeq
+	c.mu.nextSeq++
+	c.mu.inflight[seq] = struct{}{}
+	first := seq
+	for s := range c.mu.inflight {
+		first = min(first, s)
+	}
+	c.mu.Unlock()
+	cmd := &wire.Command{
+		Version: 1,
+		Req:     &wire.RequestID{ClientId: c.clientID, Seq: seq, FirstIncomplete: first},
+		NowNs:   c.cfg.Clock.Now().UnixNano(),
+	}
+	build(cmd)
+	return cmd
+}
+
+func (c *Client) finish(seq uint64) {
+	c.mu.Lock()
+	delete(c.mu.inflight, seq)
+	c.mu.Unlock()
+}
+
+// ---- routing state ----
+
+// owner returns the group believed to own ino.
+func (c *Client) owner(ino ids.Ino) ids.GroupID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g, ok := c.mu.owners[ino]; ok {
+		return g
+	}
+	return ids.RootMinistry
+}
+
+// setOwner records that group g owns ino. Only inodes outside the root
+// ministry are stored, since that is the default.
+func (c *Client) setOwner(ino ids.Ino, g ids.GroupID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g == ids.RootMinistry {
+		delete(c.mu.owners, ino)
+		return
+	}
+	if len(c.mu.owners) >= maxOwners {
+		clear(c.mu.owners)
+	}
+	c.mu.owners[ino] = g
+}
+
+// learnChild records the owner of a child found in group parentGroup;
+// ministry is the answer's ministry field (0 = same as the parent).
+func (c *Client) learnChild(child ids.Ino, parentGroup ids.GroupID, ministry uint64) {
+	if child == 0 {
+		return
+	}
+	if ministry != 0 {
+		c.setOwner(child, ids.GroupID(ministry))
+		return
+	}
+	c.setOwner(child, parentGroup)
+}
+
+func (c *Client) candidatesLocked(g ids.GroupID) []string {
+	if a := c.mu.groupAddrs[g]; len(a) > 0 {
+		return a
+	}
+	return c.mu.addrs
+}
+
+// leaderAddr returns where to send a mutation for g: the known leader, or
+// the next candidate in the leader search.
+func (c *Client) leaderAddr(g ids.GroupID) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.mu.leader[g]; ok {
+		return a
+	}
+	cands := c.candidatesLocked(g)
+	return cands[c.mu.cursor[g]%len(cands)]
+}
+
+func (c *Client) setLeader(g ids.GroupID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mu.leader[g] = addr
+}
+
+// leaderFailed forgets addr as g's leader and moves the search past it.
+func (c *Client) leaderFailed(g ids.GroupID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.leader[g] == addr {
+		delete(c.mu.leader, g)
+	}
+	cands := c.candidatesLocked(g)
+	if i := slices.Index(cands, addr); i >= 0 {
+		c.mu.cursor[g] = i + 1
+	} else {
+		c.mu.cursor[g]++
+	}
+}
+
+// readAddr returns where to send a read for g: the preferred member when
+// it serves g, else a random candidate, which becomes preferred.
+func (c *Client) readAddr(g ids.GroupID) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cands := c.candidatesLocked(g)
+	if slices.Contains(cands, c.mu.readPref) {
+		return c.mu.readPref
+	}
+	c.mu.readPref = cands[c.mu.rand.Int64N(int64(len(cands)))]
+	return c.mu.readPref
+}
+
+// readFailed moves the read preference past addr.
+func (c *Client) readFailed(g ids.GroupID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.readPref != addr {
+		return
+	}
+	cands := c.candidatesLocked(g)
+	i := slices.Index(cands, addr)
+	c.mu.readPref = cands[(i+1)%len(cands)]
+}
+
+func (c *Client) noteApplied(g ids.GroupID, index uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if index > c.mu.applied[g] {
+		c.mu.applied[g] = index
+	}
+}
+
+func (c *Client) appliedIndex(g ids.GroupID) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.applied[g]
+}
+
+// rpcFailed classifies a gRPC error: worth retrying elsewhere or not.
+func (c *Client) rpcFailed(ctx context.Context, addr string, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return true, fmt.Errorf("%s: %w", addr, err) // the retrier reports ctx
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled,
+		codes.Aborted, codes.ResourceExhausted:
+		return true, fmt.Errorf("%s: %v: %s", addr, st.Code(), st.Message())
+	}
+	return false, fmt.Errorf("%w: rpc to %s: %v: %s", syscall.EIO, addr, st.Code(), st.Message())
+}
+
+// ---- calls ----
+
+// mutate sends cmd to the leader of the group owning route, retrying the
+// same command until it is answered. A non-zero Result.errno becomes the
+// error.
+func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
+	defer c.finish(cmd.GetReq().GetSeq())
+	group := c.owner(route)
+	redirects := 0
+	var res *wire.Result
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		addr := c.leaderAddr(group)
+		cl, err := c.conn(addr)
+		if err != nil {
+			return false, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		resp, err := cl.Mutate(cctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(group), Cmd: cmd})
+		cancel()
+		if err != nil {
+			c.leaderFailed(group, addr)
+			return c.rpcFailed(ctx, addr, err)
+		}
+		c.noteApplied(group, resp.GetAppliedIndex())
+		st := resp.GetStatus()
+		switch st.GetCode() {
+		case wire.Code_OK:
+			c.setLeader(group, addr)
+			res = resp.GetResult()
+			return false, nil
+		case wire.Code_NOT_LEADER:
+			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+				c.setLeader(group, hint)
+			} else {
+				c.leaderFailed(group, addr)
+			}
+			return true, fmt.Errorf("%s: not leader of %v", addr, group)
+		case wire.Code_REDIRECT:
+			return c.redirect(&group, route, st, &redirects)
+		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
+			c.leaderFailed(group, addr)
+			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
+		}
+		return false, finalStatusErr(st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e := res.GetErrno(); e != 0 {
+		if m := res.GetMessage(); m != "" {
+			c.log.Debug("mutation failed", slog.Uint64("errno", uint64(e)), slog.String("message", m))
+		}
+		return nil, syscall.Errno(e)
+	}
+	return res, nil
+}
+
+// redirect follows a REDIRECT status: route now belongs to st.ministry.
+func (c *Client) redirect(group *ids.GroupID, route ids.Ino, st *wire.Status, hops *int) (bool, error) {
+	*hops++
+	to := ids.GroupID(st.GetMinistry())
+	if to == *group || *hops > maxRedirects {
+		return false, fmt.Errorf("%w: redirect loop for ino %v (%v -> %v)", syscall.EIO, route, *group, to)
+	}
+	c.log.Debug("redirect", slog.Uint64("ino", uint64(route)), slog.Uint64("from", uint64(*group)), slog.Uint64("to", uint64(to)))
+	c.setOwner(route, to)
+	*group = to
+	return true, fmt.Errorf("ino %v moved to %v", route, to)
+}
+
+// read sends req to a member of the group owning route. It returns the
+// answer and the group that served it.
+func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest, opts []ReadOption) (*wire.ReadResponse, ids.GroupID, error) {
+	o := c.readOptions(opts)
+	group := c.owner(route)
+	redirects := 0
+	override := ""
+	var out *wire.ReadResponse
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		addr := override
+		override = ""
+		if addr == "" {
+			addr = c.readAddr(group)
+		}
+		cl, err := c.conn(addr)
+		if err != nil {
+			return false, err
+		}
+		req.ClusterId = c.clusterID
+		req.Group = uint64(group)
+		req.MinIndex = c.appliedIndex(group)
+		req.Consistency = o.consistency
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		resp, err := cl.Read(cctx, req)
+		cancel()
+		if err != nil {
+			c.readFailed(group, addr)
+			return c.rpcFailed(ctx, addr, err)
+		}
+		c.noteApplied(group, resp.GetAppliedIndex())
+		st := resp.GetStatus()
+		switch st.GetCode() {
+		case wire.Code_OK:
+			out = resp
+			return false, nil
+		case wire.Code_NOT_LEADER:
+			// A replica that cannot serve this read itself names its
+			// leader; try it once without changing the preference.
+			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+				override = hint
+			} else {
+				c.readFailed(group, addr)
+			}
+			return true, fmt.Errorf("%s: not leader of %v", addr, group)
+		case wire.Code_REDIRECT:
+			return c.redirect(&group, route, st, &redirects)
+		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
+			c.readFailed(group, addr)
+			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
+		}
+		return false, finalStatusErr(st)
+	})
+	return out, group, err
+}

@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const adminUsage = `Usage: govfs admin [--meta ADDRS] [--timeout D] <command> [arguments]
+
+Commands:
+  status [--json]   members, reachability and every Raft group's state
+
+Metadata nodes come from --meta host:port,... or $GOVFS_META.`
+
+// runAdmin implements `govfs admin`.
+func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var g fsGlobal
+	top := flag.NewFlagSet("govfs admin", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	top.Usage = func() { fmt.Fprintln(stderr, adminUsage) }
+	g.register(top)
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if top.NArg() == 0 {
+		fmt.Fprintln(stderr, adminUsage)
+		return errors.New("admin: missing command")
+	}
+	switch sub := top.Arg(0); sub {
+	case "status":
+		f := flag.NewFlagSet("govfs admin status", flag.ContinueOnError)
+		f.SetOutput(stderr)
+		f.StringVar(&g.meta, "meta", g.meta, "comma-separated metadata node addresses")
+		f.DurationVar(&g.timeout, "timeout", g.timeout, "give up after this long")
+		asJSON := f.Bool("json", false, "print a JSON object instead of tables")
+		if err := f.Parse(top.Args()[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		if f.NArg() > 0 {
+			return fmt.Errorf("admin status: unexpected arguments %q", f.Args())
+		}
+		return adminStatus(ctx, g, *asJSON, stdout)
+	default:
+		fmt.Fprintln(stderr, adminUsage)
+		return fmt.Errorf("admin: unknown command %q", sub)
+	}
+}
+
+func adminStatus(ctx context.Context, g fsGlobal, asJSON bool, stdout io.Writer) error {
+	cl, err := dialCluster(ctx, g)
+	if err != nil {
+		return dialError("admin status", err)
+	}
+	defer cl.Close()
+	members := cl.Members()
+	resps := make([]*wire.StatusResponse, len(members))
+	errs := make([]error, len(members))
+	// The fan-out is one goroutine per member, bounded by the (small)
+	// member list; each writes only its own slot.
+	var wg sync.WaitGroup
+	for i, m := range members {
+		wg.Go(func() { resps[i], errs[i] = cl.Status(ctx, m.GetAddr()) })
+	}
+	wg.Wait()
+	rep := buildStatusReport(cl.ClusterID(), members, resps, errs)
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		writeStatusReport(stdout, rep)
+	}
+	if !slices.ContainsFunc(rep.Members, func(m memberReport) bool { return m.Reachable }) {
+		return errors.New("admin status: no member is reachable")
+	}
+	return nil
+}
+
+// statusReport is what `admin status` shows; its JSON form is for scripts.
+type statusReport struct {
+	ClusterID string         `json:"cluster_id"`
+	Members   []memberReport `json:"members"`
+	Groups    []groupReport  `json:"groups"`
+}
+
+type memberReport struct {
+	ID        uint64 `json:"id"`
+	Addr      string `json:"addr"`
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
+	// MeanEntriesPerAppend is the node's raft batching figure.
+	MeanEntriesPerAppend float64 `json:"mean_entries_per_append"`
+}
+
+type groupReport struct {
+	Group uint64 `json:"group"`
+	Kind  string `json:"kind"`
+	// Leader, Term, Commit and Applied are as the leader reports them (or,
+	// with no reachable leader, the replica with the highest term).
+	Leader  uint64       `json:"leader"`
+	Term    uint64       `json:"term"`
+	Commit  uint64       `json:"commit"`
+	Applied uint64       `json:"applied"`
+	Voters  []uint64     `json:"voters"`
+	Nodes   []nodeReport `json:"nodes"`
+}
+
+// nodeReport is one member's view of a group.
+type nodeReport struct {
+	Node uint64 `json:"node"`
+	// Role is the replica's raft role, "unreachable", or "-" when the
+	// node does not host the group.
+	Role    string `json:"role"`
+	Applied uint64 `json:"applied,omitempty"`
+}
+
+// buildStatusReport merges the members' Status answers (resps[i] or
+// errs[i] for members[i]) into one view.
+func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.StatusResponse, errs []error) statusReport {
+	rep := statusReport{ClusterID: clusterID, Members: []memberReport{}, Groups: []groupReport{}}
+	type view struct {
+		node uint64
+		gs   *wire.GroupStatus
+	}
+	byGroup := map[uint64][]view{}
+	for i, m := range members {
+		mr := memberReport{ID: m.GetId(), Addr: m.GetAddr()}
+		if errs[i] != nil || resps[i] == nil {
+			if errs[i] != nil {
+				mr.Error = reason(errs[i])
+			}
+		} else {
+			mr.Reachable = true
+			mr.MeanEntriesPerAppend = resps[i].GetMeanEntriesPerAppend()
+			for _, gs := range resps[i].GetGroups() {
+				byGroup[gs.GetGroup()] = append(byGroup[gs.GetGroup()], view{m.GetId(), gs})
+			}
+		}
+		rep.Members = append(rep.Members, mr)
+	}
+	var groups []uint64
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for _, g := range groups {
+		views := byGroup[g]
+		// Prefer the leader's own view, then the most recent one.
+		best, bestLeader := views[0].gs, false
+		for _, v := range views {
+			l := v.node != 0 && v.gs.GetLeader() == v.node
+			switch {
+			case l && !bestLeader:
+				best, bestLeader = v.gs, true
+			case l == bestLeader && (v.gs.GetTerm() > best.GetTerm() ||
+				v.gs.GetTerm() == best.GetTerm() && v.gs.GetCommit() > best.GetCommit()):
+				best = v.gs
+			}
+		}
+		gr := groupReport{
+			Group: g, Kind: best.GetKind(), Leader: best.GetLeader(), Term: best.GetTerm(),
+			Commit: best.GetCommit(), Applied: best.GetApplied(), Voters: best.GetVoters(),
+			Nodes: []nodeReport{},
+		}
+		if gr.Kind == "" {
+			gr.Kind = "ministry"
+			if g == 0 {
+				gr.Kind = "president"
+			}
+		}
+		for i, m := range rep.Members {
+			nr := nodeReport{Node: m.ID, Role: "-"}
+			switch {
+			case !m.Reachable:
+				nr.Role = "unreachable"
+			default:
+				for _, v := range views {
+					if v.node == members[i].GetId() {
+						nr.Role = roleName(v.gs.GetRole())
+						nr.Applied = v.gs.GetApplied()
+					}
+				}
+			}
+			gr.Nodes = append(gr.Nodes, nr)
+		}
+		rep.Groups = append(rep.Groups, gr)
+	}
+	return rep
+}
+
+// roleName normalizes a raft role such as "StateLeader" to "leader".
+func roleName(r string) string {
+	r = strings.TrimPrefix(strings.ToLower(r), "state")
+	if r == "" {
+		return "?"
+	}
+	return r
+}
+
+// writeStatusReport prints the report as tables.
+func writeStatusReport(w io.Writer, rep statusReport) {
+	fmt.Fprintf(w, "cluster %s\n\n", rep.ClusterID)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tADDR\tREACHABLE")
+	for _, m := range rep.Members {
+		r := "yes"
+		if !m.Reachable {
+			r = "no"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.ID, m.Addr, r)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "GROUP\tKIND\tLEADER\tTERM\tCOMMIT\tAPPLIED\tROLES")
+	for _, g := range rep.Groups {
+		var roles []string
+		for _, n := range g.Nodes {
+			roles = append(roles, strconv.FormatUint(n.Node, 10)+":"+n.Role)
+		}
+		leader := "-"
+		if g.Leader != 0 {
+			leader = strconv.FormatUint(g.Leader, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\n", g.Group, g.Kind, leader, g.Term, g.Commit, g.Applied, strings.Join(roles, " "))
+	}
+	tw.Flush()
+	for _, m := range rep.Members {
+		if !m.Reachable && m.Error != "" {
+			fmt.Fprintf(w, "\nmember %d (%s) unreachable: %s", m.ID, m.Addr, m.Error)
+		}
+	}
+	if slices.ContainsFunc(rep.Members, func(m memberReport) bool { return !m.Reachable && m.Error != "" }) {
+		fmt.Fprintln(w)
+	}
+}
