@@ -76,12 +76,14 @@ func rename(t *tx, op *wire.RenameOp) (*wire.Result, error) {
 	if dst.d == nil && op.Flags == renameExchange {
 		return nil, errnof(syscall.ENOENT, "rename exchange %v/%q", dst.parent, dst.name)
 	}
+	// NB: Linux checks RENAME_NOREPLACE before the same-inode shortcut,
+	// so renaming onto another link of the same file is EEXIST with it.
+	if dst.d != nil && op.Flags == renameNoReplace {
+		return nil, errnof(syscall.EEXIST, "rename %v/%q", dst.parent, dst.name)
+	}
 	if dst.d != nil && dst.d.Ino == src.d.Ino {
 		// The same name, or two links to one inode: rename(2) does nothing.
 		return attrResult(src.in), nil
-	}
-	if dst.d != nil && op.Flags == renameNoReplace {
-		return nil, errnof(syscall.EEXIST, "rename %v/%q", dst.parent, dst.name)
 	}
 	if src.isDir() {
 		if err := t.checkNotUnder(dst.parent, ids.Ino(src.d.Ino)); err != nil {

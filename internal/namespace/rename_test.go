@@ -123,6 +123,7 @@ func TestRename(t *testing.T) {
 		{name: "bad flags", op: rn{"/", "f", "/", "x", 3}, want: syscall.EINVAL},
 		{name: "unknown flag", op: rn{"/", "f", "/", "x", 4}, want: syscall.EINVAL},
 		{name: "noreplace existing", op: rn{"/", "g", "/", "f", renameNoReplace}, want: syscall.EEXIST},
+		{name: "noreplace onto another link of the same inode", op: rn{"/", "f", "/", "h", renameNoReplace}, want: syscall.EEXIST},
 		{name: "noreplace new name", op: rn{"/", "g", "b", "g", renameNoReplace}, check: func(v *env, n tree) {
 			v.mustLookup(n["b"], "g", n["g"])
 		}},
