@@ -126,6 +126,15 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		}
 		return &wire.MutateResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
 	}
+	// Right after formation the root ministry has no inode numbers until
+	// the president's first grant lands (milliseconds). Answer a create in
+	// that window with a retryable UNAVAILABLE instead of proposing it and
+	// recording a permanent ENOSPC for its request id.
+	if _, isCreate := cmd.GetOp().(*wire.Command_Create); isCreate {
+		if free, err := namespace.FreeInodes(s.n.stateReader(g)); err == nil && free == 0 {
+			return &wire.MutateResponse{Status: statusOf(wire.Code_UNAVAILABLE, "ministry %v is waiting for inode numbers from the president; retry shortly", g)}, nil
+		}
+	}
 	// The proposer stamps the time so every replica applies the same one.
 	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	ctx, cancel := withDefaultDeadline(ctx)

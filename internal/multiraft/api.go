@@ -92,11 +92,24 @@ func (h *Host) Propose(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*
 	}
 }
 
-func readKey(b []byte) uint64 {
-	if len(b) != 8 {
+// readKey returns the waiter key of a ReadIndex request context, or 0 when
+// the context is not one this host issued since it started.
+//
+// INVARIANT: request contexts are unique across nodes and restarts
+// (a random per-start epoch followed by a counter). A late answer to a
+// request issued before a restart, or by another node, must never match a
+// new waiter: it would carry an older read index and make a
+// "linearizable" read stale. The nemesis test caught exactly that when
+// contexts were a bare counter starting at zero on every node.
+func (h *Host) readKey(b []byte) uint64 {
+	if len(b) != 16 || binary.BigEndian.Uint64(b) != h.readEpoch {
 		return 0
 	}
-	return binary.BigEndian.Uint64(b)
+	return binary.BigEndian.Uint64(b[8:])
+}
+
+func (h *Host) readRequestCtx(k uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(make([]byte, 0, 16), h.readEpoch), k)
 }
 
 // ReadIndex returns an index such that a read served after applying it is
@@ -114,7 +127,7 @@ func (h *Host) ReadIndex(ctx context.Context, g ids.GroupID) (uint64, error) {
 		return 0, fmt.Errorf("%w: no leader", ErrUnavailable)
 	}
 	r.mu.readWaiters[k] = ch
-	r.mu.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, k))
+	r.mu.rn.ReadIndex(h.readRequestCtx(k))
 	r.mu.Unlock()
 	h.signal()
 	select {

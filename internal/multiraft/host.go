@@ -1,6 +1,8 @@
 package multiraft
 
 import (
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,9 +34,10 @@ type Host struct {
 	workers []chan func()
 	wg      sync.WaitGroup
 
-	readCtx  atomic.Uint64
-	clientID uint64
-	seq      atomic.Uint64
+	readCtx   atomic.Uint64
+	readEpoch uint64
+	clientID  uint64
+	seq       atomic.Uint64
 
 	fatalMu sync.Mutex
 	fatal   error
@@ -50,16 +53,24 @@ func NewHost(cfg Config) (*Host, error) {
 		cfg.Logger = slog.Default()
 	}
 	h := &Host{
-		cfg:      cfg,
-		log:      cfg.Logger.With("node", uint64(cfg.NodeID)),
-		metrics:  newMetrics(cfg.Registry),
-		groups:   map[ids.GroupID]*replica{},
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		clientID: uint64(cfg.NodeID)<<48 | 1<<47,
-		fatalCh:  make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", uint64(cfg.NodeID)),
+		metrics: newMetrics(cfg.Registry),
+		groups:  map[ids.GroupID]*replica{},
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		fatalCh: make(chan struct{}),
 	}
+	var epoch [8]byte
+	if _, err := crand.Read(epoch[:]); err != nil {
+		return nil, fmt.Errorf("multiraft: read-index epoch: %w", err)
+	}
+	h.readEpoch = binary.BigEndian.Uint64(epoch[:]) | 1
+	// Internal proposals (leader duties) need request ids that never
+	// repeat across restarts, or the dedup table would answer a new
+	// command with an old result.
+	h.clientID = h.readEpoch
 	return h, nil
 }
 
@@ -331,8 +342,8 @@ func (h *Host) processReady() error {
 		r := w.r
 		r.mu.Lock()
 		for _, rs := range w.rd.ReadStates {
-			key := readKey(rs.RequestCtx)
-			if ch, ok := r.mu.readWaiters[key]; ok {
+			key := h.readKey(rs.RequestCtx)
+			if ch, ok := r.mu.readWaiters[key]; ok && key != 0 {
 				ch <- rs.Index
 				delete(r.mu.readWaiters, key)
 			}
