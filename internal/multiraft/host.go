@@ -113,6 +113,7 @@ func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) erro
 		}
 	}
 	r := &replica{id: g, sm: sm, ms: ld.ms}
+	r.lastPersisted, _ = ld.ms.LastIndex()
 	r.mu.rn = rn
 	r.mu.cs = ld.cs
 	r.mu.waiters = map[reqKey][]chan applyResult{}
@@ -283,7 +284,7 @@ func (h *Host) processReady() error {
 	wb := h.cfg.Engine.NewWriteBatch()
 	needSync := false
 	for _, w := range work {
-		if err := persistReady(wb, uint64(w.r.id), &w.rd, w.snapKVs); err != nil {
+		if err := persistReady(wb, uint64(w.r.id), &w.rd, w.snapKVs, &w.r.lastPersisted); err != nil {
 			wb.Close()
 			return fmt.Errorf("group %v: persist: %w", w.r.id, err)
 		}

@@ -27,6 +27,8 @@ type replica struct {
 	ms *raft.MemoryStorage
 
 	applied atomic.Uint64
+	// lastPersisted is the last log index on disk; owned by the Ready loop.
+	lastPersisted uint64
 
 	mu struct {
 		sync.Mutex

@@ -117,7 +117,9 @@ func loadGroup(r engine.Reader, g uint64) (*loadedGroup, error) {
 }
 
 // persistReady writes what rd asks to be made durable into wb.
-func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv) error {
+// lastPersisted is the highest log index written so far for the group; it
+// is updated.
+func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv, lastPersisted *uint64) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
 		sp := engine.StatePrefix(g)
 		if err := wb.DeleteRange(sp, engine.PrefixEnd(sp)); err != nil {
@@ -143,6 +145,7 @@ func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv) erro
 		_ = wb.Set(engine.GroupKey(g, keySnapMeta), mb)
 		_ = wb.Set(engine.GroupKey(g, keyConfState), cb)
 		_ = wb.Set(appliedKey(g), u64(md.GetIndex()))
+		*lastPersisted = md.GetIndex()
 	}
 	if len(rd.Entries) > 0 {
 		for _, e := range rd.Entries {
@@ -155,11 +158,17 @@ func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv) erro
 			}
 		}
 		// A new leader may have overwritten a suffix: drop anything after
-		// the last entry written.
+		// the last entry written. NB: only then — a range tombstone per
+		// Ready would pile up in the memtable and slow every read.
 		last := rd.Entries[len(rd.Entries)-1].GetIndex()
-		if err := wb.DeleteRange(engine.LogKey(g, last+1), engine.LogKey(g, ^uint64(0))); err != nil {
-			return err
+		if rd.Entries[0].GetIndex() <= *lastPersisted && last < *lastPersisted {
+			for i := last + 1; i <= *lastPersisted; i++ {
+				if err := wb.Delete(engine.LogKey(g, i)); err != nil {
+					return err
+				}
+			}
 		}
+		*lastPersisted = last
 	}
 	if !raft.IsEmptyHardState(rd.HardState) {
 		b, err := proto.Marshal(rd.HardState)

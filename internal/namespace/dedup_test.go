@@ -111,19 +111,11 @@ func TestClientExpiry(t *testing.T) {
 	for c := uint64(1); c <= 10; c++ {
 		v.cmd(mkop(root, "f"+string(rune('a'+c)), wire.FileType_REGULAR), req(c, 1, 1))
 	}
+	// Last use is kept to the minute: client 99 is two quanta younger.
+	v.now += 2 * idleQuantumNs
 	v.cmd(mkop(root, "z", wire.FileType_REGULAR), req(99, 1, 1))
-	v.now += clientIdleNs - 1500 // clients 1..10 are over an hour old, 99 is not
-	v.cmd(nil, nil)              // expires at most 8 clients per command
-	gone := 0
-	for c := uint64(1); c <= 10; c++ {
-		if !hasResult(t, v.rw, c, 1) {
-			gone++
-		}
-	}
-	if gone != 8 || !hasResult(t, v.rw, 99, 1) {
-		t.Fatalf("%d clients expired, client 99 kept %v; want 8 and true", gone, hasResult(t, v.rw, 99, 1))
-	}
-	v.cmd(nil, req(99, 1, 1)) // a retry counts as use
+	v.now += clientIdleNs - idleQuantumNs // clients 1..10 are over an hour old, 99 is not
+	v.cmd(nil, nil)
 	for c := uint64(1); c <= 10; c++ {
 		if hasResult(t, v.rw, c, 1) {
 			t.Fatalf("client %d not expired", c)
@@ -132,17 +124,26 @@ func TestClientExpiry(t *testing.T) {
 			t.Fatalf("client record %d remains", c)
 		}
 	}
+	if !hasResult(t, v.rw, 99, 1) {
+		t.Fatal("client 99 expired before its hour")
+	}
 	// Active clients survive: 99 refreshes, then an hour passes for 99's
 	// previous use but not its latest.
-	v.now += 1e9
+	v.now += idleQuantumNs
 	v.cmd(nil, req(99, 1, 1))
-	v.now += clientIdleNs - 1e9
+	v.now += clientIdleNs - idleQuantumNs
 	v.cmd(nil, nil)
 	if !hasResult(t, v.rw, 99, 1) {
 		t.Fatal("recently used client expired")
 	}
 	if n := countPrefix(t, v.rw, []byte{kindIdle}); n != 1 {
 		t.Fatalf("%d idle index entries, want 1", n)
+	}
+	// Expiry runs at most once per quantum of command time.
+	v.now += 2 * clientIdleNs
+	v.cmd(mkop(root, "late", wire.FileType_REGULAR), req(7, 1, 1)) // runs expiry: 99 goes
+	if hasResult(t, v.rw, 99, 1) {
+		t.Fatal("client 99 not expired after two idle hours")
 	}
 }
 

@@ -40,6 +40,7 @@
 //	"k" <client>              dedup client record: last use (8, time key
 //	                          encoding) + seq watermark (8)
 //	"t" <last use> <client>   empty; index of clients by last use, for expiry
+//	"e"                       u64 minute (command time) of the last expiry run
 //
 // Times in keys are int64 nanoseconds with the sign bit flipped, so that
 // they sort in time order as unsigned bytes.
