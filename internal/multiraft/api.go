@@ -60,13 +60,10 @@ func (h *Host) Propose(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*
 		r.mu.Unlock()
 		return nil, 0, &NotLeaderError{Group: g, Leader: ids.NodeID(lead)}
 	}
-	if err := r.mu.rn.Propose(data); err != nil {
-		r.mu.Unlock()
-		if errors.Is(err, raft.ErrProposalDropped) {
-			return nil, 0, fmt.Errorf("%w: proposal dropped (leader change or overload)", ErrUnavailable)
-		}
-		return nil, 0, fmt.Errorf("multiraft: propose: %w", err)
-	}
+	// Queue the proposal; the Ready loop hands everything queued to raft
+	// as one MsgProp, so a round's proposals leave in one MsgApp.
+	r.mu.proposals = append(r.mu.proposals, &pb.Entry{Data: data})
+	r.mu.proposalKeys = append(r.mu.proposalKeys, key)
 	r.mu.waiters[key] = append(r.mu.waiters[key], ch)
 	r.mu.Unlock()
 	h.signal()

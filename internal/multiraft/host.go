@@ -251,6 +251,12 @@ type readyWork struct {
 	r       *replica
 	rd      raft.Ready
 	snapKVs []kv
+	// leader: the group was led by this node when the Ready was taken;
+	// its messages may go out before its entries are persisted (Raft
+	// thesis §10.2.1, as etcd does): a leader's own unpersisted entries
+	// count for commitment only once its MsgAppResp-equivalent (the
+	// persisted log) exists, which raft tracks itself.
+	leader bool
 }
 
 // processReady runs one round of the loop over every group with work.
@@ -258,9 +264,11 @@ func (h *Host) processReady() error {
 	var work []*readyWork
 	for _, r := range h.allReplicas() {
 		r.mu.Lock()
+		r.flushProposalsLocked(uint64(h.cfg.NodeID))
 		if r.mu.rn.HasReady() {
 			w := &readyWork{r: r, rd: r.mu.rn.Ready()}
 			h.noteSoftStateLocked(r, w.rd.SoftState, w.rd.HardState)
+			w.leader = r.mu.leader
 			if !raft.IsEmptySnap(w.rd.Snapshot) {
 				ps := r.mu.pendingSnap
 				idx := w.rd.Snapshot.GetMetadata().GetIndex()
@@ -278,6 +286,9 @@ func (h *Host) processReady() error {
 	if len(work) == 0 {
 		return nil
 	}
+
+	// 0. Leaders replicate while they write their own disk.
+	h.send(work, true)
 
 	// 1. Persist every group's entries, hard state and snapshot: one batch,
 	// at most one fsync.
@@ -317,8 +328,9 @@ func (h *Host) processReady() error {
 		}
 	}
 
-	// 2. Send, coalesced per destination.
-	h.send(work)
+	// 2. Followers and candidates speak only after persisting (votes,
+	// append acknowledgements must be durable).
+	h.send(work, false)
 
 	// 3. Apply on the worker pool, then Advance.
 	var wg sync.WaitGroup
@@ -372,6 +384,7 @@ func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardSt
 	r.mu.lead = ss.Lead
 	r.mu.leader = ss.RaftState == raft.StateLeader
 	if wasLeader && !r.mu.leader {
+		r.mu.proposals, r.mu.proposalKeys = nil, nil
 		r.failWaitersLocked(&NotLeaderError{Group: r.id, Leader: ids.NodeID(ss.Lead)})
 		for k, ch := range r.mu.readWaiters {
 			close(ch)
@@ -413,9 +426,14 @@ func (h *Host) afterPersist(w *readyWork) error {
 	return nil
 }
 
-func (h *Host) send(work []*readyWork) {
+// send sends the messages of the groups whose leader flag equals leaders,
+// coalesced per destination node.
+func (h *Host) send(work []*readyWork, leaders bool) {
 	per := map[ids.NodeID][]GroupMessage{}
 	for _, w := range work {
+		if w.leader != leaders {
+			continue
+		}
 		for _, m := range w.rd.Messages {
 			to := ids.NodeID(m.GetTo())
 			switch m.GetType() {

@@ -1,6 +1,8 @@
 package multiraft
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,9 @@ type replica struct {
 		snap              *snapRef
 		pendingSnap       *pendingSnapshot
 		waiters           map[reqKey][]chan applyResult
+		// proposals queued since the last round, and their waiter keys
+		proposals    []*pb.Entry
+		proposalKeys []reqKey
 		readWaiters       map[uint64]chan uint64
 		appliedCh         chan struct{}
 		lastLeaderContact time.Time
@@ -72,6 +77,32 @@ func (r *replica) publishAppliedLocked(idx uint64) {
 func (r *replica) failWaitersLocked(err error) {
 	for k, ws := range r.mu.waiters {
 		for _, w := range ws {
+			w <- applyResult{err: err}
+		}
+		delete(r.mu.waiters, k)
+	}
+}
+
+// flushProposalsLocked steps every queued proposal into raft as one
+// MsgProp. Dropped proposals (leadership lost, uncommitted-size limit)
+// fail their waiters so clients retry.
+func (r *replica) flushProposalsLocked(self uint64) {
+	if len(r.mu.proposals) == 0 {
+		return
+	}
+	ents, keys := r.mu.proposals, r.mu.proposalKeys
+	r.mu.proposals, r.mu.proposalKeys = nil, nil
+	err := r.mu.rn.Step(&pb.Message{Type: new(pb.MsgProp), From: new(self), Entries: ents})
+	if err == nil {
+		return
+	}
+	if errors.Is(err, raft.ErrProposalDropped) {
+		err = fmt.Errorf("%w: proposal dropped (leader change or overload)", ErrUnavailable)
+	} else {
+		err = fmt.Errorf("multiraft: propose: %w", err)
+	}
+	for _, k := range keys {
+		for _, w := range r.mu.waiters[k] {
 			w <- applyResult{err: err}
 		}
 		delete(r.mu.waiters, k)
