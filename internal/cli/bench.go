@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/govfs/govfs/internal/bench"
+	"github.com/govfs/govfs/internal/testcluster"
+)
+
+const benchUsage = `Usage: govfs bench <workload> [flags]
+
+Workloads:
+  meta   metadata operations: mkdir, create, stat, readdir, rename, unlink
+
+Run 'govfs bench meta -h' for its flags.`
+
+// runBench implements `govfs bench`.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, benchUsage)
+		return errors.New("govfs bench: missing workload")
+	}
+	switch args[0] {
+	case "meta":
+		return benchMeta(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, benchUsage)
+		return nil
+	default:
+		fmt.Fprintln(stderr, benchUsage)
+		return fmt.Errorf("govfs bench: unknown workload %q", args[0])
+	}
+}
+
+// benchMetaArgs is a parsed `govfs bench meta` command line.
+type benchMetaArgs struct {
+	meta     []string // empty: start a local cluster
+	clients  int
+	files    int
+	conns    int
+	phases   []string
+	jsonOnly bool
+	timeout  time.Duration
+}
+
+func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
+	f := flag.NewFlagSet("govfs bench meta", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "comma-separated metadata node addresses (default: start a local 3-node cluster in a temporary directory)")
+	clients := f.Int("clients", bench.DefaultClients, "parallel workers")
+	files := f.Int("files", bench.DefaultFiles, "files (and directories) per worker")
+	conns := f.Int("conns", bench.DefaultConns, "client connections shared by the workers (at most --clients)")
+	phases := f.String("phases", "all", "comma-separated phases to run: "+strings.Join(bench.MetaPhases, ",")+" or all")
+	jsonOnly := f.Bool("json-only", false, "print only the JSON result line")
+	timeout := f.Duration("timeout", 30*time.Second, "give up on a single operation after this long")
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.NArg() > 0 {
+		return nil, fmt.Errorf("govfs bench meta: unexpected arguments %q", f.Args())
+	}
+	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout}
+	for _, s := range strings.Split(*meta, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			a.meta = append(a.meta, s)
+		}
+	}
+	if a.clients <= 0 || a.files <= 0 || a.conns <= 0 {
+		return nil, errors.New("govfs bench meta: --clients, --files and --conns must be positive")
+	}
+	if a.timeout <= 0 {
+		return nil, fmt.Errorf("govfs bench meta: --timeout %v must be positive", a.timeout)
+	}
+	var err error
+	if a.phases, err = bench.ParsePhases(*phases); err != nil {
+		return nil, fmt.Errorf("govfs bench meta: --phases: %w", err)
+	}
+	return a, nil
+}
+
+func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	a, err := parseBenchMeta(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	human := stdout
+	if a.jsonOnly {
+		human = io.Discard
+	}
+	addrs := a.meta
+	external := len(addrs) > 0
+	if !external {
+		stop, local, err := startBenchCluster(ctx, stderr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		addrs = local
+	}
+	if !a.jsonOnly {
+		fmt.Fprintf(stdout, "bench meta: %d clients × %d files over %d connections, phases %s, cluster %s\n",
+			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), strings.Join(addrs, ","))
+	}
+	rep, err := bench.RunMeta(ctx, bench.MetaConfig{
+		MetaAddrs: addrs,
+		Clients:   a.clients,
+		Files:     a.files,
+		Conns:     a.conns,
+		Phases:    a.phases,
+		Cleanup:   external, // a local cluster is thrown away whole
+		OpTimeout: a.timeout,
+	}, human)
+	if err != nil {
+		return fmt.Errorf("bench meta: %w", err)
+	}
+	line, err := rep.JSON()
+	if err != nil {
+		return fmt.Errorf("bench meta: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", line)
+	return err
+}
+
+// startBenchCluster starts a local 3-node cluster of this binary in a
+// temporary directory; stop stops it and deletes the directory.
+func startBenchCluster(ctx context.Context, stderr io.Writer) (stop func(), addrs []string, err error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench meta: find the govfs binary: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "govfs-bench-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench meta: %w", err)
+	}
+	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("bench meta: start local cluster: %w", err)
+	}
+	stop = func() {
+		c.Stop()
+		os.RemoveAll(dir)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = c.WaitReady(rctx)
+	cancel()
+	if err != nil {
+		c.Stop() // keep the directory: its node logs say why
+		return nil, nil, fmt.Errorf("bench meta: local cluster: %w", err)
+	}
+	fmt.Fprintf(stderr, "bench meta: started a local 3-node cluster in %s (removed afterwards)\n", dir)
+	return stop, c.Addrs(), nil
+}

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/govfs/govfs/internal/bench"
+)
+
+func TestParseBenchMeta(t *testing.T) {
+	a, err := parseBenchMeta(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.meta) != 0 || a.clients != bench.DefaultClients || a.files != bench.DefaultFiles ||
+		a.conns != bench.DefaultConns || !slices.Equal(a.phases, bench.MetaPhases) || a.jsonOnly {
+		t.Errorf("defaults = %+v", a)
+	}
+	a, err = parseBenchMeta([]string{"--meta", "h1:1, h2:2,", "--clients", "4", "--files", "20",
+		"--phases", "create,stat", "--json-only"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.meta, []string{"h1:1", "h2:2"}) || a.clients != 4 || a.files != 20 ||
+		!slices.Equal(a.phases, []string{"create", "stat"}) || !a.jsonOnly {
+		t.Errorf("parsed = %+v", a)
+	}
+	for _, args := range [][]string{
+		{"--clients", "0"},
+		{"--files", "-1"},
+		{"--phases", "create,nope"},
+		{"extra"},
+	} {
+		if _, err := parseBenchMeta(args, io.Discard); err == nil {
+			t.Errorf("parseBenchMeta(%q) succeeded", args)
+		}
+	}
+}
+
+func TestRunBenchUsage(t *testing.T) {
+	var stderr strings.Builder
+	if err := runBench(context.Background(), nil, io.Discard, &stderr); err == nil {
+		t.Error("no workload: no error")
+	}
+	if err := runBench(context.Background(), []string{"nope"}, io.Discard, &stderr); err == nil {
+		t.Error("unknown workload: no error")
+	}
+	if !strings.Contains(stderr.String(), "Usage: govfs bench") {
+		t.Errorf("usage not printed: %q", stderr.String())
+	}
+}
