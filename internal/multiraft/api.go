@@ -150,6 +150,9 @@ func (h *Host) WaitApplied(ctx context.Context, g ids.GroupID, idx uint64) error
 		return ErrUnknownGroup
 	}
 	for {
+		if r.applied.Load() >= idx {
+			return nil // the common case, without touching the lock
+		}
 		ch := r.appliedNotify()
 		if r.applied.Load() >= idx {
 			return nil
@@ -180,15 +183,13 @@ func (h *Host) CheckReadable(g ids.GroupID) error {
 	if r == nil {
 		return ErrUnknownGroup
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.leader {
+	if r.readIsLeader.Load() {
 		return nil
 	}
-	if r.mu.lead == 0 {
+	if r.readLead.Load() == 0 {
 		return fmt.Errorf("%w: %v has no leader", ErrUnavailable, g)
 	}
-	if h.cfg.Clock.Now().Sub(r.mu.lastLeaderContact) > h.cfg.ElectionTimeout() {
+	if h.cfg.Clock.Now().UnixNano()-r.readLastContact.Load() > int64(h.cfg.ElectionTimeout()) {
 		return fmt.Errorf("%w: %v has not heard from its leader for over %v", ErrUnavailable, g, h.cfg.ElectionTimeout())
 	}
 	return nil
@@ -208,7 +209,7 @@ func (h *Host) Leader(g ids.GroupID) (ids.NodeID, bool) {
 
 // Receive steps messages that arrived from another node.
 func (h *Host) Receive(msgs []GroupMessage) {
-	now := h.cfg.Clock.Now()
+	now := h.cfg.Clock.Now().UnixNano()
 	for _, gm := range msgs {
 		r := h.replica(gm.Group)
 		if r == nil {
@@ -217,7 +218,7 @@ func (h *Host) Receive(msgs []GroupMessage) {
 		r.mu.Lock()
 		switch gm.Msg.GetType() {
 		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
-			r.mu.lastLeaderContact = now
+			r.readLastContact.Store(now)
 		}
 		if err := r.mu.rn.Step(gm.Msg); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			h.log.Debug("step", "group", uint64(gm.Group), "err", err)
@@ -237,7 +238,7 @@ func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(fn func(
 	kvs(func(k, v []byte) { ps.kvs = append(ps.kvs, kv{k, v}) })
 	r.mu.Lock()
 	r.mu.pendingSnap = ps
-	r.mu.lastLeaderContact = h.cfg.Clock.Now()
+	r.readLastContact.Store(h.cfg.Clock.Now().UnixNano())
 	err := r.mu.rn.Step(msg)
 	r.mu.Unlock()
 	h.signal()

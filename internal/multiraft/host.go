@@ -383,6 +383,8 @@ func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardSt
 	wasLeader := r.mu.leader
 	r.mu.lead = ss.Lead
 	r.mu.leader = ss.RaftState == raft.StateLeader
+	r.readLead.Store(ss.Lead)
+	r.readIsLeader.Store(r.mu.leader)
 	if wasLeader && !r.mu.leader {
 		r.mu.proposals, r.mu.proposalKeys = nil, nil
 		r.failWaitersLocked(&NotLeaderError{Group: r.id, Leader: ids.NodeID(ss.Lead)})

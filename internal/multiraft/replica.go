@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
@@ -29,26 +28,31 @@ type replica struct {
 	ms *raft.MemoryStorage
 
 	applied atomic.Uint64
+	// Lock-free copies for the read path (CheckReadable): the leader this
+	// replica follows (0 = none), whether it is this node, and the last
+	// time (unix ns) a leader's message arrived. Written under mu.
+	readLead        atomic.Uint64
+	readIsLeader    atomic.Bool
+	readLastContact atomic.Int64
 	// lastPersisted is the last log index on disk; owned by the Ready loop.
 	lastPersisted uint64
 
 	mu struct {
 		sync.Mutex
-		rn                *raft.RawNode
-		lead              uint64
-		leader            bool
-		term              uint64
-		cs                *pb.ConfState
-		snapIndex         uint64
-		snap              *snapRef
-		pendingSnap       *pendingSnapshot
-		waiters           map[reqKey][]chan applyResult
+		rn          *raft.RawNode
+		lead        uint64
+		leader      bool
+		term        uint64
+		cs          *pb.ConfState
+		snapIndex   uint64
+		snap        *snapRef
+		pendingSnap *pendingSnapshot
+		waiters     map[reqKey][]chan applyResult
 		// proposals queued since the last round, and their waiter keys
 		proposals    []*pb.Entry
 		proposalKeys []reqKey
-		readWaiters       map[uint64]chan uint64
-		appliedCh         chan struct{}
-		lastLeaderContact time.Time
+		readWaiters  map[uint64]chan uint64
+		appliedCh    chan struct{}
 	}
 }
 
