@@ -165,6 +165,28 @@ type MetaReport struct {
 	FilesPerClient       int
 	// Dir is the bench tree's path.
 	Dir string
+	// Local holds the same phases run against a local directory in the
+	// same run (see RunLocalMeta); empty when not measured.
+	Local []PhaseResult
+}
+
+// localOps returns the local baseline's ops/s of a phase (0 if absent).
+func (r *MetaReport) localOps(name string) float64 {
+	for _, p := range r.Local {
+		if p.Name == name {
+			return p.OpsPerSec()
+		}
+	}
+	return 0
+}
+
+// Compare is the human line comparing a phase with the local baseline.
+func (r *MetaReport) Compare(p PhaseResult) string {
+	l := r.localOps(p.Name)
+	if l == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%-8s local ops/s=%8.0f  govfs/local=%.3f", p.Name, l, p.OpsPerSec()/l)
 }
 
 // Phase returns the named phase's result.
@@ -184,7 +206,7 @@ func (r *MetaReport) Phase(name string) (PhaseResult, bool) {
 func (r *MetaReport) JSON() ([]byte, error) {
 	return json.Marshal(jsonReport{
 		Workload:             "meta",
-		Phases:               orderedPhases(r.Phases),
+		Phases:               orderedPhases{phases: r.Phases, report: r},
 		MeanEntriesPerAppend: round(r.MeanEntriesPerAppend, 2),
 		Clients:              r.Clients,
 		FilesPerClient:       r.FilesPerClient,
@@ -203,24 +225,35 @@ type jsonPhase struct {
 	OpsPerSec float64 `json:"ops_per_s"`
 	P50ms     float64 `json:"p50_ms"`
 	P99ms     float64 `json:"p99_ms"`
+	// The local-directory baseline of the same run, when measured.
+	LocalOpsPerSec float64 `json:"local_ops_per_s,omitempty"`
+	Ratio          float64 `json:"ratio,omitempty"`
 }
 
 // orderedPhases marshals as an object whose keys keep run order.
-type orderedPhases []PhaseResult
+type orderedPhases struct {
+	phases []PhaseResult
+	report *MetaReport
+}
 
 func (o orderedPhases) MarshalJSON() ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteByte('{')
-	for i, p := range o {
+	for i, p := range o.phases {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		k, _ := json.Marshal(p.Name)
-		v, err := json.Marshal(jsonPhase{
+		jp := jsonPhase{
 			OpsPerSec: round(p.OpsPerSec(), 1),
 			P50ms:     round(ms(p.P50), 3),
 			P99ms:     round(ms(p.P99), 3),
-		})
+		}
+		if l := o.report.localOps(p.Name); l > 0 {
+			jp.LocalOpsPerSec = round(l, 1)
+			jp.Ratio = round(p.OpsPerSec()/l, 4)
+		}
+		v, err := json.Marshal(jp)
 		if err != nil {
 			return nil, err
 		}

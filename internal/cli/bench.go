@@ -48,6 +48,8 @@ type benchMetaArgs struct {
 	phases   []string
 	jsonOnly bool
 	timeout  time.Duration
+	baseline bool   // also run the local-directory baseline
+	localDir string // where the baseline runs ("" = the temp dir)
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -60,13 +62,16 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	phases := f.String("phases", "all", "comma-separated phases to run: "+strings.Join(bench.MetaPhases, ",")+" or all")
 	jsonOnly := f.Bool("json-only", false, "print only the JSON result line")
 	timeout := f.Duration("timeout", 30*time.Second, "give up on a single operation after this long")
+	baseline := f.Bool("baseline", true, "also run the same phases on a local directory and report the ratios")
+	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
 	if f.NArg() > 0 {
 		return nil, fmt.Errorf("govfs bench meta: unexpected arguments %q", f.Args())
 	}
-	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout}
+	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
+		baseline: *baseline, localDir: *localDir}
 	for _, s := range strings.Split(*meta, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			a.meta = append(a.meta, s)
@@ -122,6 +127,18 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}, human)
 	if err != nil {
 		return fmt.Errorf("bench meta: %w", err)
+	}
+	if a.baseline {
+		// The baseline: the same phases on a local directory, same run.
+		rep.Local, err = bench.RunLocalMeta(ctx, bench.MetaConfig{Clients: a.clients, Files: a.files, Phases: a.phases}, a.localDir)
+		if err != nil {
+			return fmt.Errorf("bench meta: %w", err)
+		}
+		for _, p := range rep.Phases {
+			if line := rep.Compare(p); line != "" {
+				fmt.Fprintln(human, line)
+			}
+		}
 	}
 	line, err := rep.JSON()
 	if err != nil {
