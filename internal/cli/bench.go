@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ type benchMetaArgs struct {
 	timeout  time.Duration
 	baseline bool   // also run the local-directory baseline
 	localDir string // where the baseline runs ("" = the temp dir)
+	cpuProf  string // write the bench process's CPU profile here
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -64,6 +66,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	timeout := f.Duration("timeout", 30*time.Second, "give up on a single operation after this long")
 	baseline := f.Bool("baseline", true, "also run the same phases on a local directory and report the ratios")
 	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
+	cpuProf := f.String("cpuprofile", "", "write a CPU profile of the bench client process to this file")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -71,7 +74,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 		return nil, fmt.Errorf("govfs bench meta: unexpected arguments %q", f.Args())
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
-		baseline: *baseline, localDir: *localDir}
+		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf}
 	for _, s := range strings.Split(*meta, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			a.meta = append(a.meta, s)
@@ -97,6 +100,17 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return nil
 		}
 		return err
+	}
+	if a.cpuProf != "" {
+		f, err := os.Create(a.cpuProf)
+		if err != nil {
+			return fmt.Errorf("bench meta: --cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench meta: --cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	human := stdout
 	if a.jsonOnly {

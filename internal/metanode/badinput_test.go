@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -199,25 +198,21 @@ func TestStartRefusesWrongIdentity(t *testing.T) {
 		}
 	}
 
-	// A data directory of another cluster, pointed at this cluster's peers.
-	other := testcluster.NewInProc(t, 3)
-	deadline = time.Now().Add(10 * time.Second)
-	for other.Node(1).ClusterID() == "" && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	otherDir := other.DataDir(1)
+	// A data directory of another cluster: stop this cluster, form a new
+	// one on the same addresses, and start its node 1 on the old node 1's
+	// directory (same id, same peers): the peers' cluster id differs.
+	c.StopAll()
+	other := testcluster.NewInProcAt(t, c.Peers)
+	waitClusterID(t, other)
 	other.Stop(1)
 	cfg := base()
-	cfg.DataDir = otherDir
-	cfg.Peers = c.Peers
-	// Make the identity's peers match so that only the cluster check can
-	// refuse it: start the other cluster's node 1 under its own peers but
-	// with this cluster's live members reachable is not possible with
-	// different addresses, so instead assert the peer-conflict message
-	// names what to do.
-	_, err := metanode.Start(ctx, cfg)
-	if err == nil || !strings.Contains(err.Error(), "--peers") {
+	cfg.Transport = other.Net.Transport(1)
+	n, err := metanode.Start(ctx, cfg)
+	if err == nil {
+		n.Stop()
+		t.Fatal("a data directory of another cluster was accepted")
+	}
+	if !strings.Contains(err.Error(), "belongs to cluster") || !strings.Contains(err.Error(), "empty one to form a new cluster") {
 		t.Errorf("foreign data dir: %v", err)
 	}
-	_ = filepath.Join
 }

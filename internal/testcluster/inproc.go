@@ -35,15 +35,24 @@ type InProc struct {
 // NewInProc starts n nodes with a fast tick (10 ms, election timeout
 // 100 ms) and stops them at test cleanup.
 func NewInProc(t testing.TB, n int) *InProc {
-	c := &InProc{t: t, Net: raftsim.NewNetwork(1), Clock: clock.Real{}, Peers: map[ids.NodeID]string{},
-		dir: t.TempDir(), nodes: map[ids.NodeID]*metanode.Node{}}
+	peers := map[ids.NodeID]string{}
 	for i := 1; i <= n; i++ {
 		a, err := freePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.Peers[ids.NodeID(i)] = a
+		peers[ids.NodeID(i)] = a
 	}
+	return NewInProcAt(t, peers)
+}
+
+// NewInProcAt is NewInProc on the given member addresses (a second
+// cluster on the same addresses as a stopped first one, for tests of
+// data directories that belong to another cluster).
+func NewInProcAt(t testing.TB, peers map[ids.NodeID]string) *InProc {
+	c := &InProc{t: t, Net: raftsim.NewNetwork(1), Clock: clock.Real{}, Peers: peers,
+		dir: t.TempDir(), nodes: map[ids.NodeID]*metanode.Node{}}
+	n := len(peers)
 	for i := 1; i <= n; i++ {
 		c.Start(ids.NodeID(i))
 	}
