@@ -52,6 +52,7 @@ type benchMetaArgs struct {
 	baseline bool   // also run the local-directory baseline
 	localDir string // where the baseline runs ("" = the temp dir)
 	cpuProf  string // write the bench process's CPU profile here
+	nodeArgs []string // extra `govfs meta` flags for a local cluster
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -67,6 +68,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	baseline := f.Bool("baseline", true, "also run the same phases on a local directory and report the ratios")
 	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
 	cpuProf := f.String("cpuprofile", "", "write a CPU profile of the bench client process to this file")
+	nodeArgs := f.String("node-args", "", "extra flags for the nodes of the local cluster, space-separated (e.g. \"--batch-delay 0\")")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -74,7 +76,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 		return nil, fmt.Errorf("govfs bench meta: unexpected arguments %q", f.Args())
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
-		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf}
+		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs)}
 	for _, s := range strings.Split(*meta, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			a.meta = append(a.meta, s)
@@ -119,7 +121,7 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	addrs := a.meta
 	external := len(addrs) > 0
 	if !external {
-		stop, local, err := startBenchCluster(ctx, stderr)
+		stop, local, err := startBenchCluster(ctx, stderr, a.nodeArgs)
 		if err != nil {
 			return err
 		}
@@ -164,7 +166,7 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // startBenchCluster starts a local 3-node cluster of this binary in a
 // temporary directory; stop stops it and deletes the directory.
-func startBenchCluster(ctx context.Context, stderr io.Writer) (stop func(), addrs []string, err error) {
+func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (stop func(), addrs []string, err error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench meta: find the govfs binary: %w", err)
@@ -173,7 +175,7 @@ func startBenchCluster(ctx context.Context, stderr io.Writer) (stop func(), addr
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench meta: %w", err)
 	}
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3})
+	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3, ExtraArgs: extra})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("bench meta: start local cluster: %w", err)

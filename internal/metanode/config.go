@@ -26,6 +26,10 @@ type Config struct {
 	TickInterval time.Duration
 	Logger       *slog.Logger
 
+	// BatchDelay is the raft loop's batching wait under load (see
+	// multiraft.Config.BatchDelay); negative keeps the default.
+	BatchDelay time.Duration
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -37,7 +41,7 @@ type Config struct {
 
 // DefaultConfig returns defaults.
 func DefaultConfig() Config {
-	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}}
+	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}, BatchDelay: -1}
 }
 
 // ParsePeers parses "1=127.0.0.1:7001,2=...".

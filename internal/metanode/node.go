@@ -111,6 +111,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	hc.Logger = n.log
 	hc.Registry = reg
 	hc.TickInterval = cfg.TickInterval
+	if cfg.BatchDelay >= 0 {
+		hc.BatchDelay = cfg.BatchDelay
+	}
 	host, err := multiraft.NewHost(hc)
 	if err != nil {
 		return nil, err

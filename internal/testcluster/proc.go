@@ -34,6 +34,8 @@ type ProcConfig struct {
 	Tick time.Duration
 	// HTTP gives each node a /metrics port too.
 	HTTP bool
+	// ExtraArgs are appended to every node's command line.
+	ExtraArgs []string
 }
 
 // layout is persisted in Dir/cluster.json.
@@ -154,6 +156,7 @@ func (c *ProcCluster) Start(i int) error {
 	if len(c.layout.HTTP) > i {
 		args = append(args, "--http", c.layout.HTTP[i])
 	}
+	args = append(args, c.cfg.ExtraArgs...)
 	cmd := exec.Command(c.cfg.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: a Ctrl-C in the terminal reaches only the parent,
