@@ -49,9 +49,9 @@ type benchMetaArgs struct {
 	phases   []string
 	jsonOnly bool
 	timeout  time.Duration
-	baseline bool   // also run the local-directory baseline
-	localDir string // where the baseline runs ("" = the temp dir)
-	cpuProf  string // write the bench process's CPU profile here
+	baseline bool     // also run the local-directory baseline
+	localDir string   // where the baseline runs ("" = the temp dir)
+	cpuProf  string   // write the bench process's CPU profile here
 	nodeArgs []string // extra `govfs meta` flags for a local cluster
 }
 
