@@ -113,7 +113,7 @@ func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) erro
 			return fmt.Errorf("multiraft: bootstrap group %v: %w", g, err)
 		}
 	}
-	r := &replica{id: g, sm: sm, ms: ld.ms}
+	r := &replica{id: g, sm: sm, ms: ld.ms, cache: newStateCache(1 << 16)}
 	r.lastPersisted, _ = ld.ms.LastIndex()
 	r.mu.rn = rn
 	r.mu.cs = ld.cs
@@ -419,6 +419,7 @@ func (h *Host) afterPersist(w *readyWork) error {
 		}
 		idx := w.rd.Snapshot.GetMetadata().GetIndex()
 		r.mu.Lock()
+		r.cache.clear() // the state range was replaced wholesale
 		r.mu.cs = proto.Clone(w.rd.Snapshot.GetMetadata().GetConfState()).(*pb.ConfState)
 		r.mu.snapIndex = idx
 		if r.mu.snap != nil {
@@ -489,7 +490,7 @@ func (h *Host) send(work []*readyWork, leaders bool) {
 func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 	b := h.cfg.Engine.NewBatch()
 	defer b.Close()
-	view := engine.Prefixed{RW: b, Prefix: engine.StatePrefix(uint64(r.id))}
+	view := newApplyView(b, engine.StatePrefix(uint64(r.id)), r.cache)
 	type done struct {
 		key reqKey
 		res applyResult
@@ -547,6 +548,7 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 	if err := b.Commit(false); err != nil {
 		return fmt.Errorf("group %v: commit applied state: %w", r.id, err)
 	}
+	view.committed()
 	r.mu.Lock()
 	r.publishAppliedLocked(last)
 	for _, d := range results {

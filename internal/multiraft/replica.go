@@ -28,6 +28,10 @@ type replica struct {
 	ms *raft.MemoryStorage
 
 	applied atomic.Uint64
+	// cache of the state range for apply; used only by the goroutine
+	// applying this group (the Ready loop hands a group to one worker at
+	// a time, and clears it on snapshot install between rounds).
+	cache *stateCache
 	// Lock-free copies for the read path (CheckReadable): the leader this
 	// replica follows (0 = none), whether it is this node, and the last
 	// time (unix ns) a leader's message arrived. Written under mu.
