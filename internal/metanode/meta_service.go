@@ -182,7 +182,11 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		}
 	}
 	applied := s.n.host.Applied(g)
-	resp, err := query(s.n.stateReader(g), req)
+	sr, err := s.n.host.StateReader(g)
+	if err != nil {
+		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+	}
+	resp, err := query(sr, req)
 	if err != nil {
 		var errno syscall.Errno
 		if errors.As(err, &errno) {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 	"go.etcd.io/raft/v3"
@@ -356,3 +357,15 @@ func (r raftLogger) Fatal(v ...interface{})                   { panic(fmt.Sprint
 func (r raftLogger) Fatalf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
 func (r raftLogger) Panic(v ...interface{})                   { panic(fmt.Sprint(v...)) }
 func (r raftLogger) Panicf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
+
+// StateReader returns a reader of group g's committed state (keys relative
+// to the group's state prefix) that serves hot keys from the group's apply
+// cache. Callers wait for the applied index they need first (WaitApplied).
+func (h *Host) StateReader(g ids.GroupID) (engine.Reader, error) {
+	r := h.replica(g)
+	if r == nil {
+		return nil, ErrUnknownGroup
+	}
+	base := engine.Prefixed{RW: engine.ReadOnly{Reader: h.cfg.Engine}, Prefix: engine.StatePrefix(uint64(g))}
+	return r.cache.Reader(base), nil
+}

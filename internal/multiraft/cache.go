@@ -2,35 +2,131 @@ package multiraft
 
 import (
 	"bytes"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
 
 	"github.com/govfs/govfs/internal/engine"
 )
 
 // stateCache remembers recently read or written values of one group's
-// state range so that applying an entry does not pay a Pebble point read
+// state range, so that applying an entry does not pay a Pebble point read
 // for the hot keys every command touches (the parent directory's inode,
-// the client's dedup record, the inode allocator). In govfs bench meta,
-// point reads were a third of a follower's CPU.
+// the client's dedup record, the inode allocator), and so that reads
+// served by this replica (stat of a recently used inode) skip Pebble too.
+// In govfs bench meta, point reads were a third of a follower's CPU.
 //
-// INVARIANT: every write to a group's state range goes through applyView
-// (entries) or clears the cache (snapshot install), and a group is applied
-// by one goroutine at a time, so a cached value always equals the stored
-// one. Only present keys are cached.
+// INVARIANTS:
+//   - Every write to the group's state range goes through applyView
+//     (entries) or clears the cache (snapshot install). A group is applied
+//     by one goroutine at a time.
+//   - The applier bumps gen after committing a batch and before folding
+//     the batch's writes into the cache, and folds them before publishing
+//     the applied index. So a reader that waited for index i sees, in the
+//     cache, every write up to i.
+//   - A reader that missed fills the cache only if gen did not move
+//     between its Pebble read and its fill (checked under the shard lock):
+//     a fill can never overwrite a newer value with an older one, because
+//     any apply that committed in between has bumped gen, and an apply
+//     that commits after the fill folds its writes over it.
+//
+// Only present keys are cached.
 type stateCache struct {
-	m   map[string][]byte
-	max int
+	gen    atomic.Uint64
+	seed   maphash.Seed
+	shards [16]cacheShard
+	max    int // per shard
 }
 
-func newStateCache(max int) *stateCache { return &stateCache{m: map[string][]byte{}, max: max} }
+type cacheShard struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
 
-func (c *stateCache) clear() { clear(c.m) }
-
-func (c *stateCache) put(k string, v []byte) {
-	if len(c.m) >= c.max {
-		// Bounded the simple way: start over. Hot keys come back at once.
-		clear(c.m)
+func newStateCache(max int) *stateCache {
+	c := &stateCache{seed: maphash.MakeSeed(), max: max/16 + 1}
+	for i := range c.shards {
+		c.shards[i].m = map[string][]byte{}
 	}
-	c.m[k] = v
+	return c
+}
+
+func (c *stateCache) shard(k string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, k)%uint64(len(c.shards))]
+}
+
+func (c *stateCache) get(k string) ([]byte, bool) {
+	s := c.shard(k)
+	s.mu.Lock()
+	v, ok := s.m[k]
+	s.mu.Unlock()
+	return v, ok
+}
+
+// set stores (v != nil) or forgets (v == nil) k.
+func (s *cacheShard) setLocked(k string, v []byte, max int) {
+	if v == nil {
+		delete(s.m, k)
+		return
+	}
+	if len(s.m) >= max {
+		// Bounded the simple way: start over. Hot keys come back at once.
+		clear(s.m)
+	}
+	s.m[k] = v
+}
+
+func (c *stateCache) set(k string, v []byte) {
+	s := c.shard(k)
+	s.mu.Lock()
+	s.setLocked(k, v, c.max)
+	s.mu.Unlock()
+}
+
+// fill caches a value a reader got from Pebble, unless an apply committed
+// since the reader sampled gen.
+func (c *stateCache) fill(k string, v []byte, gen uint64) {
+	s := c.shard(k)
+	s.mu.Lock()
+	if c.gen.Load() == gen {
+		s.setLocked(k, v, c.max)
+	}
+	s.mu.Unlock()
+}
+
+func (c *stateCache) clear() {
+	c.gen.Add(1)
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		clear(s.m)
+		s.mu.Unlock()
+	}
+}
+
+// Reader returns a reader of the group's committed state that goes
+// through the cache: r is the store's view of the state range.
+func (c *stateCache) Reader(r engine.Reader) engine.Reader { return cachedReader{c: c, r: r} }
+
+type cachedReader struct {
+	c *stateCache
+	r engine.Reader
+}
+
+func (cr cachedReader) Get(key []byte) ([]byte, error) {
+	if v, ok := cr.c.get(string(key)); ok {
+		return bytes.Clone(v), nil
+	}
+	gen := cr.c.gen.Load()
+	v, err := cr.r.Get(key)
+	if err == nil && v != nil {
+		cr.c.fill(string(key), bytes.Clone(v), gen)
+	}
+	return v, err
+}
+
+func (cr cachedReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	return cr.r.Scan(lower, upper, fn)
 }
 
 // applyView is the ReadWriter a state machine applies entries through:
@@ -54,13 +150,14 @@ func (v *applyView) Get(key []byte) ([]byte, error) {
 			}
 			return bytes.Clone(val), nil
 		}
-		if val, ok := v.c.m[string(key)]; ok {
+		if val, ok := v.c.get(string(key)); ok {
 			return bytes.Clone(val), nil
 		}
 	}
 	val, err := v.rw.Get(key)
 	if err == nil && val != nil && !v.dropAll {
-		v.c.put(string(key), bytes.Clone(val))
+		// The applier is the only writer: what it reads is current.
+		v.c.set(string(key), bytes.Clone(val))
 	}
 	return val, err
 }
@@ -70,10 +167,11 @@ func (v *applyView) Scan(lower, upper []byte, fn func(k, val []byte) bool) error
 }
 
 func (v *applyView) Set(key, value []byte) error {
-	v.pending[string(key)] = bytes.Clone(value)
-	if v.pending[string(key)] == nil {
-		v.pending[string(key)] = []byte{}
+	val := bytes.Clone(value)
+	if val == nil {
+		val = []byte{}
 	}
+	v.pending[string(key)] = val
 	return v.rw.Set(key, value)
 }
 
@@ -87,18 +185,15 @@ func (v *applyView) DeleteRange(lower, upper []byte) error {
 	return v.rw.DeleteRange(lower, upper)
 }
 
-// committed folds the batch's writes into the cache once it is durable
-// in Pebble's view.
+// committed folds the batch's writes into the cache once the batch is
+// committed to Pebble, before the applied index is published.
 func (v *applyView) committed() {
 	if v.dropAll {
 		v.c.clear()
 		return
 	}
+	v.c.gen.Add(1)
 	for k, val := range v.pending {
-		if val == nil {
-			delete(v.c.m, k)
-		} else {
-			v.c.put(k, val)
-		}
+		v.c.set(k, val)
 	}
 }
