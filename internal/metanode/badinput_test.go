@@ -16,8 +16,10 @@ import (
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/testcluster"
 	"github.com/govfs/govfs/internal/wire"
+	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 func metaClient(t *testing.T, addr string) wire.MetaClient {
@@ -131,6 +133,18 @@ func TestBadInputGetsClearErrorAndChangesNothing(t *testing.T) {
 	if err != nil || ack.GetStatus().GetCode() != wire.Code_INVALID || !strings.Contains(ack.GetStatus().GetMessage(), "not a member") {
 		t.Errorf("raft batch from non-member: %v %v", err, ack.GetStatus())
 	}
+	// A bare MsgSnap (snapshot data comes only through SendSnapshot) or a
+	// node-local message type is refused, even from a member.
+	for _, typ := range []pb.MessageType{pb.MsgSnap, pb.MsgProp, pb.MsgHup} {
+		raw, _ := proto.Marshal(&pb.Message{Type: typ.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(99)),
+			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1 << 40)), Term: new(uint64(99))}}})
+		cc1, _ := rpc.Dial(c.Peers[1])
+		ack, err := wire.NewRaftClient(cc1).Send(ctx, &wire.RaftBatch{From: 2, To: 1, Msgs: []*wire.RaftMessage{{Group: 1, Msg: raw}}})
+		cc1.Close()
+		if err != nil || ack.GetStatus().GetCode() != wire.Code_INVALID {
+			t.Errorf("raft batch with %v: %v %v", typ, err, ack.GetStatus())
+		}
+	}
 	if after := listRoot(t, mc); strings.Join(after, ",") != strings.Join(before, ",") {
 		t.Fatalf("bad input changed the namespace: %v -> %v", before, after)
 	}
@@ -170,6 +184,34 @@ func TestStartRefusesWrongIdentity(t *testing.T) {
 		cfg.ID, cfg.Listen, cfg.Peers, cfg.DataDir, cfg.Logger = 1, c.Peers[1], c.Peers, dir1, quiet()
 		return cfg
 	}
+	// A busy listen address fails the start promptly (it used to hang in
+	// shutting down a raft host that had not started).
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfgBusy := base()
+	cfgBusy.Listen = busy.Addr().String()
+	cfgBusy.Peers = map[ids.NodeID]string{1: busy.Addr().String(), 2: c.Peers[2], 3: c.Peers[3]}
+	cfgBusy.DataDir = t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		n, err := metanode.Start(ctx, cfgBusy)
+		if n != nil {
+			n.Stop()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "listen on") {
+			t.Errorf("start on a busy address: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("start on a busy address hangs")
+	}
+
 	cases := []struct {
 		name string
 		mod  func(*metanode.Config)

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
@@ -181,12 +182,17 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 			return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "replica on node %v has not applied index %d of %v yet", s.n.cfg.ID, wait, g)}, nil
 		}
 	}
-	applied := s.n.host.Applied(g)
-	sr, err := s.n.host.StateReader(g)
-	if err != nil {
+	var resp *wire.ReadResponse
+	var applied uint64
+	err := s.n.host.Read(g, func(r engine.Reader, idx uint64) error {
+		var err error
+		resp, err = query(r, req)
+		applied = idx
+		return err
+	})
+	if errors.Is(err, multiraft.ErrUnknownGroup) {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
 	}
-	resp, err := query(sr, req)
 	if err != nil {
 		var errno syscall.Errno
 		if errors.As(err, &errno) {

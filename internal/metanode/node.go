@@ -41,8 +41,9 @@ type Node struct {
 	clusterID atomic.Value // string
 	ident     *identity
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	inflight sync.WaitGroup // gRPC handlers running
 }
 
 // ministrySM adapts the namespace state machine to multiraft.
@@ -136,7 +137,20 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("listen on %s (is another process using it?): %w", cfg.Listen, err)
 	}
 	n.lis = lis
-	n.grpc = grpc.NewServer(rpc.ServerOptions()...)
+	// Track handlers so the store is closed only after the last one has
+	// returned (grpc.Server.Stop does not wait for them).
+	opts := append(rpc.ServerOptions(),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			n.inflight.Add(1)
+			defer n.inflight.Done()
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			n.inflight.Add(1)
+			defer n.inflight.Done()
+			return h(srv, ss)
+		}))
+	n.grpc = grpc.NewServer(opts...)
 	wire.RegisterRaftServer(n.grpc, n.transport.Service())
 	wire.RegisterMetaServer(n.grpc, &metaService{n: n})
 	host.Start()
@@ -266,11 +280,18 @@ func (n *Node) closeAll() {
 		_ = n.http.Close()
 	}
 	if n.host != nil {
-		n.host.Stop()
+		n.host.Stop() // handlers waiting on proposals or reads return now
 	}
 	n.wg.Wait()
 	if n.transport != nil {
 		n.transport.Close()
+	}
+	handlersDone := make(chan struct{})
+	go func() { n.inflight.Wait(); close(handlersDone) }()
+	select {
+	case <-handlersDone:
+	case <-time.After(10 * time.Second):
+		n.log.Error("gRPC handlers still running after 10 s; closing the store anyway")
 	}
 	n.pool.Close()
 	if n.eng != nil {

@@ -217,12 +217,17 @@ func (h *Host) Receive(msgs []GroupMessage) {
 			continue
 		}
 		r.mu.Lock()
-		switch gm.Msg.GetType() {
-		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
-			r.readLastContact.Store(now)
-		}
 		if err := r.mu.rn.Step(gm.Msg); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			h.log.Debug("step", "group", uint64(gm.Group), "err", err)
+		}
+		switch gm.Msg.GetType() {
+		case pb.MsgApp, pb.MsgHeartbeat, pb.MsgSnap:
+			// Only the current leader's traffic of the current term
+			// extends a clerk's right to serve reads; a deposed leader's
+			// late heartbeat must not.
+			if st := r.mu.rn.BasicStatus(); st.Lead == gm.Msg.GetFrom() && st.HardState.GetTerm() == gm.Msg.GetTerm() {
+				r.readLastContact.Store(now)
+			}
 		}
 		r.mu.Unlock()
 	}
@@ -238,7 +243,15 @@ func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(fn func(
 	ps := &pendingSnapshot{index: msg.GetSnapshot().GetMetadata().GetIndex()}
 	kvs(func(k, v []byte) { ps.kvs = append(ps.kvs, kv{k, v}) })
 	r.mu.Lock()
-	r.mu.pendingSnap = ps
+	// Keep at most the two newest: raft installs the newest it accepts.
+	r.mu.pendingSnaps[ps.index] = ps
+	for len(r.mu.pendingSnaps) > 2 {
+		oldest := ps.index
+		for i := range r.mu.pendingSnaps {
+			oldest = min(oldest, i)
+		}
+		delete(r.mu.pendingSnaps, oldest)
+	}
 	r.readLastContact.Store(h.cfg.Clock.Now().UnixNano())
 	err := r.mu.rn.Step(msg)
 	r.mu.Unlock()
@@ -358,14 +371,19 @@ func (r raftLogger) Fatalf(format string, v ...interface{})   { panic(fmt.Sprint
 func (r raftLogger) Panic(v ...interface{})                   { panic(fmt.Sprint(v...)) }
 func (r raftLogger) Panicf(format string, v ...interface{})   { panic(fmt.Sprintf(format, v...)) }
 
-// StateReader returns a reader of group g's committed state (keys relative
-// to the group's state prefix) that serves hot keys from the group's apply
-// cache. Callers wait for the applied index they need first (WaitApplied).
-func (h *Host) StateReader(g ids.GroupID) (engine.Reader, error) {
+// Read runs fn on a consistent view of group g's committed state (keys
+// relative to the group's state prefix; hot keys come from the apply
+// cache) and the applied index that view reflects. No apply batch or
+// snapshot install lands while fn runs, so a multi-key read (a lookup
+// reads the entry, then the inode) is never torn. Callers wait for the
+// index they need first (WaitApplied); fn must be short.
+func (h *Host) Read(g ids.GroupID, fn func(r engine.Reader, applied uint64) error) error {
 	r := h.replica(g)
 	if r == nil {
-		return nil, ErrUnknownGroup
+		return ErrUnknownGroup
 	}
 	base := engine.Prefixed{RW: engine.ReadOnly{Reader: h.cfg.Engine}, Prefix: engine.StatePrefix(uint64(g))}
-	return r.cache.Reader(base), nil
+	r.stateMu.RLock()
+	defer r.stateMu.RUnlock()
+	return fn(r.cache.Reader(base), r.applied.Load())
 }

@@ -35,6 +35,7 @@ type Host struct {
 	workers []chan func()
 	wg      sync.WaitGroup
 
+	started   bool // Start was called (Stop then waits for the loop)
 	readCtx   atomic.Uint64
 	readEpoch uint64
 	clientID  uint64
@@ -95,6 +96,11 @@ func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) erro
 		CheckQuorum:               true,
 		PreVote:                   true,
 		ReadOnlyOption:            raft.ReadOnlySafe,
+		// Proposals are made on the leader only; one that reaches a node
+		// that just stepped down is dropped (its waiter fails at once and
+		// the client retries) rather than forwarded to a leader whose
+		// answer nobody would wait for.
+		DisableProposalForwarding: true,
 		Logger:                    raftLogger{h.log.With("group", uint64(g))},
 	}
 	rn, err := raft.NewRawNode(rc)
@@ -114,11 +120,13 @@ func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) erro
 		}
 	}
 	r := &replica{id: g, sm: sm, ms: ld.ms, cache: newStateCache(1 << 16)}
+	r.prevHS, _, _ = ld.ms.InitialState()
 	r.lastPersisted, _ = ld.ms.LastIndex()
 	r.mu.rn = rn
 	r.mu.cs = ld.cs
 	r.mu.waiters = map[reqKey][]chan applyResult{}
 	r.mu.readWaiters = map[uint64]chan uint64{}
+	r.mu.pendingSnaps = map[uint64]*pendingSnapshot{}
 	r.mu.appliedCh = make(chan struct{})
 	r.applied.Store(ld.applied)
 	if ld.applied > 0 {
@@ -156,6 +164,7 @@ func (h *Host) allReplicas() []*replica {
 
 // Start runs the Ready loop and the apply workers.
 func (h *Host) Start() {
+	h.started = true
 	h.workers = make([]chan func(), h.cfg.ApplyWorkers)
 	for i := range h.workers {
 		ch := make(chan func(), 64)
@@ -179,7 +188,9 @@ func (h *Host) Stop() {
 	default:
 	}
 	close(h.stop)
-	<-h.done
+	if h.started {
+		<-h.done
+	}
 	for _, ch := range h.workers {
 		close(ch)
 	}
@@ -282,14 +293,18 @@ func (h *Host) processReady() error {
 			h.noteSoftStateLocked(r, w.rd.SoftState, w.rd.HardState)
 			w.leader = r.mu.leader
 			if !raft.IsEmptySnap(w.rd.Snapshot) {
-				ps := r.mu.pendingSnap
 				idx := w.rd.Snapshot.GetMetadata().GetIndex()
-				if ps == nil || ps.index != idx {
+				ps := r.mu.pendingSnaps[idx]
+				if ps == nil {
 					r.mu.Unlock()
 					return fmt.Errorf("group %v: snapshot %d to apply but its data was not received", r.id, idx)
 				}
 				w.snapKVs = ps.kvs
-				r.mu.pendingSnap = nil
+				for i := range r.mu.pendingSnaps {
+					if i <= idx {
+						delete(r.mu.pendingSnaps, i)
+					}
+				}
 			}
 			work = append(work, w)
 		}
@@ -311,8 +326,14 @@ func (h *Host) processReady() error {
 			wb.Close()
 			return fmt.Errorf("group %v: persist: %w", w.r.id, err)
 		}
-		if len(w.rd.Entries) > 0 || !raft.IsEmptyHardState(w.rd.HardState) || !raft.IsEmptySnap(w.rd.Snapshot) {
+		// A Ready that only moves the commit index need not be synced.
+		hs := w.rd.HardState
+		if !raft.IsEmptySnap(w.rd.Snapshot) || (hs != nil && raft.MustSync(hs, w.r.prevHS, len(w.rd.Entries))) ||
+			(hs == nil && len(w.rd.Entries) > 0) {
 			needSync = true
+		}
+		if hs != nil {
+			w.r.prevHS = hs
 		}
 	}
 	if k := h.cfg.Knobs; k != nil && k.BeforePersist != nil {
@@ -321,6 +342,22 @@ func (h *Host) processReady() error {
 			return err
 		}
 	}
+	// A snapshot replaces a group's state range in this batch: hold its
+	// readers off until the cache is cleared and the applied index moved.
+	var installing []*replica
+	for _, w := range work {
+		if !raft.IsEmptySnap(w.rd.Snapshot) {
+			w.r.stateMu.Lock()
+			installing = append(installing, w.r)
+		}
+	}
+	unlockInstalling := func() {
+		for _, r := range installing {
+			r.stateMu.Unlock()
+		}
+		installing = nil
+	}
+	defer unlockInstalling() // error paths
 	if !wb.Empty() {
 		t0 := h.cfg.Clock.Now()
 		if err := wb.Commit(needSync); err != nil {
@@ -339,6 +376,7 @@ func (h *Host) processReady() error {
 			return err
 		}
 	}
+	unlockInstalling()
 
 	// 2. Followers and candidates speak only after persisting (votes,
 	// append acknowledgements must be durable).
@@ -393,6 +431,13 @@ func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardSt
 		return
 	}
 	wasLeader := r.mu.leader
+	if ss.Lead != r.mu.lead && !wasLeader {
+		// Reads forwarded to the old leader will not be answered.
+		for k, ch := range r.mu.readWaiters {
+			close(ch)
+			delete(r.mu.readWaiters, k)
+		}
+	}
 	r.mu.lead = ss.Lead
 	r.mu.leader = ss.RaftState == raft.StateLeader
 	r.readLead.Store(ss.Lead)
@@ -545,7 +590,11 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 	if err := b.Set(appliedKey(uint64(r.id)), u64(last)); err != nil {
 		return err
 	}
+	// Readers (Host.Read) see the state between whole batches: commit,
+	// cache fold and applied index move together under stateMu.
+	r.stateMu.Lock()
 	if err := b.Commit(false); err != nil {
+		r.stateMu.Unlock()
 		return fmt.Errorf("group %v: commit applied state: %w", r.id, err)
 	}
 	view.committed()
@@ -558,6 +607,7 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 		delete(r.mu.waiters, d.key)
 	}
 	r.mu.Unlock()
+	r.stateMu.Unlock()
 	h.metrics.applied.Add(float64(len(ents)))
 	return h.maybeCompact(r, last)
 }

@@ -32,14 +32,21 @@ type replica struct {
 	// applying this group (the Ready loop hands a group to one worker at
 	// a time, and clears it on snapshot install between rounds).
 	cache *stateCache
+	// stateMu orders readers (RLock, Host.Read) against the moments the
+	// group's state changes: an apply batch's commit, cache fold and
+	// applied-index publication, or a snapshot install, happen under Lock,
+	// so a read sees one consistent state and its applied index.
+	stateMu sync.RWMutex
 	// Lock-free copies for the read path (CheckReadable): the leader this
 	// replica follows (0 = none), whether it is this node, and the last
 	// time (unix ns) a leader's message arrived. Written under mu.
 	readLead        atomic.Uint64
 	readIsLeader    atomic.Bool
 	readLastContact atomic.Int64
-	// lastPersisted is the last log index on disk; owned by the Ready loop.
+	// lastPersisted is the last log index on disk and prevHS the last
+	// persisted hard state; owned by the Ready loop.
 	lastPersisted uint64
+	prevHS        *pb.HardState
 
 	mu struct {
 		sync.Mutex
@@ -50,7 +57,10 @@ type replica struct {
 		cs          *pb.ConfState
 		snapIndex   uint64
 		snap        *snapRef
-		pendingSnap *pendingSnapshot
+		// pendingSnaps holds streamed snapshot data by index until raft
+		// hands the snapshot back in a Ready (a rejected one is dropped
+		// when a later one is installed, or replaced).
+		pendingSnaps map[uint64]*pendingSnapshot
 		waiters     map[reqKey][]chan applyResult
 		// proposals queued since the last round, and their waiter keys
 		proposals    []*pb.Entry

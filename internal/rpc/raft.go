@@ -29,7 +29,11 @@ type RaftTransport struct {
 	peers map[ids.NodeID]*peer
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	// ctx is cancelled by Close so that in-flight sends and snapshot
+	// streams end at shutdown instead of running out their deadlines.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type peer struct {
@@ -39,8 +43,9 @@ type peer struct {
 // NewRaftTransport returns a transport for node self; clusterID reports
 // the cluster id once known ("" before).
 func NewRaftTransport(self ids.NodeID, addrs map[ids.NodeID]string, clusterID func() string, log *slog.Logger) *RaftTransport {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &RaftTransport{self: self, addrs: addrs, clusterID: clusterID, pool: NewPool(), log: log,
-		peers: map[ids.NodeID]*peer{}, stop: make(chan struct{})}
+		peers: map[ids.NodeID]*peer{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // SetHost attaches the host that receives messages.
@@ -58,7 +63,10 @@ func (t *RaftTransport) getHost() *multiraft.Host {
 
 // Close stops the senders and waits for them.
 func (t *RaftTransport) Close() {
+	t.mu.Lock()
 	close(t.stop)
+	t.mu.Unlock()
+	t.cancel()
 	t.wg.Wait()
 	t.pool.Close()
 }
@@ -87,6 +95,19 @@ func (t *RaftTransport) Send(to ids.NodeID, msgs []multiraft.GroupMessage) {
 	}
 }
 
+// maxBatchBytes bounds the entry bytes coalesced into one RaftBatch.
+const maxBatchBytes = 4 << 20
+
+func msgBytes(msgs []multiraft.GroupMessage) int {
+	n := 0
+	for _, gm := range msgs {
+		for _, e := range gm.Msg.GetEntries() {
+			n += len(e.GetData()) + 32
+		}
+	}
+	return n
+}
+
 // sender drains a peer's queue, coalescing everything queued into one
 // RaftBatch per RPC.
 func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
@@ -100,11 +121,15 @@ func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
 		case m := <-p.q:
 			batch = append(batch, m...)
 		}
+		size := msgBytes(batch)
 	drain:
-		for len(batch) < 4096 {
+		// NB: bounded by count and bytes, well under MaxMessageSize: one
+		// oversized batch would fail whole, again and again.
+		for len(batch) < 4096 && size < maxBatchBytes {
 			select {
 			case m := <-p.q:
 				batch = append(batch, m...)
+				size += msgBytes(m)
 			default:
 				break drain
 			}
@@ -134,7 +159,7 @@ func (t *RaftTransport) sendBatch(to ids.NodeID, addr string, batch []multiraft.
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(t.ctx, 2*time.Second)
 	defer cancel()
 	ack, err := wire.NewRaftClient(cc).Send(ctx, rb)
 	if err != nil {
@@ -168,7 +193,7 @@ func (t *RaftTransport) streamSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Mes
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(t.ctx, 10*time.Minute)
 	defer cancel()
 	stream, err := wire.NewRaftClient(cc).SendSnapshot(ctx)
 	if err != nil {
@@ -257,6 +282,14 @@ func (s *RaftService) Send(_ context.Context, b *wire.RaftBatch) (*wire.RaftAck,
 		if m.GetFrom() != b.GetFrom() || m.GetTo() != b.GetTo() {
 			return &wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "raft message endpoints do not match the batch"}}, nil
 		}
+		switch m.GetType() {
+		case pb.MsgSnap:
+			// Snapshot data only arrives through SendSnapshot; a bare
+			// MsgSnap would make raft install state nobody sent.
+			return &wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "MsgSnap must be streamed with SendSnapshot"}}, nil
+		case pb.MsgProp, pb.MsgHup, pb.MsgBeat, pb.MsgUnreachable, pb.MsgSnapStatus, pb.MsgCheckQuorum:
+			return &wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("raft message type %v is local to a node", m.GetType())}}, nil
+		}
 		msgs = append(msgs, multiraft.GroupMessage{Group: ids.GroupID(rm.GetGroup()), Msg: m})
 	}
 	h.Receive(msgs)
@@ -276,6 +309,9 @@ func (s *RaftService) SendSnapshot(stream wire.Raft_SendSnapshotServer) error {
 	m := &pb.Message{}
 	if err := proto.Unmarshal(hdr.GetMsg(), m); err != nil || m.GetType() != pb.MsgSnap {
 		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "snapshot header is not a MsgSnap"}})
+	}
+	if m.GetFrom() != hdr.GetFrom() || m.GetTo() != hdr.GetTo() {
+		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "snapshot endpoints do not match its header"}})
 	}
 	var kvs []*wire.KV
 	for {
