@@ -50,18 +50,18 @@ type replica struct {
 
 	mu struct {
 		sync.Mutex
-		rn          *raft.RawNode
-		lead        uint64
-		leader      bool
-		term        uint64
-		cs          *pb.ConfState
-		snapIndex   uint64
-		snap        *snapRef
+		rn        *raft.RawNode
+		lead      uint64
+		leader    bool
+		term      uint64
+		cs        *pb.ConfState
+		snapIndex uint64
+		snap      *snapRef
 		// pendingSnaps holds streamed snapshot data by index until raft
 		// hands the snapshot back in a Ready (a rejected one is dropped
 		// when a later one is installed, or replaced).
 		pendingSnaps map[uint64]*pendingSnapshot
-		waiters     map[reqKey][]chan applyResult
+		waiters      map[reqKey][]chan applyResult
 		// proposals queued since the last round, and their waiter keys
 		proposals    []*pb.Entry
 		proposalKeys []reqKey
