@@ -21,6 +21,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
 	batchDelay := fs.Duration("batch-delay", 200*time.Microsecond, "under load, wait this long before a raft round so more proposals share it (0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -47,6 +48,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --batch-delay %v must not be negative", *batchDelay)
 	}
 	cfg.BatchDelay = *batchDelay
+	if *snapEvery == 0 {
+		return fmt.Errorf("meta: --snapshot-every must be positive")
+	}
+	cfg.SnapshotEvery = *snapEvery
 	n, err := metanode.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)

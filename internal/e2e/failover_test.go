@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/testcluster"
 )
 
 // TestKillLeaderDuringCreates kills -9 the root minister while 8 clients
@@ -179,5 +182,56 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 		if g.GetRole() == "" || g.GetApplied() == 0 {
 			t.Errorf("restarted node group %d: role %q applied %d", g.GetGroup(), g.GetRole(), g.GetApplied())
 		}
+	}
+}
+
+// TestRestartedNodeCatchesUpBySnapshot is TestRestartedNodeCatchesUp with
+// logs truncated every 100 entries, so the restarted node is too far
+// behind for the log and must install a streamed snapshot.
+func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
+	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
+		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "100", "--log-level", "info"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	ctx := context.Background()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(rctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := newClient(t, c.Addrs(), 30*time.Second)
+	victim := (groupLeader(t, admin, c, 1) + 1) % 3
+	c.Kill(victim)
+	if _, err := admin.Mkdir(ctx, "/snap", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 600; i++ {
+		if _, err := admin.Create(ctx, fmt.Sprintf("/snap/f%03d", i), 0o644, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Start(victim); err != nil {
+		t.Fatal(err)
+	}
+	only := newClient(t, []string{c.Addrs()[victim]}, 20*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ents, err := only.Readdir(ctx, "/snap")
+		if err == nil && len(ents) == 600 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restarted node %d never caught up: %d entries, err %v", victim+1, len(ents), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	logb, err := os.ReadFile(c.LogPath(victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logb), "installed snapshot") {
+		t.Fatalf("node %d caught up without installing a snapshot; log:\n%s", victim+1, tail(logb, 2000))
 	}
 }

@@ -26,6 +26,10 @@ type Config struct {
 	TickInterval time.Duration
 	Logger       *slog.Logger
 
+	// SnapshotEvery applied entries a group snapshots and truncates its
+	// log (0 keeps the multiraft default).
+	SnapshotEvery uint64
+
 	// BatchDelay is the raft loop's batching wait under load (see
 	// multiraft.Config.BatchDelay); negative keeps the default.
 	BatchDelay time.Duration

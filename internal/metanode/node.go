@@ -115,6 +115,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.BatchDelay >= 0 {
 		hc.BatchDelay = cfg.BatchDelay
 	}
+	if cfg.SnapshotEvery > 0 {
+		hc.SnapshotEvery = cfg.SnapshotEvery
+		hc.KeepEntries = min(hc.KeepEntries, cfg.SnapshotEvery/2)
+	}
 	host, err := multiraft.NewHost(hc)
 	if err != nil {
 		return nil, err
