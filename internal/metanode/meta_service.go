@@ -132,7 +132,13 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	// that window with a retryable UNAVAILABLE instead of proposing it and
 	// recording a permanent ENOSPC for its request id.
 	if _, isCreate := cmd.GetOp().(*wire.Command_Create); isCreate {
-		if free, err := namespace.FreeInodes(s.n.stateReader(g)); err == nil && free == 0 {
+		var free uint64
+		err := s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+			var err error
+			free, err = namespace.FreeInodes(r)
+			return err
+		})
+		if err == nil && free == 0 {
 			return &wire.MutateResponse{Status: statusOf(wire.Code_UNAVAILABLE, "ministry %v is waiting for inode numbers from the president; retry shortly", g)}, nil
 		}
 	}

@@ -47,14 +47,15 @@
 //
 // # Inode numbers
 //
-// The president grants ranges [start, end) through GrantInodesOp. The "m"
-// record holds every range ever granted, in grant order, plus a cursor
-// (index of the current range, next number in it): cursor u64, next u64,
-// then (start u64, end u64) pairs. Keeping consumed ranges lets a
-// duplicated or overlapping grant be recognised and ignored; grants are
-// large (about 2^20 numbers), so the list stays short. Numbers are handed
-// out in order and never reused; a number whose inode already exists (the
-// root created by InitMinistry inside a granted range) is skipped.
+// The president grants ranges [start, end) through GrantInodesOp, in
+// increasing order (its allocator only moves forward, and ranges of
+// different ministries never overlap). The "m" record holds the end of the
+// highest grant, the next number to hand out, and the ranges not used up
+// yet: granted-end u64, next u64, then (start u64, end u64) pairs. A grant
+// starting below granted-end is a duplicate delivery and is ignored; used
+// ranges are dropped, so the record stays a few dozen bytes however many
+// grants there were. Numbers are handed out in order and never reused;
+// the root (inode 1) is never inside a grant.
 //
 // # Invariants
 //
