@@ -113,16 +113,13 @@ func TestReportJSON(t *testing.T) {
 
 func startCluster(t *testing.T) []string {
 	t.Helper()
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: govfsBin, Dir: t.TempDir(), Nodes: 3})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: govfsBin, Dir: t.TempDir(), Nodes: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return c.Addrs()
 }
 

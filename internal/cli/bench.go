@@ -175,21 +175,16 @@ func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (s
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench meta: %w", err)
 	}
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3, ExtraArgs: extra})
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3, ExtraArgs: extra})
+	cancel()
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("bench meta: start local cluster: %w", err)
+		// Keep the directory: its node logs say why.
+		return nil, nil, fmt.Errorf("bench meta: local cluster (logs in %s): %w", dir, err)
 	}
 	stop = func() {
 		c.Stop()
 		os.RemoveAll(dir)
-	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = c.WaitReady(rctx)
-	cancel()
-	if err != nil {
-		c.Stop() // keep the directory: its node logs say why
-		return nil, nil, fmt.Errorf("bench meta: local cluster: %w", err)
 	}
 	fmt.Fprintf(stderr, "bench meta: started a local 3-node cluster in %s (removed afterwards)\n", dir)
 	return stop, c.Addrs(), nil

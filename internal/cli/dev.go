@@ -28,17 +28,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("dev: find the govfs binary: %w", err)
 	}
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true})
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	defer c.Stop()
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = c.WaitReady(rctx)
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return fmt.Errorf("dev: %w (node logs are in %s)", err, abs)
 	}
+	defer c.Stop()
 	meta := strings.Join(c.Addrs(), ",")
 	fmt.Fprintf(stdout, "GovFS dev cluster is up: 3 metadata nodes, data and logs in %s\n", abs)
 	for i, a := range c.Addrs() {

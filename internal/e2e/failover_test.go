@@ -189,18 +189,15 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 // logs truncated every 100 entries, so the restarted node is too far
 // behind for the log and must install a streamed snapshot.
 func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
+	ctx := context.Background()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
 		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "100", "--log-level", "info"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	ctx := context.Background()
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := c.WaitReady(rctx); err != nil {
-		t.Fatal(err)
-	}
 	admin := newClient(t, c.Addrs(), 30*time.Second)
 	victim := (groupLeader(t, admin, c, 1) + 1) % 3
 	c.Kill(victim)

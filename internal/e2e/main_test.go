@@ -11,7 +11,6 @@ import (
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/testcluster"
-	"github.com/govfs/govfs/internal/wire"
 )
 
 var binary string
@@ -37,7 +36,9 @@ func TestMain(m *testing.M) {
 // timeout 500 ms) and stops them (by PID) at cleanup.
 func startCluster(t *testing.T) *testcluster.ProcCluster {
 	t.Helper()
-	c, err := testcluster.StartProcs(testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3, Tick: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3, Tick: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +52,6 @@ func startCluster(t *testing.T) *testcluster.ProcCluster {
 			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return c
 }
 
@@ -106,5 +102,3 @@ func groupLeader(t *testing.T, cl *client.Client, c *testcluster.ProcCluster, g 
 	t.Fatalf("no leader for group %d", g)
 	return -1
 }
-
-var _ = wire.Code_OK

@@ -14,7 +14,6 @@ import (
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -658,5 +657,3 @@ func (h *Host) maybeCompact(r *replica, applied uint64) error {
 	h.metrics.snapshotsTaken.Inc()
 	return nil
 }
-
-var _ = prometheus.NewRegistry

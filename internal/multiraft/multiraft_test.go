@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -298,5 +297,4 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	_ = fmt.Sprint
 }

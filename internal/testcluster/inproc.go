@@ -35,34 +35,54 @@ type InProc struct {
 // NewInProc starts n nodes with a fast tick (10 ms, election timeout
 // 100 ms) and stops them at test cleanup.
 func NewInProc(t testing.TB, n int) *InProc {
-	peers := map[ids.NodeID]string{}
-	for i := 1; i <= n; i++ {
-		a, err := freePort()
-		if err != nil {
+	// Ports are picked by binding :0 and releasing them; a concurrent test
+	// can take one first, so try fresh ports a few times.
+	for attempt := 1; ; attempt++ {
+		peers := map[ids.NodeID]string{}
+		for i := 1; i <= n; i++ {
+			a, err := freePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			peers[ids.NodeID(i)] = a
+		}
+		c, err := newInProc(t, peers)
+		if err == nil {
+			return c
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
 			t.Fatal(err)
 		}
-		peers[ids.NodeID(i)] = a
 	}
-	return NewInProcAt(t, peers)
 }
 
 // NewInProcAt is NewInProc on the given member addresses (a second
 // cluster on the same addresses as a stopped first one, for tests of
 // data directories that belong to another cluster).
 func NewInProcAt(t testing.TB, peers map[ids.NodeID]string) *InProc {
+	c, err := newInProc(t, peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newInProc(t testing.TB, peers map[ids.NodeID]string) (*InProc, error) {
 	c := &InProc{t: t, Net: raftsim.NewNetwork(1), Clock: clock.Real{}, Peers: peers,
 		dir: t.TempDir(), nodes: map[ids.NodeID]*metanode.Node{}}
-	n := len(peers)
-	for i := 1; i <= n; i++ {
-		c.Start(ids.NodeID(i))
+	for i := 1; i <= len(peers); i++ {
+		if err := c.start(ids.NodeID(i)); err != nil {
+			c.StopAll()
+			return nil, err
+		}
 	}
 	t.Cleanup(c.StopAll)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return c
+	return c, nil
 }
 
 // DataDir is node id's data directory.
@@ -70,6 +90,12 @@ func (c *InProc) DataDir(id ids.NodeID) string { return filepath.Join(c.dir, id.
 
 // Start (re)starts node id on its data directory.
 func (c *InProc) Start(id ids.NodeID) {
+	if err := c.start(id); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *InProc) start(id ids.NodeID) error {
 	cfg := metanode.DefaultConfig()
 	cfg.ID = id
 	cfg.Listen = c.Peers[id]
@@ -82,8 +108,8 @@ func (c *InProc) Start(id ids.NodeID) {
 	cfg.OnHost = func(h *multiraft.Host) { c.Net.Register(id, h) }
 	var n *metanode.Node
 	var err error
-	// The port was free a moment ago; a restart may race its release.
-	for i := 0; i < 50; i++ {
+	// A restart may race the release of the node's own port.
+	for i := 0; i < 25; i++ {
 		n, err = metanode.Start(context.Background(), cfg)
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			break
@@ -91,11 +117,12 @@ func (c *InProc) Start(id ids.NodeID) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
-		c.t.Fatalf("start node %v: %v", id, err)
+		return fmt.Errorf("start node %v: %w", id, err)
 	}
 	c.mu.Lock()
 	c.nodes[id] = n
 	c.mu.Unlock()
+	return nil
 }
 
 // Stop stops node id (as a crash would, as far as clients see: in-flight

@@ -280,3 +280,41 @@ func (c *ProcCluster) WaitReady(ctx context.Context) error {
 		}
 	}
 }
+
+// StartReady starts the cluster and waits until it serves. Ports are
+// picked by binding :0 and releasing them, so on a busy machine another
+// process can take one before the node binds it; when the directory was
+// fresh and a node failed that way, StartReady starts over on new ports
+// (up to 3 times). An existing directory keeps its ports.
+func StartReady(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
+	_, statErr := os.Stat(filepath.Join(cfg.Dir, "cluster.json"))
+	fresh := os.IsNotExist(statErr)
+	for attempt := 1; ; attempt++ {
+		c, err := StartProcs(cfg)
+		if err != nil {
+			return nil, err
+		}
+		err = c.WaitReady(ctx)
+		if err == nil {
+			return c, nil
+		}
+		c.Stop()
+		if !fresh || attempt == 3 || !c.portTaken() {
+			return nil, err
+		}
+		if rmErr := os.RemoveAll(cfg.Dir); rmErr != nil {
+			return nil, fmt.Errorf("%w (and clearing %s to retry: %v)", err, cfg.Dir, rmErr)
+		}
+	}
+}
+
+// portTaken reports whether a node's log says its port was in use.
+func (c *ProcCluster) portTaken() bool {
+	for i := range c.layout.Addrs {
+		b, err := os.ReadFile(c.LogPath(i))
+		if err == nil && strings.Contains(string(b), "address already in use") {
+			return true
+		}
+	}
+	return false
+}
