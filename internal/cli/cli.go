@@ -7,6 +7,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +32,14 @@ var errUsage = errors.New("bad usage (see above)")
 
 // Run runs the govfs command line.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := run(ctx, args, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h printed the usage: not a failure
+	}
+	return err
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usage)
 		return errUsage
