@@ -89,7 +89,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.mu.readPref = c.mu.addrs[c.mu.rand.Int64N(int64(len(c.mu.addrs)))]
 	c.retry = retrier{clock: cfg.Clock, budget: cfg.OpTimeout, int64n: c.int64n}
 
-	info, err := c.fetchClusterInfo(ctx)
+	// Finding the cluster has its own, shorter budget: if no listed node
+	// answers ClusterInfo within ConnectTimeout the cluster is down or the
+	// addresses are wrong, and a person at a shell should hear so soon.
+	connect := c.retry
+	connect.budget = cfg.ConnectTimeout
+	info, err := c.fetchClusterInfo(ctx, &connect)
 	if err != nil {
 		c.Close()
 		return nil, &Error{Op: "connect", Path: strings.Join(cfg.MetaAddrs, ","), Err: err}
@@ -185,10 +190,10 @@ func (c *Client) conn(addr string) (wire.MetaClient, error) {
 
 // fetchClusterInfo asks the known addresses in turn until one answers
 // with an initialized cluster.
-func (c *Client) fetchClusterInfo(ctx context.Context) (*wire.ClusterInfoResponse, error) {
+func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier) (*wire.ClusterInfoResponse, error) {
 	var info *wire.ClusterInfoResponse
 	next := 0
-	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+	err := r.do(ctx, func(ctx context.Context) (bool, error) {
 		c.mu.Lock()
 		addr := c.mu.addrs[next%len(c.mu.addrs)]
 		c.mu.Unlock()

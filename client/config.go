@@ -23,6 +23,8 @@ type Config struct {
 	CallTimeout time.Duration
 	// OpTimeout is the overall budget of one operation, retries included.
 	OpTimeout time.Duration
+	// ConnectTimeout bounds how long New tries to reach any listed node.
+	ConnectTimeout time.Duration
 	// Cred is sent with mutations and becomes the owner of new inodes.
 	Cred *wire.Cred
 	// Logger receives debug logs about retries and routing; nil discards.
@@ -40,18 +42,21 @@ type Config struct {
 const (
 	DefaultCallTimeout = 5 * time.Second
 	DefaultOpTimeout   = 30 * time.Second
+	// DefaultConnectTimeout covers a cluster still electing its leaders.
+	DefaultConnectTimeout = 10 * time.Second
 )
 
 // DefaultConfig returns a Config with every field but MetaAddrs set.
 func DefaultConfig() Config {
 	return Config{
-		Consistency: wire.ReadConsistency_SESSION,
-		CallTimeout: DefaultCallTimeout,
-		OpTimeout:   DefaultOpTimeout,
-		Cred:        &wire.Cred{},
-		Logger:      slog.New(slog.DiscardHandler),
-		Rand:        newTimeRand(),
-		Clock:       clock.Real{},
+		Consistency:    wire.ReadConsistency_SESSION,
+		CallTimeout:    DefaultCallTimeout,
+		OpTimeout:      DefaultOpTimeout,
+		ConnectTimeout: DefaultConnectTimeout,
+		Cred:           &wire.Cred{},
+		Logger:         slog.New(slog.DiscardHandler),
+		Rand:           newTimeRand(),
+		Clock:          clock.Real{},
 	}
 }
 
@@ -68,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = d.OpTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = min(d.ConnectTimeout, c.OpTimeout)
 	}
 	if c.Cred == nil {
 		c.Cred = d.Cred
@@ -104,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if c.OpTimeout < c.CallTimeout {
 		return fmt.Errorf("client: Config.OpTimeout = %v must be at least CallTimeout (%v)", c.OpTimeout, c.CallTimeout)
+	}
+	if c.ConnectTimeout <= 0 {
+		return fmt.Errorf("client: Config.ConnectTimeout = %v must be positive", c.ConnectTimeout)
 	}
 	return nil
 }

@@ -83,6 +83,7 @@ func dialCluster(ctx context.Context, g fsGlobal) (*client.Client, error) {
 	}
 	cfg.OpTimeout = g.timeout
 	cfg.CallTimeout = min(cfg.CallTimeout, g.timeout)
+	cfg.ConnectTimeout = min(cfg.ConnectTimeout, g.timeout)
 	cfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
 	// Each command is a new client with no session, so session reads could
 	// miss what the previous command in the same shell just did (a clerk
