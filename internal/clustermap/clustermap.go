@@ -9,6 +9,7 @@
 //	"members"        wire.InitClusterOp with the member list
 //	"nextino"        u64, the next inode number not yet granted
 //	"r" client seq   wire.Result of an applied request (dedup)
+//	chunk servers, replica groups and chunk handles: see chunks.go
 package clustermap
 
 import (
@@ -119,6 +120,12 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 			return nil, err
 		}
 		return &wire.Result{Start: next, End: next + n}, nil
+	case *wire.Command_RegisterChunkServer:
+		return registerChunkServer(rw, op.RegisterChunkServer)
+	case *wire.Command_CreateReplicaGroup:
+		return createReplicaGroup(rw, op.CreateReplicaGroup)
+	case *wire.Command_AllocChunkHandles:
+		return allocChunkHandles(rw, op.AllocChunkHandles)
 	default:
 		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 func newStore(t *testing.T) *engine.Batch {
@@ -78,3 +79,79 @@ func TestInitAndAllocate(t *testing.T) {
 		t.Fatal("unknown command version accepted")
 	}
 }
+
+func TestChunkServersAndReplicaGroups(t *testing.T) {
+	b := newStore(t)
+	var m Map
+	seq := uint64(100)
+	apply := func(op isCommandOp) *wire.Result {
+		t.Helper()
+		seq++
+		c := &wire.Command{Version: 1, Req: &wire.RequestID{ClientId: 0x67676767, Seq: seq, FirstIncomplete: seq}}
+		switch o := op.(type) {
+		case *wire.RegisterChunkServerOp:
+			c.Op = &wire.Command_RegisterChunkServer{RegisterChunkServer: o}
+		case *wire.CreateReplicaGroupOp:
+			c.Op = &wire.Command_CreateReplicaGroup{CreateReplicaGroup: o}
+		case *wire.AllocChunkHandlesOp:
+			c.Op = &wire.Command_AllocChunkHandles{AllocChunkHandles: o}
+		}
+		r, err := m.Apply(b, seq, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	reg := func(store, host string) *wire.Result {
+		return apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: host + ":9000", Host: host, Rack: "r-" + host, StoreId: store, Capacity: 1 << 40}})
+	}
+	a, bb, c := reg("sa", "ha"), reg("sb", "hb"), reg("sc", "hc")
+	if a.Start != 1 || bb.Start != 2 || c.Start != 3 {
+		t.Fatalf("ids %d %d %d, want 1 2 3", a.Start, bb.Start, c.Start)
+	}
+	// The same store re-registering (new address) keeps its id.
+	if r := apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: "ha:9999", Host: "ha", StoreId: "sa", Capacity: 5}}); r.Start != 1 {
+		t.Fatalf("re-registration got id %d", r.Start)
+	}
+	if s, _ := ChunkServer(b, 1); s.GetAddr() != "ha:9999" || s.GetCapacity() != 5 {
+		t.Fatalf("re-registration not recorded: %v", s)
+	}
+	for _, bad := range []*wire.RegisterChunkServerOp{{}, {Server: &wire.ChunkServer{Addr: "x:1", Host: "x"}}, {Server: &wire.ChunkServer{StoreId: "s", Host: "x"}},
+		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: -1}}} {
+		if r := apply(bad); syscall.Errno(r.Errno) != syscall.EINVAL {
+			t.Errorf("register %v = %v, want EINVAL", bad, r)
+		}
+	}
+	g := apply(&wire.CreateReplicaGroupOp{Members: []uint64{2, 1, 3}})
+	if g.Errno != 0 || g.Start != 1 {
+		t.Fatalf("create group = %v", g)
+	}
+	if r := apply(&wire.CreateReplicaGroupOp{Members: []uint64{1, 9}}); syscall.Errno(r.Errno) != syscall.ENOENT {
+		t.Errorf("group with an unknown member = %v", r)
+	}
+	reg("sd", "ha") // a second store on host ha
+	if r := apply(&wire.CreateReplicaGroupOp{Members: []uint64{1, 4}}); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Errorf("group with two members on one host = %v", r)
+	}
+	if r := apply(&wire.CreateReplicaGroupOp{}); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Errorf("empty group = %v", r)
+	}
+	groups, err := ReplicaGroups(b)
+	if err != nil || len(groups) != 1 || groups[0].GetPrimary() != 2 || groups[0].GetEpoch() != 1 {
+		t.Fatalf("groups %v %v (dedup records of client 0x67… must not show up)", groups, err)
+	}
+	servers, err := ChunkServers(b)
+	if err != nil || len(servers) != 4 {
+		t.Fatalf("servers %d %v", len(servers), err)
+	}
+	h1 := apply(&wire.AllocChunkHandlesOp{Count: 100})
+	h2 := apply(&wire.AllocChunkHandlesOp{Count: 1})
+	if h1.Start != 1 || h1.End != 101 || h2.Start != 101 {
+		t.Fatalf("handle grants %v %v", h1, h2)
+	}
+	if r := apply(&wire.AllocChunkHandlesOp{}); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Errorf("zero handles = %v", r)
+	}
+}
+
+type isCommandOp interface{ ProtoReflect() protoreflect.Message }

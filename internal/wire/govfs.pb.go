@@ -762,6 +762,9 @@ type Command struct {
 	//	*Command_InitMinistry
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
+	//	*Command_RegisterChunkServer
+	//	*Command_CreateReplicaGroup
+	//	*Command_AllocChunkHandles
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -924,6 +927,33 @@ func (x *Command) GetAllocInodes() *AllocInodesOp {
 	return nil
 }
 
+func (x *Command) GetRegisterChunkServer() *RegisterChunkServerOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RegisterChunkServer); ok {
+			return x.RegisterChunkServer
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCreateReplicaGroup() *CreateReplicaGroupOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateReplicaGroup); ok {
+			return x.CreateReplicaGroup
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAllocChunkHandles() *AllocChunkHandlesOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AllocChunkHandles); ok {
+			return x.AllocChunkHandles
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -974,6 +1004,18 @@ type Command_AllocInodes struct {
 	AllocInodes *AllocInodesOp `protobuf:"bytes,31,opt,name=alloc_inodes,json=allocInodes,proto3,oneof"`
 }
 
+type Command_RegisterChunkServer struct {
+	RegisterChunkServer *RegisterChunkServerOp `protobuf:"bytes,32,opt,name=register_chunk_server,json=registerChunkServer,proto3,oneof"`
+}
+
+type Command_CreateReplicaGroup struct {
+	CreateReplicaGroup *CreateReplicaGroupOp `protobuf:"bytes,33,opt,name=create_replica_group,json=createReplicaGroup,proto3,oneof"`
+}
+
+type Command_AllocChunkHandles struct {
+	AllocChunkHandles *AllocChunkHandlesOp `protobuf:"bytes,34,opt,name=alloc_chunk_handles,json=allocChunkHandles,proto3,oneof"`
+}
+
 func (*Command_Create) isCommand_Op() {}
 
 func (*Command_Link) isCommand_Op() {}
@@ -995,6 +1037,12 @@ func (*Command_InitMinistry) isCommand_Op() {}
 func (*Command_InitCluster) isCommand_Op() {}
 
 func (*Command_AllocInodes) isCommand_Op() {}
+
+func (*Command_RegisterChunkServer) isCommand_Op() {}
+
+func (*Command_CreateReplicaGroup) isCommand_Op() {}
+
+func (*Command_AllocChunkHandles) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -1731,6 +1779,313 @@ func (x *AllocInodesOp) GetCount() uint64 {
 	return 0
 }
 
+// ChunkServer is a chunk server as the cluster map records it. Liveness
+// and load are soft state from heartbeats, not part of the record.
+type ChunkServer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// host, rack and pod drive placement (never two replicas on one host).
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Rack string `protobuf:"bytes,4,opt,name=rack,proto3" json:"rack,omitempty"`
+	Pod  string `protobuf:"bytes,5,opt,name=pod,proto3" json:"pod,omitempty"`
+	// store_id identifies the server's chunk store on disk: a server that
+	// re-registers with the same store keeps its id.
+	StoreId       string `protobuf:"bytes,6,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Capacity      int64  `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkServer) Reset() {
+	*x = ChunkServer{}
+	mi := &file_govfs_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkServer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkServer) ProtoMessage() {}
+
+func (x *ChunkServer) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkServer.ProtoReflect.Descriptor instead.
+func (*ChunkServer) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ChunkServer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ChunkServer) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *ChunkServer) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ChunkServer) GetRack() string {
+	if x != nil {
+		return x.Rack
+	}
+	return ""
+}
+
+func (x *ChunkServer) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
+func (x *ChunkServer) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
+}
+
+func (x *ChunkServer) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+// RegisterChunkServerOp adds a chunk server, or updates the address,
+// topology and capacity of the one with the same store_id. Result.start
+// is its id.
+type RegisterChunkServerOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Server        *ChunkServer           `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterChunkServerOp) Reset() {
+	*x = RegisterChunkServerOp{}
+	mi := &file_govfs_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterChunkServerOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterChunkServerOp) ProtoMessage() {}
+
+func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterChunkServerOp.ProtoReflect.Descriptor instead.
+func (*RegisterChunkServerOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RegisterChunkServerOp) GetServer() *ChunkServer {
+	if x != nil {
+		return x.Server
+	}
+	return nil
+}
+
+// ReplicaGroup is a set of chunk servers holding the same chunks; the
+// primary orders mutations. The epoch grows on every change of members or
+// primary, and every data request names the epoch it expects.
+type ReplicaGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Members       []uint64               `protobuf:"varint,2,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Primary       uint64                 `protobuf:"varint,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaGroup) Reset() {
+	*x = ReplicaGroup{}
+	mi := &file_govfs_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaGroup) ProtoMessage() {}
+
+func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaGroup.ProtoReflect.Descriptor instead.
+func (*ReplicaGroup) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplicaGroup) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReplicaGroup) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ReplicaGroup) GetPrimary() uint64 {
+	if x != nil {
+		return x.Primary
+	}
+	return 0
+}
+
+func (x *ReplicaGroup) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// CreateReplicaGroupOp records a new replica group with the given members
+// (chosen by the proposer's placement planner; the first is the primary).
+// Result.start is the group id.
+type CreateReplicaGroupOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []uint64               `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateReplicaGroupOp) Reset() {
+	*x = CreateReplicaGroupOp{}
+	mi := &file_govfs_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateReplicaGroupOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateReplicaGroupOp) ProtoMessage() {}
+
+func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateReplicaGroupOp.ProtoReflect.Descriptor instead.
+func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// AllocChunkHandlesOp hands out `count` chunk handles; Result.start/end.
+type AllocChunkHandlesOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocChunkHandlesOp) Reset() {
+	*x = AllocChunkHandlesOp{}
+	mi := &file_govfs_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocChunkHandlesOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocChunkHandlesOp) ProtoMessage() {}
+
+func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
+func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AllocChunkHandlesOp) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // Result is what applying a Command produced; it is remembered in the
 // dedup table and returned to a retried request.
 type Result struct {
@@ -1749,7 +2104,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2116,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2129,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{18}
+	return file_govfs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -1822,7 +2177,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +2189,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2202,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{19}
+	return file_govfs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetId() uint64 {
@@ -1877,7 +2232,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2244,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2257,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{20}
+	return file_govfs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -1951,7 +2306,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2318,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2331,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{21}
+	return file_govfs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -2011,7 +2366,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2378,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2391,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{22}
+	return file_govfs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -2083,7 +2438,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2450,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2463,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{23}
+	return file_govfs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -2250,7 +2605,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2617,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2630,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{24}
+	return file_govfs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -2301,7 +2656,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2668,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2681,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{25}
+	return file_govfs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -2349,7 +2704,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2716,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2729,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{26}
+	return file_govfs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -2408,7 +2763,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2775,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2788,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{27}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -2459,7 +2814,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2826,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2839,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{28}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -2503,7 +2858,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2870,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2883,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{29}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -2551,7 +2906,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2918,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2931,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -2636,7 +2991,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +3003,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +3016,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -2735,7 +3090,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +3102,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +3115,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 type ClusterInfoResponse struct {
@@ -2776,7 +3131,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +3143,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +3156,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -2847,7 +3202,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +3214,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3227,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 type GroupStatus struct {
@@ -2892,7 +3247,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3259,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3272,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -3000,7 +3355,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3367,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3380,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -3098,7 +3453,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3465,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3478,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -3165,7 +3520,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3532,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3545,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -3216,7 +3571,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3583,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3596,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -3269,7 +3624,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3636,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3649,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -3356,7 +3711,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3723,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3736,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KV) GetKey() []byte {
@@ -3439,7 +3794,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xd0\x05\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xd2\a\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -3455,7 +3810,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\fgrant_inodes\x18\x11 \x01(\v2\x19.govfs.wire.GrantInodesOpH\x00R\vgrantInodes\x12A\n" +
 	"\rinit_ministry\x18\x12 \x01(\v2\x1a.govfs.wire.InitMinistryOpH\x00R\finitMinistry\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
-	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodesB\x04\n" +
+	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
+	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
+	"\x14create_replica_group\x18! \x01(\v2 .govfs.wire.CreateReplicaGroupOpH\x00R\x12createReplicaGroup\x12Q\n" +
+	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandlesB\x04\n" +
 	"\x02op\"\xd0\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -3511,7 +3869,26 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x02 \x03(\v2\x12.govfs.wire.MemberR\amembers\"A\n" +
 	"\rAllocInodesOp\x12\x1a\n" +
 	"\bministry\x18\x01 \x01(\x04R\bministry\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\x86\x01\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xa2\x01\n" +
+	"\vChunkServer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x12\n" +
+	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x10\n" +
+	"\x03pod\x18\x05 \x01(\tR\x03pod\x12\x19\n" +
+	"\bstore_id\x18\x06 \x01(\tR\astoreId\x12\x1a\n" +
+	"\bcapacity\x18\a \x01(\x03R\bcapacity\"H\n" +
+	"\x15RegisterChunkServerOp\x12/\n" +
+	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"h\n" +
+	"\fReplicaGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
+	"\amembers\x18\x02 \x03(\x04R\amembers\x12\x18\n" +
+	"\aprimary\x18\x03 \x01(\x04R\aprimary\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"0\n" +
+	"\x14CreateReplicaGroupOp\x12\x18\n" +
+	"\amembers\x18\x01 \x03(\x04R\amembers\"+\n" +
+	"\x13AllocChunkHandlesOp\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\x86\x01\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12$\n" +
 	"\x04attr\x18\x02 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x14\n" +
@@ -3694,54 +4071,59 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_govfs_proto_goTypes = []any{
-	(Code)(0),                   // 0: govfs.wire.Code
-	(FileType)(0),               // 1: govfs.wire.FileType
-	(SetattrField)(0),           // 2: govfs.wire.SetattrField
-	(ReadConsistency)(0),        // 3: govfs.wire.ReadConsistency
-	(*Status)(nil),              // 4: govfs.wire.Status
-	(*Attr)(nil),                // 5: govfs.wire.Attr
-	(*Inode)(nil),               // 6: govfs.wire.Inode
-	(*Dirent)(nil),              // 7: govfs.wire.Dirent
-	(*RequestID)(nil),           // 8: govfs.wire.RequestID
-	(*Cred)(nil),                // 9: govfs.wire.Cred
-	(*Command)(nil),             // 10: govfs.wire.Command
-	(*CreateOp)(nil),            // 11: govfs.wire.CreateOp
-	(*LinkOp)(nil),              // 12: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),            // 13: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),            // 14: govfs.wire.RenameOp
-	(*SetattrOp)(nil),           // 15: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),          // 16: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),       // 17: govfs.wire.RemoveXattrOp
-	(*GrantInodesOp)(nil),       // 18: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),      // 19: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),       // 20: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),       // 21: govfs.wire.AllocInodesOp
-	(*Result)(nil),              // 22: govfs.wire.Result
-	(*Member)(nil),              // 23: govfs.wire.Member
-	(*Ministry)(nil),            // 24: govfs.wire.Ministry
-	(*MutateRequest)(nil),       // 25: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),      // 26: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),         // 27: govfs.wire.ReadRequest
-	(*LookupReq)(nil),           // 28: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),          // 29: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),          // 30: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),         // 31: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),        // 32: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),         // 33: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),            // 34: govfs.wire.DirEntry
-	(*ReadResponse)(nil),        // 35: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),  // 36: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil), // 37: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),       // 38: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),         // 39: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),      // 40: govfs.wire.StatusResponse
-	(*RaftBatch)(nil),           // 41: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),         // 42: govfs.wire.RaftMessage
-	(*RaftAck)(nil),             // 43: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),       // 44: govfs.wire.SnapshotChunk
-	(*KV)(nil),                  // 45: govfs.wire.KV
+	(Code)(0),                     // 0: govfs.wire.Code
+	(FileType)(0),                 // 1: govfs.wire.FileType
+	(SetattrField)(0),             // 2: govfs.wire.SetattrField
+	(ReadConsistency)(0),          // 3: govfs.wire.ReadConsistency
+	(*Status)(nil),                // 4: govfs.wire.Status
+	(*Attr)(nil),                  // 5: govfs.wire.Attr
+	(*Inode)(nil),                 // 6: govfs.wire.Inode
+	(*Dirent)(nil),                // 7: govfs.wire.Dirent
+	(*RequestID)(nil),             // 8: govfs.wire.RequestID
+	(*Cred)(nil),                  // 9: govfs.wire.Cred
+	(*Command)(nil),               // 10: govfs.wire.Command
+	(*CreateOp)(nil),              // 11: govfs.wire.CreateOp
+	(*LinkOp)(nil),                // 12: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),              // 13: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),              // 14: govfs.wire.RenameOp
+	(*SetattrOp)(nil),             // 15: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),            // 16: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),         // 17: govfs.wire.RemoveXattrOp
+	(*GrantInodesOp)(nil),         // 18: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),        // 19: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),         // 20: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),         // 21: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),           // 22: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil), // 23: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),          // 24: govfs.wire.ReplicaGroup
+	(*CreateReplicaGroupOp)(nil),  // 25: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),   // 26: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                // 27: govfs.wire.Result
+	(*Member)(nil),                // 28: govfs.wire.Member
+	(*Ministry)(nil),              // 29: govfs.wire.Ministry
+	(*MutateRequest)(nil),         // 30: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),        // 31: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),           // 32: govfs.wire.ReadRequest
+	(*LookupReq)(nil),             // 33: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),            // 34: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),            // 35: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),           // 36: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),          // 37: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),           // 38: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),              // 39: govfs.wire.DirEntry
+	(*ReadResponse)(nil),          // 40: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),    // 41: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),   // 42: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),         // 43: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),           // 44: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),        // 45: govfs.wire.StatusResponse
+	(*RaftBatch)(nil),             // 46: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),           // 47: govfs.wire.RaftMessage
+	(*RaftAck)(nil),               // 48: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),         // 49: govfs.wire.SnapshotChunk
+	(*KV)(nil),                    // 50: govfs.wire.KV
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -3760,51 +4142,55 @@ var file_govfs_proto_depIdxs = []int32{
 	19, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	20, // 14: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
 	21, // 15: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	1,  // 16: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	9,  // 17: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	23, // 18: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	5,  // 19: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	10, // 20: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	4,  // 21: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	22, // 22: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 23: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	28, // 24: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	29, // 25: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	30, // 26: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	31, // 27: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	32, // 28: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	33, // 29: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	1,  // 30: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	5,  // 31: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	4,  // 32: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	5,  // 33: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	34, // 34: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	4,  // 35: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	23, // 36: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	24, // 37: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	4,  // 38: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	39, // 39: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	23, // 40: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	42, // 41: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 42: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	45, // 43: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	25, // 44: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	27, // 45: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	36, // 46: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	38, // 47: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	41, // 48: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	44, // 49: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	26, // 50: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	35, // 51: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	37, // 52: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	40, // 53: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	43, // 54: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	43, // 55: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	50, // [50:56] is the sub-list for method output_type
-	44, // [44:50] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	23, // 16: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	25, // 17: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	26, // 18: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	1,  // 19: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	9,  // 20: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	28, // 21: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	22, // 22: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	5,  // 23: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	10, // 24: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	4,  // 25: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	27, // 26: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 27: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	33, // 28: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	34, // 29: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	35, // 30: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	36, // 31: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	37, // 32: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	38, // 33: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	1,  // 34: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	5,  // 35: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	4,  // 36: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	5,  // 37: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	39, // 38: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	4,  // 39: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	28, // 40: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	29, // 41: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	4,  // 42: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	44, // 43: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	28, // 44: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	47, // 45: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 46: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	50, // 47: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	30, // 48: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	32, // 49: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	41, // 50: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	43, // 51: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	46, // 52: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	49, // 53: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	31, // 54: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	40, // 55: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	42, // 56: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	45, // 57: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	48, // 58: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	48, // 59: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	54, // [54:60] is the sub-list for method output_type
+	48, // [48:54] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -3824,8 +4210,11 @@ func file_govfs_proto_init() {
 		(*Command_InitMinistry)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
+		(*Command_RegisterChunkServer)(nil),
+		(*Command_CreateReplicaGroup)(nil),
+		(*Command_AllocChunkHandles)(nil),
 	}
-	file_govfs_proto_msgTypes[23].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[28].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -3839,7 +4228,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   42,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
