@@ -1,0 +1,210 @@
+package dataproto
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+)
+
+// HeaderSize is the size of a frame header.
+const HeaderSize = 64
+
+// Magic opens every frame.
+const Magic uint32 = 0x47564644 // "GVFD"
+
+// Version is the frame format version this package speaks.
+const Version uint8 = 1
+
+// DefaultMaxPayload bounds a frame's payload unless the reader says
+// otherwise (a data request carries at most a few MiB).
+const DefaultMaxPayload = 16 << 20
+
+// Type is the kind of a frame.
+type Type uint8
+
+// Frame types. Requests and their replies come in pairs.
+const (
+	TypeWrite Type = iota + 1
+	TypeWriteReply
+	TypeRead
+	TypeReadReply
+	TypeAppend
+	TypeAppendReply
+	typeEnd
+)
+
+func (t Type) String() string {
+	switch t {
+	case TypeWrite:
+		return "write"
+	case TypeWriteReply:
+		return "write-reply"
+	case TypeRead:
+		return "read"
+	case TypeReadReply:
+		return "read-reply"
+	case TypeAppend:
+		return "append"
+	case TypeAppendReply:
+		return "append-reply"
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Status is the outcome carried by a reply.
+type Status uint32
+
+// Reply statuses.
+const (
+	StatusOK Status = iota
+	StatusStaleEpoch
+	StatusStaleVersion
+	StatusNotFound
+	StatusChunkFull
+	StatusCorrupt
+	StatusNoSpace
+	StatusInvalid
+	StatusNotPrimary
+	StatusInternal
+)
+
+// Frame is one decoded frame.
+type Frame struct {
+	Type      Type
+	RequestID uint64
+	Handle    uint64
+	Version   uint64
+	Epoch     uint64
+	Offset    int64
+	Status    Status
+	Payload   []byte
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Errors a reader returns; each is wrapped with details.
+var (
+	ErrBadMagic   = errors.New("dataproto: not a GovFS data frame (bad magic)")
+	ErrBadVersion = errors.New("dataproto: unsupported frame version")
+	ErrBadHeader  = errors.New("dataproto: corrupt frame header")
+	ErrTooLarge   = errors.New("dataproto: frame payload too large")
+	ErrBadPayload = errors.New("dataproto: corrupt frame payload")
+)
+
+// AppendFrame encodes f after dst and returns the extended slice.
+func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
+	if f.Type == 0 || f.Type >= typeEnd {
+		return dst, fmt.Errorf("dataproto: encode: unknown frame type %d", uint8(f.Type))
+	}
+	if f.Offset < 0 {
+		return dst, fmt.Errorf("dataproto: encode: negative offset %d", f.Offset)
+	}
+	if uint64(len(f.Payload)) > uint64(^uint32(0)) {
+		return dst, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(f.Payload))
+	}
+	start := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, Magic)
+	dst = append(dst, Version, byte(f.Type), 0, 0)
+	dst = binary.BigEndian.AppendUint64(dst, f.RequestID)
+	dst = binary.BigEndian.AppendUint64(dst, f.Handle)
+	dst = binary.BigEndian.AppendUint64(dst, f.Version)
+	dst = binary.BigEndian.AppendUint64(dst, f.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(f.Offset))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(f.Payload)))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(f.Status))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(f.Payload, castagnoli))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
+	return append(dst, f.Payload...), nil
+}
+
+// WriteFrame encodes f to w in one Write call.
+func WriteFrame(w io.Writer, f *Frame) error {
+	b, err := AppendFrame(make([]byte, 0, HeaderSize+len(f.Payload)), f)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
+	}
+	return nil
+}
+
+// ParseHeader validates a frame header and returns the frame without its
+// payload, the payload length and the payload CRC to check.
+func ParseHeader(h []byte, maxPayload uint32) (f Frame, n uint32, crc uint32, err error) {
+	if len(h) < HeaderSize {
+		return f, 0, 0, fmt.Errorf("%w: %d header bytes", ErrBadHeader, len(h))
+	}
+	if m := binary.BigEndian.Uint32(h[0:]); m != Magic {
+		return f, 0, 0, fmt.Errorf("%w: %#x", ErrBadMagic, m)
+	}
+	if h[4] != Version {
+		return f, 0, 0, fmt.Errorf("%w: %d (this binary speaks %d)", ErrBadVersion, h[4], Version)
+	}
+	if want, got := binary.BigEndian.Uint32(h[60:]), crc32.Checksum(h[:60], castagnoli); want != got {
+		return f, 0, 0, fmt.Errorf("%w: header CRC %#x, computed %#x", ErrBadHeader, want, got)
+	}
+	f.Type = Type(h[5])
+	if f.Type == 0 || f.Type >= typeEnd {
+		return f, 0, 0, fmt.Errorf("%w: unknown type %d", ErrBadHeader, h[5])
+	}
+	if flags := binary.BigEndian.Uint16(h[6:]); flags != 0 {
+		return f, 0, 0, fmt.Errorf("%w: reserved flags %#x set", ErrBadHeader, flags)
+	}
+	f.RequestID = binary.BigEndian.Uint64(h[8:])
+	f.Handle = binary.BigEndian.Uint64(h[16:])
+	f.Version = binary.BigEndian.Uint64(h[24:])
+	f.Epoch = binary.BigEndian.Uint64(h[32:])
+	f.Offset = int64(binary.BigEndian.Uint64(h[40:]))
+	if f.Offset < 0 {
+		return f, 0, 0, fmt.Errorf("%w: negative offset %d", ErrBadHeader, f.Offset)
+	}
+	n = binary.BigEndian.Uint32(h[48:])
+	if n > maxPayload {
+		return f, 0, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxPayload)
+	}
+	f.Status = Status(binary.BigEndian.Uint32(h[52:]))
+	return f, n, binary.BigEndian.Uint32(h[56:]), nil
+}
+
+// Reader decodes frames from a stream.
+type Reader struct {
+	r          io.Reader
+	maxPayload uint32
+	hdr        [HeaderSize]byte
+}
+
+// NewReader reads frames from r, refusing payloads over maxPayload bytes
+// (DefaultMaxPayload when 0). Wrap r in a bufio.Reader for small frames.
+func NewReader(r io.Reader, maxPayload uint32) *Reader {
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	return &Reader{r: r, maxPayload: maxPayload}
+}
+
+// Next reads one frame. At a clean end of stream it returns io.EOF; a
+// stream cut inside a frame gives io.ErrUnexpectedEOF. The payload is a
+// new slice owned by the caller.
+func (r *Reader) Next() (*Frame, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
+		return nil, err
+	}
+	f, n, crc, err := ParseHeader(r.hdr[:], r.maxPayload)
+	if err != nil {
+		return nil, err
+	}
+	f.Payload = make([]byte, n)
+	if _, err := io.ReadFull(r.r, f.Payload); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("dataproto: read %v payload: %w", f.Type, err)
+	}
+	if got := crc32.Checksum(f.Payload, castagnoli); got != crc {
+		return nil, fmt.Errorf("%w: %v frame %d: CRC %#x, computed %#x", ErrBadPayload, f.Type, f.RequestID, crc, got)
+	}
+	return &f, nil
+}
