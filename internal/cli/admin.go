@@ -97,9 +97,27 @@ func adminStatus(ctx context.Context, g fsGlobal, asJSON bool, stdout io.Writer)
 
 // statusReport is what `admin status` shows; its JSON form is for scripts.
 type statusReport struct {
-	ClusterID string         `json:"cluster_id"`
-	Members   []memberReport `json:"members"`
-	Groups    []groupReport  `json:"groups"`
+	ClusterID    string              `json:"cluster_id"`
+	Members      []memberReport      `json:"members"`
+	Groups       []groupReport       `json:"groups"`
+	ChunkServers []chunkServerReport `json:"chunk_servers"`
+}
+
+// chunkServerReport is a chunk server as the president's leader sees it
+// (liveness is only known there).
+type chunkServerReport struct {
+	ID       uint64 `json:"id"`
+	Addr     string `json:"addr"`
+	Host     string `json:"host"`
+	Rack     string `json:"rack"`
+	Pod      string `json:"pod,omitempty"`
+	Alive    bool   `json:"alive"`
+	Known    bool   `json:"liveness_known"`
+	Capacity int64  `json:"capacity"`
+	Used     int64  `json:"used"`
+	Chunks   uint64 `json:"chunks"`
+	// LastHeartbeatMsAgo is -1 when no heartbeat was seen.
+	LastHeartbeatMsAgo int64 `json:"last_heartbeat_ms_ago"`
 }
 
 type memberReport struct {
@@ -136,7 +154,32 @@ type nodeReport struct {
 // buildStatusReport merges the members' Status answers (resps[i] or
 // errs[i] for members[i]) into one view.
 func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.StatusResponse, errs []error) statusReport {
-	rep := statusReport{ClusterID: clusterID, Members: []memberReport{}, Groups: []groupReport{}}
+	rep := statusReport{ClusterID: clusterID, Members: []memberReport{}, Groups: []groupReport{}, ChunkServers: []chunkServerReport{}}
+	// Chunk servers: from the member that knows liveness (the president's
+	// leader), else from any member.
+	var chunkSrc *wire.StatusResponse
+	for i := range members {
+		if errs[i] == nil && resps[i] != nil {
+			if chunkSrc == nil {
+				chunkSrc = resps[i]
+			}
+			for _, cs := range resps[i].GetChunkServers() {
+				if cs.GetKnown() {
+					chunkSrc = resps[i]
+				}
+			}
+		}
+	}
+	for _, cs := range chunkSrc.GetChunkServers() {
+		srv := cs.GetServer()
+		cr := chunkServerReport{ID: srv.GetId(), Addr: srv.GetAddr(), Host: srv.GetHost(), Rack: srv.GetRack(), Pod: srv.GetPod(),
+			Alive: cs.GetAlive(), Known: cs.GetKnown(), Capacity: srv.GetCapacity(), Used: cs.GetUsed(), Chunks: cs.GetChunks(),
+			LastHeartbeatMsAgo: -1}
+		if cs.GetKnown() && (cs.GetAlive() || cs.GetLastHeartbeatMsAgo() > 0) {
+			cr.LastHeartbeatMsAgo = cs.GetLastHeartbeatMsAgo()
+		}
+		rep.ChunkServers = append(rep.ChunkServers, cr)
+	}
 	type view struct {
 		node uint64
 		gs   *wire.GroupStatus
@@ -243,6 +286,25 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\n", g.Group, g.Kind, leader, g.Term, g.Commit, g.Applied, strings.Join(roles, " "))
 	}
 	tw.Flush()
+	if len(rep.ChunkServers) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "CHUNK SERVER\tADDR\tHOST\tRACK\tPOD\tSTATE\tCHUNKS\tUSED\tCAPACITY")
+		for _, c := range rep.ChunkServers {
+			state := "unknown"
+			switch {
+			case c.Known && c.Alive:
+				state = "alive"
+			case c.Known:
+				state = "dead"
+			}
+			pod := c.Pod
+			if pod == "" {
+				pod = "-"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks, c.Used, c.Capacity)
+		}
+		tw.Flush()
+	}
 	for _, m := range rep.Members {
 		if !m.Reachable && m.Error != "" {
 			fmt.Fprintf(w, "\nmember %d (%s) unreachable: %s", m.ID, m.Addr, m.Error)

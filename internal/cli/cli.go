@@ -21,6 +21,7 @@ Usage: govfs <command> [arguments]
 Commands:
   dev     run a local cluster (3 metadata nodes) until Ctrl-C
   meta    run a metadata node
+  chunk   run a chunk server (stores chunks; replication not built yet)
   fs      file operations: ls stat mkdir touch rm rmdir mv ln readlink
   admin   cluster administration: status
   bench   benchmarks: meta
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "meta":
 		return runMeta(ctx, args[1:], stdout, stderr)
+	case "chunk":
+		return runChunk(ctx, args[1:], stdout, stderr)
 	case "dev":
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "fs":

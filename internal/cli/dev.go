@@ -29,16 +29,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("dev: find the govfs binary: %w", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true})
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true, Chunks: 3})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dev: %w (node logs are in %s)", err, abs)
 	}
 	defer c.Stop()
 	meta := strings.Join(c.Addrs(), ",")
-	fmt.Fprintf(stdout, "GovFS dev cluster is up: 3 metadata nodes, data and logs in %s\n", abs)
+	fmt.Fprintf(stdout, "GovFS dev cluster is up: 3 metadata nodes and 3 chunk servers, data and logs in %s\n", abs)
 	for i, a := range c.Addrs() {
 		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
+	}
+	for k, a := range c.ChunkAddrs() {
+		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (log %s)\n", k+1, k+1, a, c.LogPath(len(c.Addrs())+k))
 	}
 	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta)
 	// Report a node that dies under us; the others keep serving (a
@@ -47,8 +50,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		i   int
 		err error
 	}
-	died := make(chan exited, len(c.Addrs()))
-	for i := range c.Addrs() {
+	died := make(chan exited, c.Procs())
+	for i := range c.Procs() {
 		done, status := c.Exited(i)
 		go func() {
 			select {

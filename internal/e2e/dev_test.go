@@ -66,7 +66,8 @@ func govfs(t *testing.T, meta string, args ...string) string {
 	return string(out)
 }
 
-// metaPidsUnder lists govfs meta processes whose --data lies under dir.
+// metaPidsUnder lists govfs meta and chunk processes whose --data lies
+// under dir.
 func metaPidsUnder(dir string) []string {
 	var pids []string
 	ents, _ := os.ReadDir("/proc")
@@ -76,7 +77,7 @@ func metaPidsUnder(dir string) []string {
 			continue
 		}
 		cl := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cl, " meta ") && strings.Contains(cl, dir) {
+		if (strings.Contains(cl, " meta ") || strings.Contains(cl, " chunk ")) && strings.Contains(cl, dir) {
 			pids = append(pids, e.Name())
 		}
 	}
@@ -91,7 +92,7 @@ func TestDevClusterRestartsWithItsData(t *testing.T) {
 	dev, meta := startDev(t, dir)
 	govfs(t, meta, "fs", "mkdir", "-p", "/kept/a")
 	govfs(t, meta, "fs", "touch", "/kept/a/file")
-	if out := govfs(t, meta, "admin", "status"); !strings.Contains(out, "ministry") {
+	if out := govfs(t, meta, "admin", "status"); !strings.Contains(out, "ministry") || strings.Count(out, "alive") != 3 {
 		t.Fatalf("admin status:\n%s", out)
 	}
 	_ = dev.Process.Signal(syscall.SIGINT)
@@ -103,7 +104,7 @@ func TestDevClusterRestartsWithItsData(t *testing.T) {
 		t.Fatal("govfs dev did not stop on SIGINT")
 	}
 	if pids := metaPidsUnder(dir); len(pids) != 0 {
-		t.Fatalf("meta processes still running after govfs dev stopped: %v", pids)
+		t.Fatalf("meta or chunk processes still running after govfs dev stopped: %v", pids)
 	}
 	_, meta2 := startDev(t, dir)
 	if meta2 != meta {

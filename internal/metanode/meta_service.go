@@ -89,9 +89,9 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 	case *wire.Command_Rename:
 		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
 	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr:
-	case *wire.Command_AllocInodes:
+	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer:
 		if g != ids.PresidentGroup {
-			return errors.New("alloc_inodes goes to the president group (0)")
+			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
 		}
 		return nil
 	case nil:
@@ -296,6 +296,9 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 		Addr:                 s.n.cfg.Peers[s.n.cfg.ID],
 		Members:              s.members(),
 		MeanEntriesPerAppend: s.n.host.MeanEntriesPerAppend(),
+	}
+	if cs, groups, err := s.chunkStatus(); err == nil {
+		resp.ChunkServers, resp.ReplicaGroups = cs, groups
 	}
 	for _, st := range s.n.host.Status() {
 		kind := "ministry"

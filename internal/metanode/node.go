@@ -40,6 +40,7 @@ type Node struct {
 	pool      *rpc.Pool
 	clusterID atomic.Value // string
 	ident     *identity
+	chunks    chunkLiveness
 
 	stop     chan struct{}
 	wg       sync.WaitGroup

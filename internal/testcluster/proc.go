@@ -34,14 +34,18 @@ type ProcConfig struct {
 	Tick time.Duration
 	// HTTP gives each node a /metrics port too.
 	HTTP bool
-	// ExtraArgs are appended to every node's command line.
+	// ExtraArgs are appended to every metadata node's command line.
 	ExtraArgs []string
+	// Chunks is the number of chunk servers (racks r1, r2, ...), started
+	// after the metadata nodes.
+	Chunks int
 }
 
 // layout is persisted in Dir/cluster.json.
 type layout struct {
-	Addrs []string `json:"addrs"`
-	HTTP  []string `json:"http,omitempty"`
+	Addrs      []string `json:"addrs"`
+	HTTP       []string `json:"http,omitempty"`
+	ChunkAddrs []string `json:"chunk_addrs,omitempty"`
 }
 
 // ProcCluster is a running process cluster.
@@ -89,6 +93,17 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 		if len(c.layout.Addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%s describes %d nodes, not %d", lp, len(c.layout.Addrs), cfg.Nodes)
 		}
+		for len(c.layout.ChunkAddrs) < cfg.Chunks {
+			// A directory made before chunk servers existed: add them.
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.layout.ChunkAddrs = append(c.layout.ChunkAddrs, a)
+		}
+		if err := c.saveLayout(lp); err != nil {
+			return nil, err
+		}
 	} else {
 		for i := 0; i < cfg.Nodes; i++ {
 			a, err := freePort()
@@ -104,20 +119,41 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 				c.layout.HTTP = append(c.layout.HTTP, h)
 			}
 		}
-		b, _ := json.MarshalIndent(c.layout, "", "  ")
-		if err := os.WriteFile(lp, b, 0o644); err != nil {
+		for i := 0; i < cfg.Chunks; i++ {
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.layout.ChunkAddrs = append(c.layout.ChunkAddrs, a)
+		}
+		if err := c.saveLayout(lp); err != nil {
 			return nil, err
 		}
 	}
-	c.procs = make([]*exec.Cmd, cfg.Nodes)
-	c.exits = make([]*exit, cfg.Nodes)
-	for i := 0; i < cfg.Nodes; i++ {
+	total := cfg.Nodes + cfg.Chunks
+	c.procs = make([]*exec.Cmd, total)
+	c.exits = make([]*exit, total)
+	for i := 0; i < total; i++ {
 		if err := c.Start(i); err != nil {
 			c.Stop()
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+func (c *ProcCluster) saveLayout(path string) error {
+	b, _ := json.MarshalIndent(c.layout, "", "  ")
+	return os.WriteFile(path, b, 0o644)
+}
+
+// Procs is the number of processes: metadata nodes (0..Nodes-1), then
+// chunk servers.
+func (c *ProcCluster) Procs() int { return len(c.procs) }
+
+// ChunkAddrs are the chunk servers' data addresses.
+func (c *ProcCluster) ChunkAddrs() []string {
+	return append([]string(nil), c.layout.ChunkAddrs[:c.cfg.Chunks]...)
 }
 
 // Peers is the --peers value of the cluster.
@@ -135,9 +171,27 @@ func (c *ProcCluster) Addrs() []string { return append([]string(nil), c.layout.A
 // HTTPAddrs are the /metrics addresses (when configured).
 func (c *ProcCluster) HTTPAddrs() []string { return append([]string(nil), c.layout.HTTP...) }
 
-// LogPath is node i's log file.
+// LogPath is process i's log file.
 func (c *ProcCluster) LogPath(i int) string {
+	if i >= c.cfg.Nodes {
+		return filepath.Join(c.cfg.Dir, fmt.Sprintf("chunk%d.log", i-c.cfg.Nodes+1))
+	}
 	return filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d.log", i+1))
+}
+
+// args is process i's command line.
+func (c *ProcCluster) args(i int) []string {
+	if i >= c.cfg.Nodes {
+		k := i - c.cfg.Nodes
+		return []string{"chunk", "--listen", c.layout.ChunkAddrs[k], "--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("chunk%d", k+1)),
+			"--meta", strings.Join(c.layout.Addrs, ","), "--rack", fmt.Sprintf("r%d", k+1)}
+	}
+	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
+		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
+	if len(c.layout.HTTP) > i {
+		args = append(args, "--http", c.layout.HTTP[i])
+	}
+	return append(args, c.cfg.ExtraArgs...)
 }
 
 // Start starts node i (index from 0) if it is not running.
@@ -151,13 +205,7 @@ func (c *ProcCluster) Start(i int) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
-		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
-	if len(c.layout.HTTP) > i {
-		args = append(args, "--http", c.layout.HTTP[i])
-	}
-	args = append(args, c.cfg.ExtraArgs...)
-	cmd := exec.Command(c.cfg.Binary, args...)
+	cmd := exec.Command(c.cfg.Binary, c.args(i)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: a Ctrl-C in the terminal reaches only the parent,
 	// which then stops the children in order.
@@ -226,17 +274,22 @@ func (c *ProcCluster) signal(i int, sig syscall.Signal, grace time.Duration) {
 	<-ex.done
 }
 
-// Stop stops every node (SIGTERM, in parallel) and waits for them.
+// Stop stops every process (SIGTERM, in parallel): chunk servers first,
+// then the metadata nodes they report to.
 func (c *ProcCluster) Stop() {
-	var wg sync.WaitGroup
-	for i := range c.procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.StopNode(i)
-		}()
+	stopRange := func(from, to int) {
+		var wg sync.WaitGroup
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.StopNode(i)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
+	stopRange(c.cfg.Nodes, len(c.procs))
+	stopRange(0, c.cfg.Nodes)
 }
 
 // WaitReady waits until every running node answers and the root
@@ -270,6 +323,11 @@ func (c *ProcCluster) WaitReady(ctx context.Context) error {
 			}
 			ok = true
 			break
+		}
+		if ok && c.cfg.Chunks > 0 {
+			if err := c.chunksAlive(ctx, pool); err != nil {
+				last, ok = err, false
+			}
 		}
 		if ok {
 			return nil
@@ -317,4 +375,36 @@ func (c *ProcCluster) portTaken() bool {
 		}
 	}
 	return false
+}
+
+// chunksAlive checks that the president reports every chunk server alive.
+func (c *ProcCluster) chunksAlive(ctx context.Context, pool *rpc.Pool) error {
+	for _, a := range c.layout.Addrs {
+		cc, err := pool.Get(a)
+		if err != nil {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+		cancel()
+		if err != nil {
+			continue
+		}
+		alive := 0
+		known := false
+		for _, cs := range st.GetChunkServers() {
+			known = known || cs.GetKnown()
+			if cs.GetAlive() {
+				alive++
+			}
+		}
+		if !known {
+			continue // not the president's leader
+		}
+		if alive >= c.cfg.Chunks {
+			return nil
+		}
+		return fmt.Errorf("%d of %d chunk servers alive", alive, c.cfg.Chunks)
+	}
+	return fmt.Errorf("no president leader reported chunk server liveness")
 }

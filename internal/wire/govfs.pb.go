@@ -3347,8 +3347,10 @@ type StatusResponse struct {
 	Groups    []*GroupStatus         `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
 	Members   []*Member              `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
 	// Mean number of entries per MsgApp this node sent since start.
-	MeanEntriesPerAppend float64 `protobuf:"fixed64,7,opt,name=mean_entries_per_append,json=meanEntriesPerAppend,proto3" json:"mean_entries_per_append,omitempty"`
-	NextFreeIno          uint64  `protobuf:"varint,8,opt,name=next_free_ino,json=nextFreeIno,proto3" json:"next_free_ino,omitempty"`
+	MeanEntriesPerAppend float64              `protobuf:"fixed64,7,opt,name=mean_entries_per_append,json=meanEntriesPerAppend,proto3" json:"mean_entries_per_append,omitempty"`
+	NextFreeIno          uint64               `protobuf:"varint,8,opt,name=next_free_ino,json=nextFreeIno,proto3" json:"next_free_ino,omitempty"`
+	ChunkServers         []*ChunkServerStatus `protobuf:"bytes,9,rep,name=chunk_servers,json=chunkServers,proto3" json:"chunk_servers,omitempty"`
+	ReplicaGroups        []*ReplicaGroup      `protobuf:"bytes,10,rep,name=replica_groups,json=replicaGroups,proto3" json:"replica_groups,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -3439,6 +3441,246 @@ func (x *StatusResponse) GetNextFreeIno() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetChunkServers() []*ChunkServerStatus {
+	if x != nil {
+		return x.ChunkServers
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetReplicaGroups() []*ReplicaGroup {
+	if x != nil {
+		return x.ReplicaGroups
+	}
+	return nil
+}
+
+// ChunkHeartbeatRequest is a chunk server's periodic report to the
+// president (soft state: liveness and load, not logged).
+type ChunkHeartbeatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ServerId      uint64                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Capacity      int64                  `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Chunks        uint64                 `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	BytesInFlight int64                  `protobuf:"varint,6,opt,name=bytes_in_flight,json=bytesInFlight,proto3" json:"bytes_in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkHeartbeatRequest) Reset() {
+	*x = ChunkHeartbeatRequest{}
+	mi := &file_govfs_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkHeartbeatRequest) ProtoMessage() {}
+
+func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ChunkHeartbeatRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ChunkHeartbeatRequest) GetServerId() uint64 {
+	if x != nil {
+		return x.ServerId
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetBytesInFlight() int64 {
+	if x != nil {
+		return x.BytesInFlight
+	}
+	return 0
+}
+
+type ChunkHeartbeatResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// How often the president expects heartbeats, in milliseconds.
+	IntervalMs    uint64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkHeartbeatResponse) Reset() {
+	*x = ChunkHeartbeatResponse{}
+	mi := &file_govfs_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkHeartbeatResponse) ProtoMessage() {}
+
+func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ChunkHeartbeatResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ChunkHeartbeatResponse) GetIntervalMs() uint64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// ChunkServerStatus is a chunk server as `admin status` shows it.
+type ChunkServerStatus struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Server *ChunkServer           `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// Liveness is known only to the president's leader: `known` is false
+	// on other nodes.
+	Known              bool   `protobuf:"varint,2,opt,name=known,proto3" json:"known,omitempty"`
+	Alive              bool   `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	LastHeartbeatMsAgo int64  `protobuf:"varint,4,opt,name=last_heartbeat_ms_ago,json=lastHeartbeatMsAgo,proto3" json:"last_heartbeat_ms_ago,omitempty"`
+	Used               int64  `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
+	Chunks             uint64 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *ChunkServerStatus) Reset() {
+	*x = ChunkServerStatus{}
+	mi := &file_govfs_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkServerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkServerStatus) ProtoMessage() {}
+
+func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
+func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ChunkServerStatus) GetServer() *ChunkServer {
+	if x != nil {
+		return x.Server
+	}
+	return nil
+}
+
+func (x *ChunkServerStatus) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *ChunkServerStatus) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *ChunkServerStatus) GetLastHeartbeatMsAgo() int64 {
+	if x != nil {
+		return x.LastHeartbeatMsAgo
+	}
+	return 0
+}
+
+func (x *ChunkServerStatus) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *ChunkServerStatus) GetChunks() uint64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
 // one node to another, coalesced across groups.
 type RaftBatch struct {
@@ -3453,7 +3695,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3707,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3720,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -3520,7 +3762,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3774,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3787,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -3571,7 +3813,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3825,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3838,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -3624,7 +3866,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3878,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3891,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -3711,7 +3953,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3965,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3978,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KV) GetKey() []byte {
@@ -3984,7 +4226,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04role\x18\a \x01(\tR\x04role\x12\x16\n" +
 	"\x06voters\x18\b \x03(\x04R\x06voters\x12\x1f\n" +
 	"\vfirst_index\x18\t \x01(\x04R\n" +
-	"firstIndex\"\xc2\x02\n" +
+	"firstIndex\"\xc7\x03\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -3994,7 +4236,29 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06groups\x18\x05 \x03(\v2\x17.govfs.wire.GroupStatusR\x06groups\x12,\n" +
 	"\amembers\x18\x06 \x03(\v2\x12.govfs.wire.MemberR\amembers\x125\n" +
 	"\x17mean_entries_per_append\x18\a \x01(\x01R\x14meanEntriesPerAppend\x12\"\n" +
-	"\rnext_free_ino\x18\b \x01(\x04R\vnextFreeIno\"{\n" +
+	"\rnext_free_ino\x18\b \x01(\x04R\vnextFreeIno\x12B\n" +
+	"\rchunk_servers\x18\t \x03(\v2\x1d.govfs.wire.ChunkServerStatusR\fchunkServers\x12?\n" +
+	"\x0ereplica_groups\x18\n" +
+	" \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\"\xc3\x01\n" +
+	"\x15ChunkHeartbeatRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
+	"\tserver_id\x18\x02 \x01(\x04R\bserverId\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x16\n" +
+	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12&\n" +
+	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\"e\n" +
+	"\x16ChunkHeartbeatResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\x04R\n" +
+	"intervalMs\"\xcf\x01\n" +
+	"\x11ChunkServerStatus\x12/\n" +
+	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\x12\x14\n" +
+	"\x05known\x18\x02 \x01(\bR\x05known\x12\x14\n" +
+	"\x05alive\x18\x03 \x01(\bR\x05alive\x121\n" +
+	"\x15last_heartbeat_ms_ago\x18\x04 \x01(\x03R\x12lastHeartbeatMsAgo\x12\x12\n" +
+	"\x04used\x18\x05 \x01(\x03R\x04used\x12\x16\n" +
+	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -4048,12 +4312,13 @@ const file_govfs_proto_rawDesc = "" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01*0\n" +
 	"\x0fReadConsistency\x12\v\n" +
 	"\aSESSION\x10\x00\x12\x10\n" +
-	"\fLINEARIZABLE\x10\x012\x93\x02\n" +
+	"\fLINEARIZABLE\x10\x012\xec\x02\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.govfs.wire.ClusterInfoRequest\x1a\x1f.govfs.wire.ClusterInfoResponse\x12?\n" +
-	"\x06Status\x12\x19.govfs.wire.StatusRequest\x1a\x1a.govfs.wire.StatusResponse2|\n" +
+	"\x06Status\x12\x19.govfs.wire.StatusRequest\x1a\x1a.govfs.wire.StatusResponse\x12W\n" +
+	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse2|\n" +
 	"\x04Raft\x122\n" +
 	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
@@ -4071,59 +4336,62 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_govfs_proto_goTypes = []any{
-	(Code)(0),                     // 0: govfs.wire.Code
-	(FileType)(0),                 // 1: govfs.wire.FileType
-	(SetattrField)(0),             // 2: govfs.wire.SetattrField
-	(ReadConsistency)(0),          // 3: govfs.wire.ReadConsistency
-	(*Status)(nil),                // 4: govfs.wire.Status
-	(*Attr)(nil),                  // 5: govfs.wire.Attr
-	(*Inode)(nil),                 // 6: govfs.wire.Inode
-	(*Dirent)(nil),                // 7: govfs.wire.Dirent
-	(*RequestID)(nil),             // 8: govfs.wire.RequestID
-	(*Cred)(nil),                  // 9: govfs.wire.Cred
-	(*Command)(nil),               // 10: govfs.wire.Command
-	(*CreateOp)(nil),              // 11: govfs.wire.CreateOp
-	(*LinkOp)(nil),                // 12: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),              // 13: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),              // 14: govfs.wire.RenameOp
-	(*SetattrOp)(nil),             // 15: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),            // 16: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),         // 17: govfs.wire.RemoveXattrOp
-	(*GrantInodesOp)(nil),         // 18: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),        // 19: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),         // 20: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),         // 21: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),           // 22: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil), // 23: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),          // 24: govfs.wire.ReplicaGroup
-	(*CreateReplicaGroupOp)(nil),  // 25: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),   // 26: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                // 27: govfs.wire.Result
-	(*Member)(nil),                // 28: govfs.wire.Member
-	(*Ministry)(nil),              // 29: govfs.wire.Ministry
-	(*MutateRequest)(nil),         // 30: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),        // 31: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),           // 32: govfs.wire.ReadRequest
-	(*LookupReq)(nil),             // 33: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),            // 34: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),            // 35: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),           // 36: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),          // 37: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),           // 38: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),              // 39: govfs.wire.DirEntry
-	(*ReadResponse)(nil),          // 40: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),    // 41: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),   // 42: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),         // 43: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),           // 44: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),        // 45: govfs.wire.StatusResponse
-	(*RaftBatch)(nil),             // 46: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),           // 47: govfs.wire.RaftMessage
-	(*RaftAck)(nil),               // 48: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),         // 49: govfs.wire.SnapshotChunk
-	(*KV)(nil),                    // 50: govfs.wire.KV
+	(Code)(0),                      // 0: govfs.wire.Code
+	(FileType)(0),                  // 1: govfs.wire.FileType
+	(SetattrField)(0),              // 2: govfs.wire.SetattrField
+	(ReadConsistency)(0),           // 3: govfs.wire.ReadConsistency
+	(*Status)(nil),                 // 4: govfs.wire.Status
+	(*Attr)(nil),                   // 5: govfs.wire.Attr
+	(*Inode)(nil),                  // 6: govfs.wire.Inode
+	(*Dirent)(nil),                 // 7: govfs.wire.Dirent
+	(*RequestID)(nil),              // 8: govfs.wire.RequestID
+	(*Cred)(nil),                   // 9: govfs.wire.Cred
+	(*Command)(nil),                // 10: govfs.wire.Command
+	(*CreateOp)(nil),               // 11: govfs.wire.CreateOp
+	(*LinkOp)(nil),                 // 12: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),               // 13: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),               // 14: govfs.wire.RenameOp
+	(*SetattrOp)(nil),              // 15: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),             // 16: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),          // 17: govfs.wire.RemoveXattrOp
+	(*GrantInodesOp)(nil),          // 18: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 19: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 20: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 21: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 22: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 23: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 24: govfs.wire.ReplicaGroup
+	(*CreateReplicaGroupOp)(nil),   // 25: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 26: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 27: govfs.wire.Result
+	(*Member)(nil),                 // 28: govfs.wire.Member
+	(*Ministry)(nil),               // 29: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 30: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 31: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 32: govfs.wire.ReadRequest
+	(*LookupReq)(nil),              // 33: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 34: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 35: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 36: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 37: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 38: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 39: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 40: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 41: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 42: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 43: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 44: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 45: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 46: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 47: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 48: govfs.wire.ChunkServerStatus
+	(*RaftBatch)(nil),              // 49: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 50: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 51: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 52: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 53: govfs.wire.KV
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -4171,26 +4439,32 @@ var file_govfs_proto_depIdxs = []int32{
 	4,  // 42: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
 	44, // 43: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
 	28, // 44: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	47, // 45: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 46: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	50, // 47: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	30, // 48: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	32, // 49: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	41, // 50: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	43, // 51: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	46, // 52: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	49, // 53: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	31, // 54: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	40, // 55: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	42, // 56: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	45, // 57: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	48, // 58: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	48, // 59: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	54, // [54:60] is the sub-list for method output_type
-	48, // [48:54] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	48, // 45: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	24, // 46: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	4,  // 47: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	22, // 48: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	50, // 49: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 50: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	53, // 51: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	30, // 52: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	32, // 53: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	41, // 54: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	43, // 55: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	46, // 56: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	49, // 57: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	52, // 58: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	31, // 59: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	40, // 60: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	42, // 61: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	45, // 62: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	47, // 63: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	51, // 64: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	51, // 65: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	59, // [59:66] is the sub-list for method output_type
+	52, // [52:59] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -4228,7 +4502,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -28,10 +28,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Meta_Mutate_FullMethodName      = "/govfs.wire.Meta/Mutate"
-	Meta_Read_FullMethodName        = "/govfs.wire.Meta/Read"
-	Meta_ClusterInfo_FullMethodName = "/govfs.wire.Meta/ClusterInfo"
-	Meta_Status_FullMethodName      = "/govfs.wire.Meta/Status"
+	Meta_Mutate_FullMethodName         = "/govfs.wire.Meta/Mutate"
+	Meta_Read_FullMethodName           = "/govfs.wire.Meta/Read"
+	Meta_ClusterInfo_FullMethodName    = "/govfs.wire.Meta/ClusterInfo"
+	Meta_Status_FullMethodName         = "/govfs.wire.Meta/Status"
+	Meta_ChunkHeartbeat_FullMethodName = "/govfs.wire.Meta/ChunkHeartbeat"
 )
 
 // MetaClient is the client API for Meta service.
@@ -42,6 +43,7 @@ type MetaClient interface {
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	ClusterInfo(ctx context.Context, in *ClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	ChunkHeartbeat(ctx context.Context, in *ChunkHeartbeatRequest, opts ...grpc.CallOption) (*ChunkHeartbeatResponse, error)
 }
 
 type metaClient struct {
@@ -92,6 +94,16 @@ func (c *metaClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaClient) ChunkHeartbeat(ctx context.Context, in *ChunkHeartbeatRequest, opts ...grpc.CallOption) (*ChunkHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChunkHeartbeatResponse)
+	err := c.cc.Invoke(ctx, Meta_ChunkHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -100,6 +112,7 @@ type MetaServer interface {
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	ClusterInfo(context.Context, *ClusterInfoRequest) (*ClusterInfoResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	ChunkHeartbeat(context.Context, *ChunkHeartbeatRequest) (*ChunkHeartbeatResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -121,6 +134,9 @@ func (UnimplementedMetaServer) ClusterInfo(context.Context, *ClusterInfoRequest)
 }
 func (UnimplementedMetaServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedMetaServer) ChunkHeartbeat(context.Context, *ChunkHeartbeatRequest) (*ChunkHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChunkHeartbeat not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -215,6 +231,24 @@ func _Meta_Status_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_ChunkHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChunkHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).ChunkHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_ChunkHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).ChunkHeartbeat(ctx, req.(*ChunkHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -237,6 +271,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Meta_Status_Handler,
+		},
+		{
+			MethodName: "ChunkHeartbeat",
+			Handler:    _Meta_ChunkHeartbeat_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,293 @@
+package chunkserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/govfs/govfs/internal/chunkstore"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Config configures a chunk server.
+type Config struct {
+	// Listen is the data service's TCP address (HOST:PORT); it is also
+	// the address registered with the president.
+	Listen string
+	// DataDir holds the chunk store.
+	DataDir string
+	// MetaAddrs are metadata node addresses used to find the cluster.
+	MetaAddrs []string
+	// Host, Rack and Pod place this server; Host defaults to the listen
+	// host, so two servers on one machine count as one host.
+	Host, Rack, Pod string
+	// ChunkSize is used when the store is created (default 64 MiB).
+	ChunkSize int64
+	// NoSync skips fsync (tests only).
+	NoSync bool
+	Logger *slog.Logger
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Listen == "":
+		return errors.New("--listen is required: HOST:PORT for the data service")
+	case c.DataDir == "":
+		return errors.New("--data is required: the directory of the chunk store")
+	case len(c.MetaAddrs) == 0:
+		return errors.New("--meta is required: metadata node addresses (HOST:PORT,...)")
+	case c.Rack == "":
+		return errors.New("--rack is required: the rack this server is in (placement never puts two replicas on one host, and spreads them over racks)")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	return nil
+}
+
+// Server is a running chunk server.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	store     *chunkstore.Store
+	lis       net.Listener
+	pool      *rpc.Pool
+	clusterID string
+	id        uint64
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	// conns are the open data connections, closed by Stop.
+	conns map[net.Conn]struct{}
+	// meta is the address of the metadata node that last answered as the
+	// president's leader.
+	meta string
+}
+
+// Start finds the cluster, opens the store, starts the data service and
+// registers with the president. It returns once registered.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Host == "" {
+		cfg.Host, _, _ = net.SplitHostPort(cfg.Listen)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, pool: rpc.NewPool(), stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Stop()
+		}
+	}()
+	cid, err := s.findCluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.clusterID = cid
+	sc := chunkstore.DefaultConfig()
+	sc.Dir, sc.ClusterID, sc.NoSync, sc.Logger = cfg.DataDir, cid, cfg.NoSync, cfg.Logger
+	if cfg.ChunkSize > 0 {
+		sc.ChunkSize = cfg.ChunkSize
+	}
+	if s.store, err = chunkstore.Open(sc); err != nil {
+		return nil, fmt.Errorf("chunk server: %w", err)
+	}
+	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("chunk server: listen on %s (is another process using it?): %w", cfg.Listen, err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.serve()
+	}()
+	if err := s.register(ctx); err != nil {
+		return nil, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.heartbeats()
+	}()
+	ok = true
+	s.log.Info("chunk server started", "id", s.id, "listen", s.lis.Addr().String(), "store", s.store.ID(), "cluster", cid)
+	return s, nil
+}
+
+// ID is the server id the president assigned.
+func (s *Server) ID() uint64 { return s.id }
+
+// Addr is the data service address.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Stop stops serving, waits for the server's goroutines and closes the
+// store.
+func (s *Server) Stop() {
+	select {
+	case <-s.stop:
+		return
+	default:
+	}
+	close(s.stop)
+	if s.lis != nil {
+		_ = s.lis.Close()
+	}
+	s.mu.Lock()
+	for c := range s.conns {
+		_ = c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.pool.Close()
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+// findCluster asks the metadata nodes for the cluster id.
+func (s *Server) findCluster(ctx context.Context) (string, error) {
+	var last error = errors.New("no metadata node answered")
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, a := range s.cfg.MetaAddrs {
+			cc, err := s.pool.Get(a)
+			if err != nil {
+				last = err
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+			cancel()
+			if err != nil {
+				last = fmt.Errorf("%s: %w", a, err)
+				continue
+			}
+			if info.GetClusterId() != "" {
+				return info.GetClusterId(), nil
+			}
+			last = fmt.Errorf("%s: cluster not initialised yet", a)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("chunk server: find the cluster at %v: %w", s.cfg.MetaAddrs, last)
+}
+
+// president calls fn against the president's leader, following
+// NOT_LEADER hints, until it succeeds or ctx ends.
+func (s *Server) president(ctx context.Context, fn func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error)) error {
+	var last error
+	for {
+		s.mu.Lock()
+		addrs := append([]string{s.meta}, s.cfg.MetaAddrs...)
+		s.mu.Unlock()
+		for _, a := range addrs {
+			if a == "" {
+				continue
+			}
+			cc, err := s.pool.Get(a)
+			if err != nil {
+				last = err
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			st, err := fn(cctx, wire.NewMetaClient(cc))
+			cancel()
+			switch {
+			case err != nil:
+				last = fmt.Errorf("%s: %w", a, err)
+			case st.GetCode() == wire.Code_OK:
+				s.mu.Lock()
+				s.meta = a
+				s.mu.Unlock()
+				return nil
+			case st.GetCode() == wire.Code_NOT_LEADER || st.GetCode() == wire.Code_UNAVAILABLE:
+				last = fmt.Errorf("%s: %v: %s", a, st.GetCode(), st.GetMessage())
+				if h := st.GetLeaderAddr(); h != "" {
+					s.mu.Lock()
+					s.meta = h
+					s.mu.Unlock()
+				}
+			default:
+				return fmt.Errorf("%s: %v: %s", a, st.GetCode(), st.GetMessage())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-s.stop:
+			return errors.New("chunk server stopping")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) register(ctx context.Context) error {
+	_, capacity, err := s.store.Usage()
+	if err != nil {
+		return fmt.Errorf("chunk server: measure capacity: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	op := &wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: s.lis.Addr().String(), Host: s.cfg.Host,
+		Rack: s.cfg.Rack, Pod: s.cfg.Pod, StoreId: s.store.ID(), Capacity: capacity}}
+	err = s.president(rctx, func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error) {
+		resp, err := mc.Mutate(ctx, &wire.MutateRequest{ClusterId: s.clusterID, Group: 0,
+			Cmd: &wire.Command{Version: 1, Op: &wire.Command_RegisterChunkServer{RegisterChunkServer: op}}})
+		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK {
+			s.id = resp.GetResult().GetStart()
+		}
+		return resp.GetStatus(), err
+	})
+	if err != nil {
+		return fmt.Errorf("chunk server: register with the president: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) heartbeats() {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		s.heartbeat()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) heartbeat() {
+	used, capacity, err := s.store.Usage()
+	if err != nil {
+		s.log.Warn("measure usage", "err", err)
+	}
+	chunks, err := s.store.List()
+	if err != nil {
+		s.log.Warn("list chunks", "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err = s.president(ctx, func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error) {
+		resp, err := mc.ChunkHeartbeat(ctx, &wire.ChunkHeartbeatRequest{ClusterId: s.clusterID, ServerId: s.id,
+			Capacity: capacity, Used: used, Chunks: uint64(len(chunks))})
+		return resp.GetStatus(), err
+	})
+	if err != nil {
+		s.log.Warn("heartbeat", "err", err)
+	}
+}

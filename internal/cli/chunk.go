@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/govfs/govfs/internal/chunkserver"
+)
+
+func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("govfs chunk", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "", "HOST:PORT of the data service (also registered with the president)")
+	data := fs.String("data", "", "directory of the chunk store")
+	meta := fs.String("meta", "", "metadata node addresses, comma-separated")
+	rack := fs.String("rack", "", "rack of this server")
+	pod := fs.String("pod", "", "pod of this server (optional)")
+	host := fs.String("host", "", "host name for placement (default: the --listen host)")
+	chunkSize := fs.Int64("chunk-size", 64<<20, "chunk size when the store is created (a multiple of 64 KiB)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("chunk: unexpected arguments %q", fs.Args())
+	}
+	log, err := newLogger(stderr, *level)
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, a := range strings.Split(*meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, Logger: log})
+	if err != nil {
+		return fmt.Errorf("chunk: %w", err)
+	}
+	<-ctx.Done()
+	s.Stop()
+	return nil
+}

@@ -1,0 +1,104 @@
+package metanode
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const (
+	// chunkHeartbeatInterval is what the president asks chunk servers for;
+	// chunkDeadAfter without one declares a server dead (issue 3).
+	chunkHeartbeatInterval = 2 * time.Second
+	chunkDeadAfter         = 10 * time.Second
+)
+
+// chunkLiveness is the president leader's soft state about chunk servers:
+// the last heartbeat of each, never logged. A new leader starts empty and
+// learns within one heartbeat interval.
+type chunkLiveness struct {
+	mu sync.Mutex
+	m  map[uint64]chunkBeat
+}
+
+type chunkBeat struct {
+	at     time.Time
+	used   int64
+	chunks uint64
+}
+
+func (l *chunkLiveness) note(id uint64, b chunkBeat) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[uint64]chunkBeat{}
+	}
+	l.m[id] = b
+}
+
+func (l *chunkLiveness) get(id uint64) (chunkBeat, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.m[id]
+	return b, ok
+}
+
+func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbeatRequest) (*wire.ChunkHeartbeatResponse, error) {
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.ChunkHeartbeatResponse{Status: st}, nil
+	}
+	if lead, me := s.n.host.Leader(ids.PresidentGroup); !me {
+		return &wire.ChunkHeartbeatResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, Message: "heartbeats go to the president",
+			LeaderId: uint64(lead), LeaderAddr: s.n.cfg.Peers[lead]}}, nil
+	}
+	var known bool
+	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		srv, err := clustermap.ChunkServer(r, req.GetServerId())
+		known = srv != nil
+		return err
+	})
+	if err != nil {
+		return &wire.ChunkHeartbeatResponse{Status: s.errStatus(ids.PresidentGroup, err)}, nil
+	}
+	if !known {
+		return &wire.ChunkHeartbeatResponse{Status: statusOf(wire.Code_INVALID, "chunk server %d is not registered: register first", req.GetServerId())}, nil
+	}
+	s.n.chunks.note(req.GetServerId(), chunkBeat{at: s.n.cfg.Clock.Now(), used: req.GetUsed(), chunks: req.GetChunks()})
+	return &wire.ChunkHeartbeatResponse{Status: &wire.Status{}, IntervalMs: uint64(chunkHeartbeatInterval / time.Millisecond)}, nil
+}
+
+// chunkStatus lists chunk servers and replica groups for admin status.
+func (s *metaService) chunkStatus() ([]*wire.ChunkServerStatus, []*wire.ReplicaGroup, error) {
+	var servers []*wire.ChunkServer
+	var groups []*wire.ReplicaGroup
+	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		var err error
+		if servers, err = clustermap.ChunkServers(r); err != nil {
+			return err
+		}
+		groups, err = clustermap.ReplicaGroups(r)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	_, leader := s.n.host.Leader(ids.PresidentGroup)
+	now := s.n.cfg.Clock.Now()
+	var out []*wire.ChunkServerStatus
+	for _, srv := range servers {
+		st := &wire.ChunkServerStatus{Server: srv, Known: leader}
+		if b, ok := s.n.chunks.get(srv.GetId()); ok && leader {
+			ago := now.Sub(b.at)
+			st.Alive = ago < chunkDeadAfter
+			st.LastHeartbeatMsAgo = ago.Milliseconds()
+			st.Used, st.Chunks = b.used, b.chunks
+		}
+		out = append(out, st)
+	}
+	return out, groups, nil
+}
