@@ -14,14 +14,15 @@
 //	  6    2 flags        reserved, must be 0
 //	  8    8 request id   chosen by the requester, echoed in the reply
 //	 16    8 handle       chunk handle
-//	 24    8 version      chunk version (expected or assigned)
+//	 24    8 group        replica group holding the chunk (0 = none yet)
 //	 32    8 epoch        replica-group epoch the requester believes in
-//	 40    8 offset       byte offset in the chunk (signed, must be >= 0)
-//	 48    4 length       payload bytes that follow the header
-//	 52    4 status       0 = OK, else a Status code (replies only)
-//	 56    4 payload CRC  CRC32C (Castagnoli) of the payload
-//	 60    4 header CRC   CRC32C of bytes 0..59
-//	 64    -  payload
+//	 40    8 version      chunk version (expected or assigned)
+//	 48    8 offset       byte offset in the chunk (signed, must be >= 0)
+//	 56    4 length       payload bytes that follow the header
+//	 60    4 status       0 = OK, else a Status code (replies only)
+//	 64    4 payload CRC  CRC32C (Castagnoli) of the payload
+//	 68    4 header CRC   CRC32C of bytes 0..67
+//	 72    -  payload
 //
 // A reader rejects, with an error saying which check failed and before
 // allocating anything for the payload: a wrong magic or version, a bad

@@ -9,7 +9,7 @@ import (
 )
 
 // HeaderSize is the size of a frame header.
-const HeaderSize = 64
+const HeaderSize = 72
 
 // Magic opens every frame.
 const Magic uint32 = 0x47564644 // "GVFD"
@@ -75,8 +75,9 @@ type Frame struct {
 	Type      Type
 	RequestID uint64
 	Handle    uint64
-	Version   uint64
+	Group     uint64
 	Epoch     uint64
+	Version   uint64
 	Offset    int64
 	Status    Status
 	Payload   []byte
@@ -109,8 +110,9 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	dst = append(dst, Version, byte(f.Type), 0, 0)
 	dst = binary.BigEndian.AppendUint64(dst, f.RequestID)
 	dst = binary.BigEndian.AppendUint64(dst, f.Handle)
-	dst = binary.BigEndian.AppendUint64(dst, f.Version)
+	dst = binary.BigEndian.AppendUint64(dst, f.Group)
 	dst = binary.BigEndian.AppendUint64(dst, f.Epoch)
+	dst = binary.BigEndian.AppendUint64(dst, f.Version)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.Offset))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(f.Payload)))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(f.Status))
@@ -143,7 +145,7 @@ func ParseHeader(h []byte, maxPayload uint32) (f Frame, n uint32, crc uint32, er
 	if h[4] != Version {
 		return f, 0, 0, fmt.Errorf("%w: %d (this binary speaks %d)", ErrBadVersion, h[4], Version)
 	}
-	if want, got := binary.BigEndian.Uint32(h[60:]), crc32.Checksum(h[:60], castagnoli); want != got {
+	if want, got := binary.BigEndian.Uint32(h[68:]), crc32.Checksum(h[:68], castagnoli); want != got {
 		return f, 0, 0, fmt.Errorf("%w: header CRC %#x, computed %#x", ErrBadHeader, want, got)
 	}
 	f.Type = Type(h[5])
@@ -155,18 +157,19 @@ func ParseHeader(h []byte, maxPayload uint32) (f Frame, n uint32, crc uint32, er
 	}
 	f.RequestID = binary.BigEndian.Uint64(h[8:])
 	f.Handle = binary.BigEndian.Uint64(h[16:])
-	f.Version = binary.BigEndian.Uint64(h[24:])
+	f.Group = binary.BigEndian.Uint64(h[24:])
 	f.Epoch = binary.BigEndian.Uint64(h[32:])
-	f.Offset = int64(binary.BigEndian.Uint64(h[40:]))
+	f.Version = binary.BigEndian.Uint64(h[40:])
+	f.Offset = int64(binary.BigEndian.Uint64(h[48:]))
 	if f.Offset < 0 {
 		return f, 0, 0, fmt.Errorf("%w: negative offset %d", ErrBadHeader, f.Offset)
 	}
-	n = binary.BigEndian.Uint32(h[48:])
+	n = binary.BigEndian.Uint32(h[56:])
 	if n > maxPayload {
 		return f, 0, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, n, maxPayload)
 	}
-	f.Status = Status(binary.BigEndian.Uint32(h[52:]))
-	return f, n, binary.BigEndian.Uint32(h[56:]), nil
+	f.Status = Status(binary.BigEndian.Uint32(h[60:]))
+	return f, n, binary.BigEndian.Uint32(h[64:]), nil
 }
 
 // Reader decodes frames from a stream.

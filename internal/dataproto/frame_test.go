@@ -17,7 +17,7 @@ func TestRoundTrip(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		p := make([]byte, rnd.Intn(100000))
 		rnd.Read(p)
-		f := &Frame{Type: Type(1 + rnd.Intn(int(typeEnd)-1)), RequestID: rnd.Uint64(), Handle: rnd.Uint64(),
+		f := &Frame{Type: Type(1 + rnd.Intn(int(typeEnd)-1)), RequestID: rnd.Uint64(), Handle: rnd.Uint64(), Group: rnd.Uint64(),
 			Version: rnd.Uint64(), Epoch: rnd.Uint64(), Offset: rnd.Int63(), Status: Status(rnd.Intn(10)), Payload: p}
 		if err := WriteFrame(&stream, f); err != nil {
 			t.Fatal(err)
@@ -63,7 +63,7 @@ func TestRejectsBadFrames(t *testing.T) {
 		{"magic", flip(0), 0, ErrBadMagic},
 		{"version", flip(4), 0, ErrBadVersion},
 		{"header byte", flip(20), 0, ErrBadHeader},
-		{"header crc", flip(61), 0, ErrBadHeader},
+		{"header crc", flip(69), 0, ErrBadHeader},
 		{"payload byte", flip(HeaderSize + 3), 0, ErrBadPayload},
 		{"too large", good, 5, ErrTooLarge},
 		{"truncated payload", good[:len(good)-2], 0, io.ErrUnexpectedEOF},
@@ -83,7 +83,7 @@ func TestRejectsBadFrames(t *testing.T) {
 	}
 	// A header that claims a huge payload is refused before allocating it.
 	b := bytes.Clone(good[:HeaderSize])
-	b[48], b[49], b[50], b[51] = 0xff, 0xff, 0xff, 0xff
+	b[56], b[57], b[58], b[59] = 0xff, 0xff, 0xff, 0xff
 	if _, _, _, err := ParseHeader(b, DefaultMaxPayload); !errors.Is(err, ErrBadHeader) && !errors.Is(err, ErrTooLarge) {
 		t.Errorf("huge length: %v", err)
 	}
