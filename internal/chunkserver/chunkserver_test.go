@@ -23,7 +23,8 @@ func startServer(t *testing.T, meta []string, dir string) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := Start(ctx, Config{Listen: "127.0.0.1:0", DataDir: dir, MetaAddrs: meta, Rack: "r1", NoSync: true,
+	// Each server its own "host" and rack: they share this machine.
+	s, err := Start(ctx, Config{Listen: "127.0.0.1:0", DataDir: dir, MetaAddrs: meta, Host: dir, Rack: "r-" + filepath.Base(dir), NoSync: true,
 		ChunkSize: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -64,77 +65,117 @@ func (d *dataConn) call(f *dataproto.Frame) *dataproto.Frame {
 	return r
 }
 
-func readReq(h uint64, off int64, n uint32) *dataproto.Frame {
-	return &dataproto.Frame{Type: dataproto.TypeRead, Handle: h, Offset: off, Payload: binary.BigEndian.AppendUint32(nil, n)}
+func readReq(group, epoch, h uint64, off int64, n uint32) *dataproto.Frame {
+	return &dataproto.Frame{Type: dataproto.TypeRead, Handle: h, Group: group, Epoch: epoch, Offset: off, Payload: binary.BigEndian.AppendUint32(nil, n)}
 }
 
-func TestRegisterHeartbeatAndServeChunks(t *testing.T) {
-	c := testcluster.NewInProc(t, 3)
-	dir := t.TempDir()
-	s := startServer(t, c.Addrs(), dir)
-	id := s.ID()
-	if id == 0 {
-		t.Fatal("no server id assigned")
-	}
-	// The president knows it and, within a heartbeat, that it is alive.
-	cc, _ := rpc.Dial(c.Addrs()[0])
-	defer cc.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		alive := false
-		for _, a := range c.Addrs() {
-			cc, _ := rpc.Dial(a)
-			st, err := wire.NewMetaClient(cc).Status(context.Background(), &wire.StatusRequest{})
-			cc.Close()
-			if err != nil {
-				continue
+// waitGroup waits until every server knows one common replica group and
+// returns it.
+func waitGroup(t *testing.T, servers []*Server) *wire.ReplicaGroup {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var common *wire.ReplicaGroup
+		ok := true
+		for _, s := range servers {
+			s.groups.mu.Lock()
+			var g *wire.ReplicaGroup
+			for _, x := range s.groups.groups {
+				g = x
 			}
-			for _, cs := range st.GetChunkServers() {
-				if cs.GetServer().GetId() == id && cs.GetKnown() && cs.GetAlive() && cs.GetServer().GetRack() == "r1" {
-					alive = true
-				}
+			s.groups.mu.Unlock()
+			if g == nil || (common != nil && g.GetId() != common.GetId()) {
+				ok = false
+				break
 			}
+			common = g
 		}
-		if alive {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("chunk server never reported alive by the president")
+		if ok && common != nil {
+			return common
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Fatal("the servers never learned a common replica group")
+	return nil
+}
 
-	d := dial(t, s.Addr())
+func TestReplicatedChunks(t *testing.T) {
+	c := testcluster.NewInProc(t, 3)
+	var servers []*Server
+	dirs := map[uint64]string{}
+	for i := 0; i < 3; i++ {
+		dir := t.TempDir()
+		s := startServer(t, c.Addrs(), dir)
+		defer s.Stop()
+		servers = append(servers, s)
+		dirs[s.ID()] = dir
+	}
+	byID := map[uint64]*Server{}
+	for _, s := range servers {
+		byID[s.ID()] = s
+	}
+	// The president places a group over the three and each learns it.
+	g := waitGroup(t, servers)
+	if len(g.GetMembers()) != 3 || g.GetEpoch() != 1 {
+		t.Fatalf("group %v", g)
+	}
+	// And reports them alive.
+	cc, _ := rpc.Dial(c.Addrs()[0])
+	defer cc.Close()
+	primary := byID[g.GetPrimary()]
+	var secondary *Server
+	for _, m := range g.GetMembers() {
+		if m != g.GetPrimary() {
+			secondary = byID[m]
+		}
+	}
+	grp, ep := g.GetId(), g.GetEpoch()
+	d := dial(t, primary.Addr())
 	data := bytes.Repeat([]byte("govfs-"), 30000) // 180 KB, 3 blocks
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Version: 1, Payload: data}); r.Status != dataproto.StatusOK {
-		t.Fatalf("write: %v %s", r.Status, r.Payload)
+	w := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Payload: data})
+	if w.Status != dataproto.StatusOK || w.Version != 1 {
+		t.Fatalf("write: %v %s (version %d)", w.Status, w.Payload, w.Version)
 	}
-	r := d.call(readReq(7, 0, uint32(len(data)+100)))
-	if r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data) || r.Version != 1 {
-		t.Fatalf("read back: status %v, %d bytes, version %d", r.Status, len(r.Payload), r.Version)
+	// Every member has it, with the same version.
+	for _, s := range servers {
+		r := dial(t, s.Addr()).call(readReq(grp, ep, 7, 0, uint32(len(data)+100)))
+		if r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data) || r.Version != 1 {
+			t.Fatalf("server %d: status %v, %d bytes, version %d", s.ID(), r.Status, len(r.Payload), r.Version)
+		}
 	}
-	// A stale version changes nothing.
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Version: 1, Payload: []byte("x")}); r.Status != dataproto.StatusStaleVersion {
-		t.Fatalf("stale write: %v", r.Status)
+	// The primary orders appends: distinct consecutive offsets, the same
+	// on every replica.
+	a1 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("rec1")})
+	a2 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("rec2")})
+	if a1.Status != dataproto.StatusOK || a1.Offset != int64(len(data)) || a2.Offset != a1.Offset+4 || a2.Version != 3 {
+		t.Fatalf("appends at %d (%v) and %d, version %d", a1.Offset, a1.Status, a2.Offset, a2.Version)
 	}
-	// Appends land at distinct, consecutive offsets.
-	a1 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Version: 2, Payload: []byte("rec1")})
-	a2 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Version: 3, Payload: []byte("rec2")})
-	if a1.Status != dataproto.StatusOK || a1.Offset != int64(len(data)) || a2.Offset != a1.Offset+4 {
-		t.Fatalf("appends at %d (%v) and %d", a1.Offset, a1.Status, a2.Offset)
+	if r := dial(t, secondary.Addr()).call(readReq(grp, ep, 7, a1.Offset, 8)); string(r.Payload) != "rec1rec2" || r.Version != 3 {
+		t.Fatalf("secondary after appends: %q version %d", r.Payload, r.Version)
 	}
-	// Bad input: unknown chunk, epochs (no replica groups yet), bad read.
-	if r := d.call(readReq(99, 0, 10)); r.Status != dataproto.StatusNotFound {
+	// Writes to a non-primary, stale epochs, unknown groups, bad reads.
+	sd := dial(t, secondary.Addr())
+	if r := sd.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusNotPrimary {
+		t.Errorf("write to a secondary: %v", r.Status)
+	}
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep + 1, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
+		t.Errorf("write with a wrong epoch: %v", r.Status)
+	}
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp + 5, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
+		t.Errorf("write to an unknown group: %v", r.Status)
+	}
+	if r := d.call(readReq(grp, ep, 99, 0, 10)); r.Status != dataproto.StatusNotFound {
 		t.Errorf("read of an unknown chunk: %v", r.Status)
 	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Version: 9, Epoch: 3, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
-		t.Errorf("write with an epoch: %v", r.Status)
-	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeRead, Handle: 7}); r.Status != dataproto.StatusInvalid {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeRead, Handle: 7, Group: grp, Epoch: ep}); r.Status != dataproto.StatusInvalid {
 		t.Errorf("read without a length: %v", r.Status)
 	}
-	// A flipped byte on disk is detected on read.
-	files, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Offset: 1 << 30, Payload: []byte("x")}); r.Status != dataproto.StatusInvalid {
+		t.Errorf("write past the chunk size: %v", r.Status)
+	}
+	// A flipped byte on one replica's disk is detected there; the others
+	// still serve the block.
+	files, _ := filepath.Glob(filepath.Join(dirs[secondary.ID()], "*", "*"))
 	flipped := false
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -149,23 +190,29 @@ func TestRegisterHeartbeatAndServeChunks(t *testing.T) {
 	if !flipped {
 		t.Fatalf("chunk data file not found among %v", files)
 	}
-	if r := d.call(readReq(7, 65536, 100)); r.Status != dataproto.StatusCorrupt {
+	if r := sd.call(readReq(grp, ep, 7, 65536, 100)); r.Status != dataproto.StatusCorrupt {
 		t.Errorf("read of a corrupted block: %v", r.Status)
 	}
-	if r := d.call(readReq(7, 0, 100)); r.Status != dataproto.StatusOK {
-		t.Errorf("read of an intact block: %v", r.Status)
+	if r := d.call(readReq(grp, ep, 7, 65536, 100)); r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data[65536:65636]) {
+		t.Errorf("read of the same block from the primary: %v", r.Status)
 	}
 	// Garbage on the data port ends that connection only.
-	g, _ := net.Dial("tcp", s.Addr())
-	g.Write(bytes.Repeat([]byte{0xde, 0xad}, 100))
-	g.Close()
-	if r := dial(t, s.Addr()).call(readReq(7, 0, 10)); r.Status != dataproto.StatusOK {
+	gc, _ := net.Dial("tcp", primary.Addr())
+	gc.Write(bytes.Repeat([]byte{0xde, 0xad}, 100))
+	gc.Close()
+	if r := dial(t, primary.Addr()).call(readReq(grp, ep, 7, 0, 10)); r.Status != dataproto.StatusOK {
 		t.Errorf("after garbage: %v", r.Status)
 	}
+	// A member that is down fails the write (never acknowledged without
+	// every live replica; the president's reassignment is not built yet).
+	secondary.Stop()
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 8, Group: grp, Epoch: ep, Payload: []byte("y")}); r.Status == dataproto.StatusOK {
+		t.Error("write acknowledged with a member down")
+	}
 
-	// Restarted on the same store, it keeps its id.
-	s.Stop()
-	s2 := startServer(t, c.Addrs(), dir)
+	// Restarted on the same store, a server keeps its id.
+	id := secondary.ID()
+	s2 := startServer(t, c.Addrs(), dirs[id])
 	defer s2.Stop()
 	if s2.ID() != id {
 		t.Fatalf("restart got id %d, want %d", s2.ID(), id)

@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/govfs/govfs/internal/chunkstore"
 	"github.com/govfs/govfs/internal/dataproto"
+	"github.com/govfs/govfs/internal/wire"
 )
 
 // maxReadLength bounds one read request.
@@ -69,34 +73,41 @@ func (s *Server) serveConn(c net.Conn) {
 }
 
 func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
-	reply := &dataproto.Frame{RequestID: f.RequestID, Handle: f.Handle, Offset: f.Offset}
-	if f.Epoch != 0 {
-		// Replica groups are not assigned yet, so no epoch can be current.
-		reply.Type, reply.Status = replyType(f.Type), dataproto.StatusStaleEpoch
-		reply.Payload = []byte("replica-group epochs are not supported by this server yet")
+	reply := &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
+		Epoch: f.Epoch, Offset: f.Offset}
+	fail := func(st dataproto.Status, format string, args ...any) *dataproto.Frame {
+		reply.Status, reply.Payload = st, []byte(fmt.Sprintf(format, args...))
 		return reply
+	}
+	// Every request names the replica group and the epoch the requester
+	// believes in; a stale one is refused so it cannot act on a group that
+	// has changed (members, primary).
+	g, addrs := s.groups.get(f.Group)
+	if g == nil {
+		return fail(dataproto.StatusStaleEpoch, "replica group %d is not known to chunk server %d (yet)", f.Group, s.id)
+	}
+	if g.GetEpoch() != f.Epoch {
+		return fail(dataproto.StatusStaleEpoch, "replica group %d is at epoch %d, request names %d", f.Group, g.GetEpoch(), f.Epoch)
 	}
 	h := chunkstore.Handle(f.Handle)
 	switch f.Type {
-	case dataproto.TypeWrite:
-		reply.Type = dataproto.TypeWriteReply
+	case dataproto.TypeWrite, dataproto.TypeAppend:
+		if g.GetPrimary() != s.id {
+			return fail(dataproto.StatusNotPrimary, "chunk server %d is not the primary of group %d; send to %d at %s",
+				s.id, f.Group, g.GetPrimary(), addrs[g.GetPrimary()])
+		}
+		return s.order(f, g, addrs, reply)
+	case dataproto.TypeReplicate:
 		reply.Status, reply.Payload = status(s.store.Write(h, f.Offset, f.Payload, f.Version))
 		reply.Version = f.Version
-	case dataproto.TypeAppend:
-		reply.Type = dataproto.TypeAppendReply
-		off, err := s.store.Append(h, f.Payload, f.Version)
-		reply.Status, reply.Payload = status(err)
-		reply.Offset, reply.Version = off, f.Version
+		return reply
 	case dataproto.TypeRead:
-		reply.Type = dataproto.TypeReadReply
 		if len(f.Payload) != 4 {
-			reply.Status, reply.Payload = dataproto.StatusInvalid, []byte("read: payload must be the 4-byte length wanted")
-			return reply
+			return fail(dataproto.StatusInvalid, "read: payload must be the 4-byte length wanted")
 		}
 		n := binary.BigEndian.Uint32(f.Payload)
 		if n > maxReadLength {
-			reply.Status, reply.Payload = dataproto.StatusInvalid, []byte("read: more than 8 MiB asked at once")
-			return reply
+			return fail(dataproto.StatusInvalid, "read: more than 8 MiB asked at once")
 		}
 		data, err := s.store.Read(h, f.Offset, int(n))
 		if err != nil {
@@ -109,10 +120,64 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 			return reply
 		}
 		reply.Version, reply.Payload = info.Version, data
+		return reply
 	default:
-		reply.Type, reply.Status = replyType(f.Type), dataproto.StatusInvalid
-		reply.Payload = []byte("unexpected frame type " + f.Type.String())
+		return fail(dataproto.StatusInvalid, "unexpected frame type %v", f.Type)
 	}
+}
+
+// order is the primary's part of a write or append: it fixes the new
+// version (and, for an append, the offset), applies the mutation locally,
+// forwards it to every other member and acknowledges only when all of
+// them have it durably. Mutations of one chunk are ordered by a per-chunk
+// lock so versions and offsets are the same on every replica.
+func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint64]string, reply *dataproto.Frame) *dataproto.Frame {
+	h := chunkstore.Handle(f.Handle)
+	unlock := s.locks.lock(f.Handle)
+	defer unlock()
+	v := uint64(1)
+	if info, err := s.store.Stat(h); err == nil {
+		v = info.Version + 1
+	} else if !errors.Is(err, chunkstore.ErrNotFound) {
+		reply.Status, reply.Payload = status(err)
+		return reply
+	}
+	off := f.Offset
+	var err error
+	if f.Type == dataproto.TypeAppend {
+		off, err = s.store.Append(h, f.Payload, v)
+	} else {
+		err = s.store.Write(h, off, f.Payload, v)
+	}
+	if err != nil {
+		reply.Status, reply.Payload = status(err)
+		return reply
+	}
+	// Fan out to the other members in parallel.
+	// NB: a member that fails leaves the group inconsistent until repair
+	// (not built yet); the client sees the failure and may retry, which
+	// orders a new version.
+	others := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(m uint64) bool { return m == s.id })
+	errs := make([]error, len(others))
+	var wg sync.WaitGroup
+	for i, m := range others {
+		wg.Go(func() {
+			rf, err := s.peers.call(addrs[m], &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle,
+				Group: f.Group, Epoch: f.Epoch, Version: v, Offset: off, Payload: f.Payload})
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("replica %d: %w", m, err)
+			case rf.Status != dataproto.StatusOK:
+				errs[i] = fmt.Errorf("replica %d: status %d: %s", m, rf.Status, rf.Payload)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		reply.Status, reply.Payload = dataproto.StatusInternal, []byte(err.Error())
+		return reply
+	}
+	reply.Status, reply.Version, reply.Offset = dataproto.StatusOK, v, off
 	return reply
 }
 
@@ -122,8 +187,44 @@ func replyType(t dataproto.Type) dataproto.Type {
 		return dataproto.TypeWriteReply
 	case dataproto.TypeAppend:
 		return dataproto.TypeAppendReply
+	case dataproto.TypeReplicate:
+		return dataproto.TypeReplicateReply
 	default:
 		return dataproto.TypeReadReply
+	}
+}
+
+// chunkLocks serialises the primary's ordering of one chunk's mutations.
+type chunkLocks struct {
+	mu sync.Mutex
+	m  map[uint64]*lockEntry
+}
+
+type lockEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (l *chunkLocks) lock(h uint64) func() {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[uint64]*lockEntry{}
+	}
+	e := l.m[h]
+	if e == nil {
+		e = &lockEntry{}
+		l.m[h] = e
+	}
+	e.refs++
+	l.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		l.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(l.m, h)
+		}
+		l.mu.Unlock()
 	}
 }
 

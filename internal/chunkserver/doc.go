@@ -4,20 +4,28 @@
 // 2 s, and serves chunk reads and writes over the framed data protocol
 // (internal/dataproto) on its --listen address.
 //
-// State of this package (issue 3, in progress): a single server stores
-// and serves chunks with per-request atomic writes, version checks and
-// CRC-verified reads. NOT built yet: replica groups (primary ordering,
-// chain replication to the other members, epoch checks — requests with a
-// non-zero epoch are refused until then), record-append deduplication by
-// request id, repair and re-replication. See docs/dataplane.md.
+// Replica groups: the president places groups of 3 servers and tells
+// each server its groups (members, primary, epoch, member addresses) in
+// heartbeat replies. Every data request names the group and the epoch it
+// expects; a stale or unknown one gets StatusStaleEpoch. Writes and
+// appends go to the group's primary, which fixes the new chunk version
+// (and an append's offset), writes locally, forwards the mutation to the
+// other members (TypeReplicate, in parallel) and acknowledges only when
+// every member has it durably. Reads go to any member.
 //
-// Data requests (dataproto frames):
+// NOT built yet (issue 3, in progress; see docs/dataplane.md): primary
+// leases and primary/epoch changes when a member dies, repair of a member
+// that missed a mutation, re-replication, record-append deduplication by
+// request id, chain (instead of fan-out) forwarding, rate limits.
 //
-//	write   handle, version = the new chunk version, offset, payload = data
-//	        → write-reply, status
-//	read    handle, offset, payload = 4-byte big-endian length wanted
-//	        → read-reply, payload = data (short at the chunk's end),
-//	          version = the chunk's version
-//	append  handle, version = the new chunk version, payload = record
-//	        → append-reply, offset = where the record landed
+// Data requests (dataproto frames, all naming group and epoch):
+//
+//	write      handle, offset, payload = data → write-reply, version = the
+//	           version the primary assigned
+//	append     handle, payload = record → append-reply, offset = where it
+//	           landed, version
+//	read       handle, offset, payload = 4-byte big-endian length wanted →
+//	           read-reply, payload = data (short at the chunk's end),
+//	           version = the chunk's version
+//	replicate  (primary → member) handle, version, offset, payload
 package chunkserver

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -23,8 +24,10 @@ type Config struct {
 	DataDir string
 	// MetaAddrs are metadata node addresses used to find the cluster.
 	MetaAddrs []string
-	// Host, Rack and Pod place this server; Host defaults to the listen
-	// host, so two servers on one machine count as one host.
+	// Host, Rack and Pod place this server. Host defaults to the machine's
+	// host name, so two servers on one machine count as one host and never
+	// hold two replicas of a group; a single-machine test cluster gives
+	// each server its own Host.
 	Host, Rack, Pod string
 	// ChunkSize is used when the store is created (default 64 MiB).
 	ChunkSize int64
@@ -69,6 +72,10 @@ type Server struct {
 	// meta is the address of the metadata node that last answered as the
 	// president's leader.
 	meta string
+
+	groups groupTable
+	peers  peers
+	locks  chunkLocks
 }
 
 // Start finds the cluster, opens the store, starts the data service and
@@ -81,7 +88,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Host == "" {
-		cfg.Host, _, _ = net.SplitHostPort(cfg.Listen)
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("chunk server: --host not given and the host name is unknown: %w", err)
+		}
+		cfg.Host = h
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, pool: rpc.NewPool(), stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	ok := false
@@ -148,6 +159,7 @@ func (s *Server) Stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.peers.closeAll()
 	s.pool.Close()
 	if s.store != nil {
 		_ = s.store.Close()
@@ -285,6 +297,9 @@ func (s *Server) heartbeat() {
 	err = s.president(ctx, func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error) {
 		resp, err := mc.ChunkHeartbeat(ctx, &wire.ChunkHeartbeatRequest{ClusterId: s.clusterID, ServerId: s.id,
 			Capacity: capacity, Used: used, Chunks: uint64(len(chunks))})
+		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK {
+			s.groups.set(resp.GetGroups(), resp.GetMemberAddrs())
+		}
 		return resp.GetStatus(), err
 	})
 	if err != nil {

@@ -97,10 +97,18 @@ func adminStatus(ctx context.Context, g fsGlobal, asJSON bool, stdout io.Writer)
 
 // statusReport is what `admin status` shows; its JSON form is for scripts.
 type statusReport struct {
-	ClusterID    string              `json:"cluster_id"`
-	Members      []memberReport      `json:"members"`
-	Groups       []groupReport       `json:"groups"`
-	ChunkServers []chunkServerReport `json:"chunk_servers"`
+	ClusterID     string               `json:"cluster_id"`
+	Members       []memberReport       `json:"members"`
+	Groups        []groupReport        `json:"groups"`
+	ChunkServers  []chunkServerReport  `json:"chunk_servers"`
+	ReplicaGroups []replicaGroupReport `json:"replica_groups"`
+}
+
+type replicaGroupReport struct {
+	ID      uint64   `json:"id"`
+	Epoch   uint64   `json:"epoch"`
+	Primary uint64   `json:"primary"`
+	Members []uint64 `json:"members"`
 }
 
 // chunkServerReport is a chunk server as the president's leader sees it
@@ -179,6 +187,10 @@ func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.S
 			cr.LastHeartbeatMsAgo = cs.GetLastHeartbeatMsAgo()
 		}
 		rep.ChunkServers = append(rep.ChunkServers, cr)
+	}
+	rep.ReplicaGroups = []replicaGroupReport{}
+	for _, g := range chunkSrc.GetReplicaGroups() {
+		rep.ReplicaGroups = append(rep.ReplicaGroups, replicaGroupReport{ID: g.GetId(), Epoch: g.GetEpoch(), Primary: g.GetPrimary(), Members: g.GetMembers()})
 	}
 	type view struct {
 		node uint64
@@ -302,6 +314,18 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 				pod = "-"
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks, c.Used, c.Capacity)
+		}
+		tw.Flush()
+	}
+	if len(rep.ReplicaGroups) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(tw, "REPLICA GROUP\tEPOCH\tPRIMARY\tMEMBERS")
+		for _, g := range rep.ReplicaGroups {
+			var ms []string
+			for _, m := range g.Members {
+				ms = append(ms, strconv.FormatUint(m, 10))
+			}
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\n", g.ID, g.Epoch, g.Primary, strings.Join(ms, ","))
 		}
 		tw.Flush()
 	}

@@ -32,6 +32,10 @@ const (
 	TypeReadReply
 	TypeAppend
 	TypeAppendReply
+	// TypeReplicate carries a mutation the primary ordered (version and
+	// offset fixed) to another member of the group.
+	TypeReplicate
+	TypeReplicateReply
 	typeEnd
 )
 
@@ -49,6 +53,10 @@ func (t Type) String() string {
 		return "append"
 	case TypeAppendReply:
 		return "append-reply"
+	case TypeReplicate:
+		return "replicate"
+	case TypeReplicateReply:
+		return "replicate-reply"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }

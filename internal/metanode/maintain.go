@@ -64,6 +64,11 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 			return err
 		}
 	}
+	if _, me := n.host.Leader(ids.PresidentGroup); me {
+		if err := n.planReplicaGroups(ctx); err != nil {
+			n.log.Debug("replica group planning", "err", err)
+		}
+	}
 	if _, me := n.host.Leader(ids.RootMinistry); !me {
 		return nil
 	}

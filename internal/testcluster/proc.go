@@ -184,7 +184,9 @@ func (c *ProcCluster) args(i int) []string {
 	if i >= c.cfg.Nodes {
 		k := i - c.cfg.Nodes
 		return []string{"chunk", "--listen", c.layout.ChunkAddrs[k], "--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("chunk%d", k+1)),
-			"--meta", strings.Join(c.layout.Addrs, ","), "--rack", fmt.Sprintf("r%d", k+1)}
+			"--meta", strings.Join(c.layout.Addrs, ","), "--rack", fmt.Sprintf("r%d", k+1),
+			// One machine: give each server its own host name for placement.
+			"--host", fmt.Sprintf("dev-chunk%d", k+1)}
 	}
 	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
 		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}

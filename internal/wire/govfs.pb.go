@@ -3545,7 +3545,11 @@ type ChunkHeartbeatResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	// How often the president expects heartbeats, in milliseconds.
-	IntervalMs    uint64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	IntervalMs uint64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	// The replica groups the server belongs to, with every member's address.
+	Groups []*ReplicaGroup `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	// chunk server id -> data address, for the members of those groups.
+	MemberAddrs   map[uint64]string `protobuf:"bytes,4,rep,name=member_addrs,json=memberAddrs,proto3" json:"member_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3592,6 +3596,20 @@ func (x *ChunkHeartbeatResponse) GetIntervalMs() uint64 {
 		return x.IntervalMs
 	}
 	return 0
+}
+
+func (x *ChunkHeartbeatResponse) GetGroups() []*ReplicaGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ChunkHeartbeatResponse) GetMemberAddrs() map[uint64]string {
+	if x != nil {
+		return x.MemberAddrs
+	}
+	return nil
 }
 
 // ChunkServerStatus is a chunk server as `admin status` shows it.
@@ -4247,11 +4265,16 @@ const file_govfs_proto_rawDesc = "" +
 	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x16\n" +
 	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12&\n" +
-	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\"e\n" +
+	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\"\xaf\x02\n" +
 	"\x16ChunkHeartbeatResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x04R\n" +
-	"intervalMs\"\xcf\x01\n" +
+	"intervalMs\x120\n" +
+	"\x06groups\x18\x03 \x03(\v2\x18.govfs.wire.ReplicaGroupR\x06groups\x12V\n" +
+	"\fmember_addrs\x18\x04 \x03(\v23.govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntryR\vmemberAddrs\x1a>\n" +
+	"\x10MemberAddrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcf\x01\n" +
 	"\x11ChunkServerStatus\x12/\n" +
 	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\x12\x14\n" +
 	"\x05known\x18\x02 \x01(\bR\x05known\x12\x14\n" +
@@ -4336,7 +4359,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -4392,6 +4415,7 @@ var file_govfs_proto_goTypes = []any{
 	(*RaftAck)(nil),                // 51: govfs.wire.RaftAck
 	(*SnapshotChunk)(nil),          // 52: govfs.wire.SnapshotChunk
 	(*KV)(nil),                     // 53: govfs.wire.KV
+	nil,                            // 54: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -4442,29 +4466,31 @@ var file_govfs_proto_depIdxs = []int32{
 	48, // 45: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
 	24, // 46: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
 	4,  // 47: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	22, // 48: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	50, // 49: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 50: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	53, // 51: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	30, // 52: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	32, // 53: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	41, // 54: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	43, // 55: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	46, // 56: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	49, // 57: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	52, // 58: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	31, // 59: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	40, // 60: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	42, // 61: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	45, // 62: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	47, // 63: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	51, // 64: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	51, // 65: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	59, // [59:66] is the sub-list for method output_type
-	52, // [52:59] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	24, // 48: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	54, // 49: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	22, // 50: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	50, // 51: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 52: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	53, // 53: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	30, // 54: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	32, // 55: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	41, // 56: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	43, // 57: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	46, // 58: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	49, // 59: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	52, // 60: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	31, // 61: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	40, // 62: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	42, // 63: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	45, // 64: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	47, // 65: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	51, // 66: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	51, // 67: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	61, // [61:68] is the sub-list for method output_type
+	54, // [54:61] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -4502,7 +4528,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
