@@ -105,8 +105,8 @@ const replicationFactor = 3
 
 // planReplicaGroups runs on the president's leader: while there are fewer
 // replica groups than live chunk servers / replicationFactor (at least
-// one), it places a new group and proposes it. Returns whether it
-// proposed one.
+// one), it places a new group and proposes it. Dead members are not
+// replaced yet (issue 3: re-replication is not built).
 func (n *Node) planReplicaGroups(ctx context.Context) error {
 	var servers []*wire.ChunkServer
 	var groups []*wire.ReplicaGroup
