@@ -140,20 +140,22 @@ func TestKillLeaderDuringCreates(t *testing.T) {
 	}
 }
 
-// TestRestartedNodeCatchesUp kills -9 a follower, writes while it is down,
-// restarts it and checks that it serves the new data itself.
-func TestRestartedNodeCatchesUp(t *testing.T) {
-	c := startCluster(t)
-	admin := newClient(t, c.Addrs(), 30*time.Second)
+// killWriteRestart kills -9 a follower of the root ministry, creates n
+// files in dir while it is down, restarts it and waits until the node
+// alone serves all of them (session reads through that node only: the
+// client has seen nothing, so it reads the node's own state). It returns
+// the victim's index.
+func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n int) int {
+	t.Helper()
 	ctx := context.Background()
-	leader := groupLeader(t, admin, c, 1)
-	victim := (leader + 1) % 3
+	admin := newClient(t, c.Addrs(), 30*time.Second)
+	victim := (groupLeader(t, admin, c, 1) + 1) % 3
 	c.Kill(victim)
-	if _, err := admin.Mkdir(ctx, "/while-down", 0o755); err != nil {
+	if _, err := admin.Mkdir(ctx, dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 300; i++ {
-		if _, err := admin.Create(ctx, fmt.Sprintf("/while-down/f%03d", i), 0o644, true); err != nil {
+	for i := 0; i < n; i++ {
+		if _, err := admin.Create(ctx, fmt.Sprintf("%s/f%03d", dir, i), 0o644, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -161,12 +163,10 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	only := newClient(t, []string{c.Addrs()[victim]}, 20*time.Second)
-	// Session reads through the restarted node alone: the client has seen
-	// nothing, so it must read the node's own state; poll until caught up.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		ents, err := only.Readdir(ctx, "/while-down")
-		if err == nil && len(ents) == 300 {
+		ents, err := only.Readdir(ctx, dir)
+		if err == nil && len(ents) == n {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -183,14 +183,20 @@ func TestRestartedNodeCatchesUp(t *testing.T) {
 			t.Errorf("restarted node group %d: role %q applied %d", g.GetGroup(), g.GetRole(), g.GetApplied())
 		}
 	}
+	return victim
+}
+
+// TestRestartedNodeCatchesUp kills -9 a follower, writes while it is down,
+// restarts it and checks that it serves the new data itself.
+func TestRestartedNodeCatchesUp(t *testing.T) {
+	killWriteRestart(t, startCluster(t), "/while-down", 300)
 }
 
 // TestRestartedNodeCatchesUpBySnapshot is TestRestartedNodeCatchesUp with
 // logs truncated every 100 entries, so the restarted node is too far
 // behind for the log and must install a streamed snapshot.
 func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
-	ctx := context.Background()
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
 		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "100", "--log-level", "info"}})
@@ -198,32 +204,7 @@ func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	admin := newClient(t, c.Addrs(), 30*time.Second)
-	victim := (groupLeader(t, admin, c, 1) + 1) % 3
-	c.Kill(victim)
-	if _, err := admin.Mkdir(ctx, "/snap", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 600; i++ {
-		if _, err := admin.Create(ctx, fmt.Sprintf("/snap/f%03d", i), 0o644, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Start(victim); err != nil {
-		t.Fatal(err)
-	}
-	only := newClient(t, []string{c.Addrs()[victim]}, 20*time.Second)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ents, err := only.Readdir(ctx, "/snap")
-		if err == nil && len(ents) == 600 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restarted node %d never caught up: %d entries, err %v", victim+1, len(ents), err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	victim := killWriteRestart(t, c, "/snap", 600)
 	logb, err := os.ReadFile(c.LogPath(victim))
 	if err != nil {
 		t.Fatal(err)
