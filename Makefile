@@ -11,9 +11,11 @@ dev: build
 build:
 	$(GO) build -o $(BIN) ./cmd/govfs
 
+# Every test, then the concurrent cores again under the race detector.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./client
 
 # Regenerates internal/wire from internal/wire/govfs.proto. Installs protoc
 # (Debian package) and the Go plugins when missing.
