@@ -255,7 +255,7 @@ func (s *Server) register(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	op := &wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: s.lis.Addr().String(), Host: s.cfg.Host,
-		Rack: s.cfg.Rack, Pod: s.cfg.Pod, StoreId: s.store.ID(), Capacity: capacity}}
+		Rack: s.cfg.Rack, Pod: s.cfg.Pod, StoreId: s.store.ID(), Capacity: capacity, ChunkSize: s.store.ChunkSize()}}
 	err = s.president(rctx, func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error) {
 		resp, err := mc.Mutate(ctx, &wire.MutateRequest{ClusterId: s.clusterID, Group: 0,
 			Cmd: &wire.Command{Version: 1, Op: &wire.Command_RegisterChunkServer{RegisterChunkServer: op}}})

@@ -61,6 +61,13 @@ func registerChunkServer(rw engine.ReadWriter, op *wire.RegisterChunkServerOp) (
 	case s.GetCapacity() < 0:
 		return errResult(syscall.EINVAL, "register chunk server: negative capacity %d", s.GetCapacity()), nil
 	}
+	if s.GetChunkSize() <= 0 {
+		return errResult(syscall.EINVAL, "register chunk server: chunk size %d", s.GetChunkSize()), nil
+	}
+	if cs := ClusterChunkSize(rw); cs != 0 && cs != s.GetChunkSize() {
+		return errResult(syscall.EINVAL, "register chunk server: its store has %d-byte chunks but the cluster uses %d; start it with --chunk-size %d on an empty --data directory",
+			s.GetChunkSize(), cs, cs), nil
+	}
 	rec := proto.Clone(s).(*wire.ChunkServer)
 	if b, err := rw.Get(storeKey(s.GetStoreId())); err != nil {
 		return nil, err
@@ -179,4 +186,18 @@ func ReplicaGroups(r engine.Reader) ([]*wire.ReplicaGroup, error) {
 		err = decodeErr
 	}
 	return out, err
+}
+
+// ClusterChunkSize is the chunk size of the registered servers (0 before
+// the first registers).
+func ClusterChunkSize(r engine.Reader) int64 {
+	var size int64
+	_ = r.Scan([]byte("cs"), []byte("ct"), func(_, v []byte) bool {
+		s := &wire.ChunkServer{}
+		if proto.Unmarshal(v, s) == nil {
+			size = s.GetChunkSize()
+		}
+		return false
+	})
+	return size
 }

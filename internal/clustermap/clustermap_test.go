@@ -103,21 +103,23 @@ func TestChunkServersAndReplicaGroups(t *testing.T) {
 		return r
 	}
 	reg := func(store, host string) *wire.Result {
-		return apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: host + ":9000", Host: host, Rack: "r-" + host, StoreId: store, Capacity: 1 << 40}})
+		return apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: host + ":9000", Host: host, Rack: "r-" + host, StoreId: store, Capacity: 1 << 40, ChunkSize: 1 << 26}})
 	}
 	a, bb, c := reg("sa", "ha"), reg("sb", "hb"), reg("sc", "hc")
 	if a.Start != 1 || bb.Start != 2 || c.Start != 3 {
 		t.Fatalf("ids %d %d %d, want 1 2 3", a.Start, bb.Start, c.Start)
 	}
 	// The same store re-registering (new address) keeps its id.
-	if r := apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: "ha:9999", Host: "ha", StoreId: "sa", Capacity: 5}}); r.Start != 1 {
+	if r := apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: "ha:9999", Host: "ha", StoreId: "sa", Capacity: 5, ChunkSize: 1 << 26}}); r.Start != 1 {
 		t.Fatalf("re-registration got id %d", r.Start)
 	}
 	if s, _ := ChunkServer(b, 1); s.GetAddr() != "ha:9999" || s.GetCapacity() != 5 {
 		t.Fatalf("re-registration not recorded: %v", s)
 	}
 	for _, bad := range []*wire.RegisterChunkServerOp{{}, {Server: &wire.ChunkServer{Addr: "x:1", Host: "x"}}, {Server: &wire.ChunkServer{StoreId: "s", Host: "x"}},
-		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: -1}}} {
+		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: -1, ChunkSize: 1 << 26}},
+		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: 1}},
+		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: 1, ChunkSize: 1 << 20}}} {
 		if r := apply(bad); syscall.Errno(r.Errno) != syscall.EINVAL {
 			t.Errorf("register %v = %v, want EINVAL", bad, r)
 		}

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/multiraft"
@@ -88,8 +89,8 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		names = append(names, op.Unlink.GetName())
 	case *wire.Command_Rename:
 		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
-	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr:
-	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer:
+	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr, *wire.Command_SetChunk:
+	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
 		}
@@ -254,6 +255,12 @@ func query(r interface {
 			return nil, err
 		}
 		return &wire.ReadResponse{Names: names}, nil
+	case *wire.ReadRequest_GetChunks:
+		cs, err := namespace.GetChunks(r, ids.Ino(op.GetChunks.GetIno()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Chunks: cs}, nil
 	case *wire.ReadRequest_Readlink:
 		v, err := namespace.Readlink(r, ids.Ino(op.Readlink.GetIno()))
 		if err != nil {
@@ -278,7 +285,22 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 	for _, id := range sortedIDs(s.n.cfg.Peers) {
 		voters = append(voters, uint64(id))
 	}
+	var groups []*wire.ReplicaGroup
+	var servers []*wire.ChunkServer
+	var chunkSize int64
+	_ = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		var err error
+		if groups, err = clustermap.ReplicaGroups(r); err != nil {
+			return err
+		}
+		if servers, err = clustermap.ChunkServers(r); err != nil {
+			return err
+		}
+		chunkSize = clustermap.ClusterChunkSize(r)
+		return nil
+	})
 	return &wire.ClusterInfoResponse{
+		ReplicaGroups: groups, ChunkServers: servers, ChunkSize: chunkSize,
 		Status:    &wire.Status{},
 		ClusterId: s.n.ClusterID(),
 		NodeId:    uint64(s.n.cfg.ID),

@@ -83,6 +83,8 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 		return setXattr(t, op.SetXattr)
 	case *wire.Command_RemoveXattr:
 		return removeXattr(t, op.RemoveXattr)
+	case *wire.Command_SetChunk:
+		return setChunk(t, op.SetChunk)
 	case nil:
 		return nil, errnof(syscall.EINVAL, "command without operation")
 	default:
@@ -339,6 +341,14 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	if has(wire.SetattrField_SETATTR_SIZE) {
 		a.Size = op.Size
 		a.MtimeNs = t.now
+		// Truncating to zero releases every chunk (collected later). NB:
+		// a truncate to a smaller non-zero size keeps the chunk records;
+		// the ministry does not know the chunk size yet (issue 3).
+		if op.Size == 0 {
+			if err := dropChunks(t, ids.Ino(a.Ino), 0); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// Explicit times come after the size so that utimens wins over the
 	// implicit mtime of a truncate in the same request.

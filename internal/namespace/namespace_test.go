@@ -701,3 +701,43 @@ func newTinyEnv(t *testing.T, start, end uint64) *env {
 	v.ok(&wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(root), Mode: 0o777}})
 	return v
 }
+
+func TestChunkTable(t *testing.T) {
+	v := newEnv(t)
+	f := v.mkfile(root, "data")
+	d := v.mkdir(root, "dir")
+	set := func(ino ids.Ino, index, handle, group uint64) *wire.Result {
+		return v.cmd(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(ino), Chunk: &wire.ChunkRef{Index: index, Handle: handle, Group: group}}}, nil)
+	}
+	if r := set(f, 0, 100, 1); r.Errno != 0 || r.Chunk.GetHandle() != 100 {
+		t.Fatalf("set chunk 0 = %v", r)
+	}
+	set(f, 2, 102, 1)
+	// A second writer racing for chunk 0 gets the recorded one.
+	if r := set(f, 0, 999, 1); r.Errno != 0 || r.Chunk.GetHandle() != 100 {
+		t.Fatalf("second set of chunk 0 = %v, want the first handle", r)
+	}
+	cs, err := GetChunks(v.rw, f)
+	if err != nil || len(cs) != 2 || cs[0].GetIndex() != 0 || cs[1].GetIndex() != 2 || cs[1].GetHandle() != 102 {
+		t.Fatalf("chunks %v %v", cs, err)
+	}
+	for _, bad := range []struct {
+		ino   ids.Ino
+		h, g  uint64
+		errno syscall.Errno
+	}{{d, 1, 1, syscall.EISDIR}, {12345, 1, 1, syscall.ENOENT}, {f, 0, 1, syscall.EINVAL}, {f, 1, 0, syscall.EINVAL}} {
+		if r := set(bad.ino, 5, bad.h, bad.g); syscall.Errno(r.Errno) != bad.errno {
+			t.Errorf("set chunk on %v (handle %d group %d) = %v, want %v", bad.ino, bad.h, bad.g, r, bad.errno)
+		}
+	}
+	// Truncate to zero releases the chunks; unlink releases them too.
+	v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}}, nil)
+	if cs, _ := GetChunks(v.rw, f); len(cs) != 0 {
+		t.Fatalf("chunks after truncate to 0: %v", cs)
+	}
+	set(f, 0, 200, 1)
+	v.cmd(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("data")}}, nil)
+	if n := countPrefix(t, v.rw, chunkPrefix(f)); n != 0 {
+		t.Fatalf("%d chunk records left after unlink", n)
+	}
+}

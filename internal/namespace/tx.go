@@ -129,7 +129,7 @@ func (t *tx) remove(in *wire.Inode) error {
 	for _, k := range keys {
 		t.del(k)
 	}
-	return nil
+	return dropChunks(t, ino, 0)
 }
 
 func (t *tx) set(key, val []byte) { t.writes = append(t.writes, write{key: key, val: val}) }

@@ -760,6 +760,7 @@ type Command struct {
 	//	*Command_RemoveXattr
 	//	*Command_GrantInodes
 	//	*Command_InitMinistry
+	//	*Command_SetChunk
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -909,6 +910,15 @@ func (x *Command) GetInitMinistry() *InitMinistryOp {
 	return nil
 }
 
+func (x *Command) GetSetChunk() *SetChunkOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetChunk); ok {
+			return x.SetChunk
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -995,6 +1005,10 @@ type Command_InitMinistry struct {
 	InitMinistry *InitMinistryOp `protobuf:"bytes,18,opt,name=init_ministry,json=initMinistry,proto3,oneof"`
 }
 
+type Command_SetChunk struct {
+	SetChunk *SetChunkOp `protobuf:"bytes,19,opt,name=set_chunk,json=setChunk,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1033,6 +1047,8 @@ func (*Command_RemoveXattr) isCommand_Op() {}
 func (*Command_GrantInodes) isCommand_Op() {}
 
 func (*Command_InitMinistry) isCommand_Op() {}
+
+func (*Command_SetChunk) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
 
@@ -1565,6 +1581,123 @@ func (x *RemoveXattrOp) GetName() []byte {
 	return nil
 }
 
+// ChunkRef says where chunk `index` of a file lives (a `c/<ino>/<index>`
+// record).
+type ChunkRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Handle        uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	Group         uint64                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkRef) Reset() {
+	*x = ChunkRef{}
+	mi := &file_govfs_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRef) ProtoMessage() {}
+
+func (x *ChunkRef) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRef.ProtoReflect.Descriptor instead.
+func (*ChunkRef) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ChunkRef) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ChunkRef) GetHandle() uint64 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *ChunkRef) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+// SetChunkOp records chunk `chunk.index` of regular file `ino` unless one
+// is already recorded; either way Result.chunk is the recorded one, so two
+// writers racing for the same chunk agree on one handle.
+type SetChunkOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Chunk         *ChunkRef              `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetChunkOp) Reset() {
+	*x = SetChunkOp{}
+	mi := &file_govfs_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetChunkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetChunkOp) ProtoMessage() {}
+
+func (x *SetChunkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetChunkOp.ProtoReflect.Descriptor instead.
+func (*SetChunkOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetChunkOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SetChunkOp) GetChunk() *ChunkRef {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 // GrantInodesOp records in a ministry's log an inode range [start, end)
 // that the president allocated to it.
 type GrantInodesOp struct {
@@ -1577,7 +1710,7 @@ type GrantInodesOp struct {
 
 func (x *GrantInodesOp) Reset() {
 	*x = GrantInodesOp{}
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1722,7 @@ func (x *GrantInodesOp) String() string {
 func (*GrantInodesOp) ProtoMessage() {}
 
 func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1735,7 @@ func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantInodesOp.ProtoReflect.Descriptor instead.
 func (*GrantInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{14}
+	return file_govfs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GrantInodesOp) GetStart() uint64 {
@@ -1630,7 +1763,7 @@ type InitMinistryOp struct {
 
 func (x *InitMinistryOp) Reset() {
 	*x = InitMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1775,7 @@ func (x *InitMinistryOp) String() string {
 func (*InitMinistryOp) ProtoMessage() {}
 
 func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1788,7 @@ func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitMinistryOp.ProtoReflect.Descriptor instead.
 func (*InitMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{15}
+	return file_govfs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *InitMinistryOp) GetRootIno() uint64 {
@@ -1684,7 +1817,7 @@ type InitClusterOp struct {
 
 func (x *InitClusterOp) Reset() {
 	*x = InitClusterOp{}
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1829,7 @@ func (x *InitClusterOp) String() string {
 func (*InitClusterOp) ProtoMessage() {}
 
 func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1842,7 @@ func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitClusterOp.ProtoReflect.Descriptor instead.
 func (*InitClusterOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{16}
+	return file_govfs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InitClusterOp) GetClusterId() string {
@@ -1737,7 +1870,7 @@ type AllocInodesOp struct {
 
 func (x *AllocInodesOp) Reset() {
 	*x = AllocInodesOp{}
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1882,7 @@ func (x *AllocInodesOp) String() string {
 func (*AllocInodesOp) ProtoMessage() {}
 
 func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1895,7 @@ func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocInodesOp.ProtoReflect.Descriptor instead.
 func (*AllocInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{17}
+	return file_govfs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AllocInodesOp) GetMinistry() uint64 {
@@ -1791,15 +1924,18 @@ type ChunkServer struct {
 	Pod  string `protobuf:"bytes,5,opt,name=pod,proto3" json:"pod,omitempty"`
 	// store_id identifies the server's chunk store on disk: a server that
 	// re-registers with the same store keeps its id.
-	StoreId       string `protobuf:"bytes,6,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
-	Capacity      int64  `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	StoreId  string `protobuf:"bytes,6,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Capacity int64  `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Chunk size of the server's store; every server of a cluster has the
+	// same one.
+	ChunkSize     int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunkServer) Reset() {
 	*x = ChunkServer{}
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1947,7 @@ func (x *ChunkServer) String() string {
 func (*ChunkServer) ProtoMessage() {}
 
 func (x *ChunkServer) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1960,7 @@ func (x *ChunkServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServer.ProtoReflect.Descriptor instead.
 func (*ChunkServer) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{18}
+	return file_govfs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChunkServer) GetId() uint64 {
@@ -1876,6 +2012,13 @@ func (x *ChunkServer) GetCapacity() int64 {
 	return 0
 }
 
+func (x *ChunkServer) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
 // RegisterChunkServerOp adds a chunk server, or updates the address,
 // topology and capacity of the one with the same store_id. Result.start
 // is its id.
@@ -1888,7 +2031,7 @@ type RegisterChunkServerOp struct {
 
 func (x *RegisterChunkServerOp) Reset() {
 	*x = RegisterChunkServerOp{}
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2043,7 @@ func (x *RegisterChunkServerOp) String() string {
 func (*RegisterChunkServerOp) ProtoMessage() {}
 
 func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2056,7 @@ func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterChunkServerOp.ProtoReflect.Descriptor instead.
 func (*RegisterChunkServerOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{19}
+	return file_govfs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RegisterChunkServerOp) GetServer() *ChunkServer {
@@ -1938,7 +2081,7 @@ type ReplicaGroup struct {
 
 func (x *ReplicaGroup) Reset() {
 	*x = ReplicaGroup{}
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2093,7 @@ func (x *ReplicaGroup) String() string {
 func (*ReplicaGroup) ProtoMessage() {}
 
 func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2106,7 @@ func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaGroup.ProtoReflect.Descriptor instead.
 func (*ReplicaGroup) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{20}
+	return file_govfs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplicaGroup) GetId() uint64 {
@@ -2006,7 +2149,7 @@ type CreateReplicaGroupOp struct {
 
 func (x *CreateReplicaGroupOp) Reset() {
 	*x = CreateReplicaGroupOp{}
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2161,7 @@ func (x *CreateReplicaGroupOp) String() string {
 func (*CreateReplicaGroupOp) ProtoMessage() {}
 
 func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2174,7 @@ func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaGroupOp.ProtoReflect.Descriptor instead.
 func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{21}
+	return file_govfs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
@@ -2051,7 +2194,7 @@ type AllocChunkHandlesOp struct {
 
 func (x *AllocChunkHandlesOp) Reset() {
 	*x = AllocChunkHandlesOp{}
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2206,7 @@ func (x *AllocChunkHandlesOp) String() string {
 func (*AllocChunkHandlesOp) ProtoMessage() {}
 
 func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2219,7 @@ func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
 func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{22}
+	return file_govfs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AllocChunkHandlesOp) GetCount() uint64 {
@@ -2095,16 +2238,18 @@ type Result struct {
 	// create, link, setattr: the inode afterwards.
 	Attr *Attr `protobuf:"bytes,2,opt,name=attr,proto3" json:"attr,omitempty"`
 	// alloc_inodes: the granted range.
-	Start         uint64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
-	End           uint64 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Start   uint64 `protobuf:"varint,3,opt,name=start,proto3" json:"start,omitempty"`
+	End     uint64 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// set_chunk: the chunk recorded.
+	Chunk         *ChunkRef `protobuf:"bytes,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2261,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2274,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{23}
+	return file_govfs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -2167,6 +2312,13 @@ func (x *Result) GetMessage() string {
 	return ""
 }
 
+func (x *Result) GetChunk() *ChunkRef {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2177,7 +2329,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2341,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2354,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{24}
+	return file_govfs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2232,7 +2384,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2244,7 +2396,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2257,7 +2409,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{25}
+	return file_govfs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -2306,7 +2458,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2470,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2483,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{26}
+	return file_govfs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -2366,7 +2518,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2530,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2543,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{27}
+	return file_govfs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -2431,6 +2583,7 @@ type ReadRequest struct {
 	//	*ReadRequest_GetXattr
 	//	*ReadRequest_ListXattr
 	//	*ReadRequest_Readlink
+	//	*ReadRequest_GetChunks
 	Op            isReadRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2438,7 +2591,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2603,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2616,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{28}
+	return file_govfs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -2555,6 +2708,15 @@ func (x *ReadRequest) GetReadlink() *ReadlinkReq {
 	return nil
 }
 
+func (x *ReadRequest) GetGetChunks() *GetChunksReq {
+	if x != nil {
+		if x, ok := x.Op.(*ReadRequest_GetChunks); ok {
+			return x.GetChunks
+		}
+	}
+	return nil
+}
+
 type isReadRequest_Op interface {
 	isReadRequest_Op()
 }
@@ -2583,6 +2745,10 @@ type ReadRequest_Readlink struct {
 	Readlink *ReadlinkReq `protobuf:"bytes,15,opt,name=readlink,proto3,oneof"`
 }
 
+type ReadRequest_GetChunks struct {
+	GetChunks *GetChunksReq `protobuf:"bytes,16,opt,name=get_chunks,json=getChunks,proto3,oneof"`
+}
+
 func (*ReadRequest_Lookup) isReadRequest_Op() {}
 
 func (*ReadRequest_GetAttr) isReadRequest_Op() {}
@@ -2595,6 +2761,53 @@ func (*ReadRequest_ListXattr) isReadRequest_Op() {}
 
 func (*ReadRequest_Readlink) isReadRequest_Op() {}
 
+func (*ReadRequest_GetChunks) isReadRequest_Op() {}
+
+// GetChunksReq lists the chunks of a regular file, in index order.
+type GetChunksReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetChunksReq) Reset() {
+	*x = GetChunksReq{}
+	mi := &file_govfs_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetChunksReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetChunksReq) ProtoMessage() {}
+
+func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
+func (*GetChunksReq) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *GetChunksReq) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 type LookupReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -2605,7 +2818,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2617,7 +2830,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2630,7 +2843,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{29}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -2656,7 +2869,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2881,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2894,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -2704,7 +2917,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +2929,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +2942,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -2763,7 +2976,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2988,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3001,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -2814,7 +3027,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3039,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3052,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -2858,7 +3071,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3083,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3096,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -2906,7 +3119,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3131,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3144,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -2984,14 +3197,16 @@ type ReadResponse struct {
 	// get_xattr: value; readlink: target
 	Value []byte `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	// list_xattr
-	Names         [][]byte `protobuf:"bytes,9,rep,name=names,proto3" json:"names,omitempty"`
+	Names [][]byte `protobuf:"bytes,9,rep,name=names,proto3" json:"names,omitempty"`
+	// get_chunks
+	Chunks        []*ChunkRef `protobuf:"bytes,10,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3218,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3231,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -3082,6 +3297,13 @@ func (x *ReadResponse) GetNames() [][]byte {
 	return nil
 }
 
+func (x *ReadResponse) GetChunks() []*ChunkRef {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 type ClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3090,7 +3312,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3324,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,23 +3337,28 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 type ClusterInfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	NodeId        uint64                 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Members       []*Member              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
-	Ministries    []*Ministry            `protobuf:"bytes,5,rep,name=ministries,proto3" json:"ministries,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Status     *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	ClusterId  string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId     uint64                 `protobuf:"varint,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Members    []*Member              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	Ministries []*Ministry            `protobuf:"bytes,5,rep,name=ministries,proto3" json:"ministries,omitempty"`
+	// The data plane as this node's copy of the cluster map has it.
+	ReplicaGroups []*ReplicaGroup `protobuf:"bytes,6,rep,name=replica_groups,json=replicaGroups,proto3" json:"replica_groups,omitempty"`
+	ChunkServers  []*ChunkServer  `protobuf:"bytes,7,rep,name=chunk_servers,json=chunkServers,proto3" json:"chunk_servers,omitempty"`
+	// Chunk size of the cluster's chunk servers, in bytes.
+	ChunkSize     int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3143,7 +3370,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3156,7 +3383,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -3194,6 +3421,27 @@ func (x *ClusterInfoResponse) GetMinistries() []*Ministry {
 	return nil
 }
 
+func (x *ClusterInfoResponse) GetReplicaGroups() []*ReplicaGroup {
+	if x != nil {
+		return x.ReplicaGroups
+	}
+	return nil
+}
+
+func (x *ClusterInfoResponse) GetChunkServers() []*ChunkServer {
+	if x != nil {
+		return x.ChunkServers
+	}
+	return nil
+}
+
+func (x *ClusterInfoResponse) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3202,7 +3450,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3462,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3475,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 type GroupStatus struct {
@@ -3247,7 +3495,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3507,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3520,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -3357,7 +3605,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3617,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3630,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -3471,7 +3719,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3731,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3744,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -3556,7 +3804,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3816,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3829,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -3629,7 +3877,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +3889,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +3902,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -3713,7 +3961,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3973,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3986,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -3780,7 +4028,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +4040,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +4053,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -3831,7 +4079,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +4091,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4104,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -3884,7 +4132,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4144,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4157,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -3971,7 +4219,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4231,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4244,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KV) GetKey() []byte {
@@ -4054,7 +4302,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xd2\a\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x89\b\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -4068,7 +4316,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\tset_xattr\x18\x0f \x01(\v2\x16.govfs.wire.SetXattrOpH\x00R\bsetXattr\x12>\n" +
 	"\fremove_xattr\x18\x10 \x01(\v2\x19.govfs.wire.RemoveXattrOpH\x00R\vremoveXattr\x12>\n" +
 	"\fgrant_inodes\x18\x11 \x01(\v2\x19.govfs.wire.GrantInodesOpH\x00R\vgrantInodes\x12A\n" +
-	"\rinit_ministry\x18\x12 \x01(\v2\x1a.govfs.wire.InitMinistryOpH\x00R\finitMinistry\x12>\n" +
+	"\rinit_ministry\x18\x12 \x01(\v2\x1a.govfs.wire.InitMinistryOpH\x00R\finitMinistry\x125\n" +
+	"\tset_chunk\x18\x13 \x01(\v2\x16.govfs.wire.SetChunkOpH\x00R\bsetChunk\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
@@ -4116,7 +4365,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\"5\n" +
 	"\rRemoveXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"7\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"N\n" +
+	"\bChunkRef\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06handle\x18\x02 \x01(\x04R\x06handle\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\x04R\x05group\"J\n" +
+	"\n" +
+	"SetChunkOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12*\n" +
+	"\x05chunk\x18\x02 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\"7\n" +
 	"\rGrantInodesOp\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\"?\n" +
@@ -4129,7 +4386,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x02 \x03(\v2\x12.govfs.wire.MemberR\amembers\"A\n" +
 	"\rAllocInodesOp\x12\x1a\n" +
 	"\bministry\x18\x01 \x01(\x04R\bministry\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xa2\x01\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xc1\x01\n" +
 	"\vChunkServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
@@ -4137,7 +4394,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04rack\x18\x04 \x01(\tR\x04rack\x12\x10\n" +
 	"\x03pod\x18\x05 \x01(\tR\x03pod\x12\x19\n" +
 	"\bstore_id\x18\x06 \x01(\tR\astoreId\x12\x1a\n" +
-	"\bcapacity\x18\a \x01(\x03R\bcapacity\"H\n" +
+	"\bcapacity\x18\a \x01(\x03R\bcapacity\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\b \x01(\x03R\tchunkSize\"H\n" +
 	"\x15RegisterChunkServerOp\x12/\n" +
 	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"h\n" +
 	"\fReplicaGroup\x12\x0e\n" +
@@ -4148,13 +4407,14 @@ const file_govfs_proto_rawDesc = "" +
 	"\x14CreateReplicaGroupOp\x12\x18\n" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\x86\x01\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\xb2\x01\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12$\n" +
 	"\x04attr\x18\x02 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x14\n" +
 	"\x05start\x18\x03 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\",\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
+	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x88\x01\n" +
@@ -4172,7 +4432,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xe8\x03\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xa3\x04\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -4186,8 +4446,12 @@ const file_govfs_proto_rawDesc = "" +
 	"\tget_xattr\x18\r \x01(\v2\x17.govfs.wire.GetXattrReqH\x00R\bgetXattr\x129\n" +
 	"\n" +
 	"list_xattr\x18\x0e \x01(\v2\x18.govfs.wire.ListXattrReqH\x00R\tlistXattr\x125\n" +
-	"\breadlink\x18\x0f \x01(\v2\x17.govfs.wire.ReadlinkReqH\x00R\breadlinkB\x04\n" +
-	"\x02op\"7\n" +
+	"\breadlink\x18\x0f \x01(\v2\x17.govfs.wire.ReadlinkReqH\x00R\breadlink\x129\n" +
+	"\n" +
+	"get_chunks\x18\x10 \x01(\v2\x18.govfs.wire.GetChunksReqH\x00R\tgetChunksB\x04\n" +
+	"\x02op\" \n" +
+	"\fGetChunksReq\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"7\n" +
 	"\tLookupReq\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"\x1e\n" +
@@ -4211,7 +4475,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x1a\n" +
 	"\bministry\x18\x04 \x01(\x04R\bministry\x12$\n" +
-	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xb0\x02\n" +
+	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xde\x02\n" +
 	"\fReadResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12$\n" +
@@ -4222,8 +4486,10 @@ const file_govfs_proto_rawDesc = "" +
 	"nextCookie\x12\x10\n" +
 	"\x03eof\x18\a \x01(\bR\x03eof\x12\x14\n" +
 	"\x05value\x18\b \x01(\fR\x05value\x12\x14\n" +
-	"\x05names\x18\t \x03(\fR\x05names\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xdd\x01\n" +
+	"\x05names\x18\t \x03(\fR\x05names\x12,\n" +
+	"\x06chunks\x18\n" +
+	" \x03(\v2\x14.govfs.wire.ChunkRefR\x06chunks\"\x14\n" +
+	"\x12ClusterInfoRequest\"\xfb\x02\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -4232,7 +4498,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2\x12.govfs.wire.MemberR\amembers\x124\n" +
 	"\n" +
 	"ministries\x18\x05 \x03(\v2\x14.govfs.wire.MinistryR\n" +
-	"ministries\"\x0f\n" +
+	"ministries\x12?\n" +
+	"\x0ereplica_groups\x18\x06 \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\x12<\n" +
+	"\rchunk_servers\x18\a \x03(\v2\x17.govfs.wire.ChunkServerR\fchunkServers\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\b \x01(\x03R\tchunkSize\"\x0f\n" +
 	"\rStatusRequest\"\xe2\x01\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
@@ -4359,7 +4629,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -4379,43 +4649,46 @@ var file_govfs_proto_goTypes = []any{
 	(*SetattrOp)(nil),              // 15: govfs.wire.SetattrOp
 	(*SetXattrOp)(nil),             // 16: govfs.wire.SetXattrOp
 	(*RemoveXattrOp)(nil),          // 17: govfs.wire.RemoveXattrOp
-	(*GrantInodesOp)(nil),          // 18: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),         // 19: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),          // 20: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),          // 21: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),            // 22: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil),  // 23: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),           // 24: govfs.wire.ReplicaGroup
-	(*CreateReplicaGroupOp)(nil),   // 25: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 26: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 27: govfs.wire.Result
-	(*Member)(nil),                 // 28: govfs.wire.Member
-	(*Ministry)(nil),               // 29: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 30: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 31: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 32: govfs.wire.ReadRequest
-	(*LookupReq)(nil),              // 33: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 34: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 35: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 36: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 37: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 38: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 39: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 40: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 41: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 42: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 43: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 44: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 45: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 46: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 47: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 48: govfs.wire.ChunkServerStatus
-	(*RaftBatch)(nil),              // 49: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 50: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 51: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 52: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 53: govfs.wire.KV
-	nil,                            // 54: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*ChunkRef)(nil),               // 18: govfs.wire.ChunkRef
+	(*SetChunkOp)(nil),             // 19: govfs.wire.SetChunkOp
+	(*GrantInodesOp)(nil),          // 20: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 21: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 22: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 23: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 24: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 25: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 26: govfs.wire.ReplicaGroup
+	(*CreateReplicaGroupOp)(nil),   // 27: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 28: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 29: govfs.wire.Result
+	(*Member)(nil),                 // 30: govfs.wire.Member
+	(*Ministry)(nil),               // 31: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 32: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 33: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 34: govfs.wire.ReadRequest
+	(*GetChunksReq)(nil),           // 35: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 36: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 37: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 38: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 39: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 40: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 41: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 42: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 43: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 44: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 45: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 46: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 47: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 48: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 49: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 50: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 51: govfs.wire.ChunkServerStatus
+	(*RaftBatch)(nil),              // 52: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 53: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 54: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 55: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 56: govfs.wire.KV
+	nil,                            // 57: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -4430,67 +4703,74 @@ var file_govfs_proto_depIdxs = []int32{
 	15, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
 	16, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
 	17, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	18, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	19, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	20, // 14: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	21, // 15: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	23, // 16: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	25, // 17: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	26, // 18: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	1,  // 19: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	9,  // 20: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	28, // 21: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	22, // 22: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	5,  // 23: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	10, // 24: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	4,  // 25: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	27, // 26: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 27: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	33, // 28: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	34, // 29: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	35, // 30: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	36, // 31: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	37, // 32: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	38, // 33: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	1,  // 34: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	5,  // 35: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	4,  // 36: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	5,  // 37: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	39, // 38: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	4,  // 39: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	28, // 40: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	29, // 41: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	4,  // 42: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	44, // 43: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	28, // 44: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	48, // 45: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	24, // 46: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	4,  // 47: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	24, // 48: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	54, // 49: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	22, // 50: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	50, // 51: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 52: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	53, // 53: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	30, // 54: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	32, // 55: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	41, // 56: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	43, // 57: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	46, // 58: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	49, // 59: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	52, // 60: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	31, // 61: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	40, // 62: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	42, // 63: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	45, // 64: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	47, // 65: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	51, // 66: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	51, // 67: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	61, // [61:68] is the sub-list for method output_type
-	54, // [54:61] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	20, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	21, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	19, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	22, // 15: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	23, // 16: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	25, // 17: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	27, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	28, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	1,  // 20: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	9,  // 21: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	18, // 22: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	30, // 23: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	24, // 24: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	5,  // 25: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	18, // 26: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	10, // 27: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	4,  // 28: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	29, // 29: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 30: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	36, // 31: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	37, // 32: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	38, // 33: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	39, // 34: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	40, // 35: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	41, // 36: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	35, // 37: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	1,  // 38: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	5,  // 39: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	4,  // 40: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	5,  // 41: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	42, // 42: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	18, // 43: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	4,  // 44: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	30, // 45: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	31, // 46: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	26, // 47: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	24, // 48: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	4,  // 49: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	47, // 50: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	30, // 51: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	51, // 52: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	26, // 53: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	4,  // 54: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	26, // 55: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	57, // 56: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	24, // 57: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	53, // 58: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 59: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	56, // 60: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	32, // 61: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	34, // 62: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	44, // 63: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	46, // 64: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	49, // 65: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	52, // 66: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	55, // 67: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	33, // 68: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	43, // 69: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	45, // 70: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	48, // 71: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	50, // 72: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	54, // 73: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	54, // 74: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	68, // [68:75] is the sub-list for method output_type
+	61, // [61:68] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -4508,19 +4788,21 @@ func file_govfs_proto_init() {
 		(*Command_RemoveXattr)(nil),
 		(*Command_GrantInodes)(nil),
 		(*Command_InitMinistry)(nil),
+		(*Command_SetChunk)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
 		(*Command_CreateReplicaGroup)(nil),
 		(*Command_AllocChunkHandles)(nil),
 	}
-	file_govfs_proto_msgTypes[28].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[30].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
 		(*ReadRequest_GetXattr)(nil),
 		(*ReadRequest_ListXattr)(nil),
 		(*ReadRequest_Readlink)(nil),
+		(*ReadRequest_GetChunks)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4528,7 +4810,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

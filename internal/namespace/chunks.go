@@ -1,0 +1,104 @@
+package namespace
+
+import (
+	"fmt"
+	"slices"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// kindChunk keys the file → chunk table: "c" ino index → wire.ChunkRef.
+const kindChunk = 'c'
+
+func chunkPrefix(ino ids.Ino) []byte { return u64Key(kindChunk, uint64(ino)) }
+
+func chunkKey(ino ids.Ino, index uint64) []byte {
+	return append(chunkPrefix(ino), u64Key(0, index)[1:]...)
+}
+
+// setChunk records chunk op.Chunk.Index of a regular file unless one is
+// recorded already, and returns the recorded one: two writers racing for
+// the same chunk agree on one handle (the loser's handle is garbage for
+// the collector).
+func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
+	c := op.GetChunk()
+	if c == nil || c.GetHandle() == 0 || c.GetGroup() == 0 {
+		return nil, errnof(syscall.EINVAL, "set chunk: handle and replica group are required")
+	}
+	in, err := t.inode(ids.Ino(op.GetIno()))
+	if err != nil {
+		return nil, err
+	}
+	switch in.Attr.Type {
+	case wire.FileType_REGULAR:
+	case wire.FileType_DIRECTORY:
+		return nil, errnof(syscall.EISDIR, "set chunk of inode %d", op.GetIno())
+	default:
+		return nil, errnof(syscall.EINVAL, "set chunk of inode %d: not a regular file", op.GetIno())
+	}
+	key := chunkKey(ids.Ino(op.GetIno()), c.GetIndex())
+	if v, err := t.r.Get(key); err != nil {
+		return nil, fmt.Errorf("namespace: get chunk: %w", err)
+	} else if v != nil {
+		cur := &wire.ChunkRef{}
+		if err := proto.Unmarshal(v, cur); err != nil {
+			return nil, fmt.Errorf("namespace: corrupt chunk record %v/%d: %w", op.GetIno(), c.GetIndex(), err)
+		}
+		return &wire.Result{Chunk: cur}, nil
+	}
+	b, err := marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	t.set(key, b)
+	t.touch(in)
+	return &wire.Result{Chunk: c, Attr: in.Attr}, nil
+}
+
+// GetChunks lists the chunks recorded for a regular file, in index order.
+func GetChunks(r engine.Reader, ino ids.Ino) ([]*wire.ChunkRef, error) {
+	if _, err := loadInode(r, ino); err != nil {
+		return nil, err
+	}
+	var out []*wire.ChunkRef
+	var decodeErr error
+	p := chunkPrefix(ino)
+	err := r.Scan(p, prefixEnd(p), func(_, v []byte) bool {
+		c := &wire.ChunkRef{}
+		if decodeErr = proto.Unmarshal(v, c); decodeErr != nil {
+			return false
+		}
+		out = append(out, c)
+		return true
+	})
+	if err == nil {
+		err = decodeErr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("namespace: list chunks of %v: %w", ino, err)
+	}
+	return out, nil
+}
+
+// dropChunks deletes the chunk records of an inode being removed (the
+// chunks themselves are collected later, DESIGN §6), and of chunks wholly
+// past a new size when a file is truncated (keep < 0 drops all).
+func dropChunks(t *tx, ino ids.Ino, firstDropped uint64) error {
+	p := chunkPrefix(ino)
+	var keys [][]byte
+	err := t.r.Scan(chunkKey(ino, firstDropped), prefixEnd(p), func(k, _ []byte) bool {
+		keys = append(keys, slices.Clone(k))
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("namespace: drop chunks of %v: %w", ino, err)
+	}
+	for _, k := range keys {
+		t.del(k)
+	}
+	return nil
+}
