@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -59,7 +60,13 @@ type Client struct {
 		owners   map[ids.Ino]ids.GroupID
 		nextSeq  uint64
 		inflight map[uint64]struct{}
+		// data plane, from ClusterInfo: replica groups by id, chunk
+		// server data addresses by id, the cluster's chunk size.
+		rgroups    map[uint64]*wire.ReplicaGroup
+		chunkAddrs map[uint64]string
+		chunkSize  int64
 	}
+	data dataproto.Pool
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some
@@ -133,6 +140,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mu.closed = true
+	c.data.Close()
 	var errs []error
 	for addr, cc := range c.mu.conns {
 		if err := cc.Close(); err != nil {
@@ -249,6 +257,15 @@ func (c *Client) applyClusterInfo(info *wire.ClusterInfoResponse) {
 	addrs = dedup(append(addrs, c.cfg.MetaAddrs...))
 	c.mu.members = members
 	c.mu.addrs = addrs
+	c.mu.rgroups = map[uint64]*wire.ReplicaGroup{}
+	for _, g := range info.GetReplicaGroups() {
+		c.mu.rgroups[g.GetId()] = g
+	}
+	c.mu.chunkAddrs = map[uint64]string{}
+	for _, s := range info.GetChunkServers() {
+		c.mu.chunkAddrs[s.GetId()] = s.GetAddr()
+	}
+	c.mu.chunkSize = info.GetChunkSize()
 	c.mu.groupAddrs = map[ids.GroupID][]string{}
 	for _, m := range info.GetMinistries() {
 		var ga []string

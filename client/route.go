@@ -211,8 +211,13 @@ func (c *Client) rpcFailed(ctx context.Context, addr string, err error) (bool, e
 // same command until it is answered. A non-zero Result.errno becomes the
 // error.
 func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
+	return c.mutateIn(ctx, c.owner(route), route, cmd)
+}
+
+// mutateIn is mutate with the group given (the president group for
+// cluster-map commands).
+func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
-	group := c.owner(route)
 	redirects := 0
 	var res *wire.Result
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {

@@ -162,7 +162,7 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 	var wg sync.WaitGroup
 	for i, m := range others {
 		wg.Go(func() {
-			rf, err := s.peers.call(addrs[m], &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle,
+			rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle,
 				Group: f.Group, Epoch: f.Epoch, Version: v, Offset: off, Payload: f.Payload})
 			switch {
 			case err != nil:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/govfs/govfs/internal/chunkstore"
+	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -74,7 +75,7 @@ type Server struct {
 	meta string
 
 	groups groupTable
-	peers  peers
+	peers  dataproto.Pool
 	locks  chunkLocks
 }
 
@@ -159,7 +160,7 @@ func (s *Server) Stop() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
-	s.peers.closeAll()
+	s.peers.Close()
 	s.pool.Close()
 	if s.store != nil {
 		_ = s.store.Close()

@@ -35,6 +35,9 @@ Commands:
   mv [--no-replace] OLD NEW      rename; into NEW if it is a directory
   ln [-s] TARGET LINK            hard link, or symbolic with -s
   readlink PATH...               print symlink targets
+  put [--verify] LOCAL REMOTE    copy a local file in (- = stdin)
+  get [--verify] REMOTE LOCAL    copy a file out (- = stdout)
+  cat REMOTE...                  print files
 
 Metadata nodes come from --meta host:port,... or $GOVFS_META.
 Paths are absolute; symlinks are not followed.`
@@ -113,6 +116,7 @@ type fsInvocation struct {
 	force     bool   // rm -f
 	noReplace bool   // mv --no-replace
 	symbolic  bool   // ln -s
+	verify    bool   // put/get --verify
 	args      []string
 }
 
@@ -124,8 +128,10 @@ func fsArgCount(sub string) (lo, hi int, ok bool) {
 		return 0, -1, true
 	case "stat", "mkdir", "touch", "rm", "rmdir", "readlink":
 		return 1, -1, true
-	case "mv", "ln":
+	case "mv", "ln", "put", "get":
 		return 2, 2, true
+	case "cat":
+		return 1, -1, true
 	}
 	return 0, 0, false
 }
@@ -169,6 +175,8 @@ func parseFS(args []string, stderr io.Writer) (*fsInvocation, error) {
 		f.BoolVar(&inv.noReplace, "no-replace", false, "fail instead of replacing an existing NEW")
 	case "ln":
 		f.BoolVar(&inv.symbolic, "s", false, "make a symbolic link")
+	case "put", "get":
+		f.BoolVar(&inv.verify, "verify", false, "print the sha256 of the bytes transferred")
 	}
 	if err := f.Parse(top.Args()[1:]); err != nil {
 		return nil, err
@@ -260,6 +268,10 @@ func (r *fsRunner) run(ctx context.Context, inv *fsInvocation) error {
 		return r.mv(ctx, inv.args[0], inv.args[1], inv.noReplace)
 	case "ln":
 		return r.ln(ctx, inv.args[0], inv.args[1], inv.symbolic)
+	case "put":
+		return r.put(ctx, inv.args[0], inv.args[1], inv.verify)
+	case "get":
+		return r.get(ctx, inv.args[0], inv.args[1], inv.verify)
 	}
 	// The others take many paths: do each, report all failures.
 	var errs []error
@@ -276,6 +288,10 @@ func (r *fsRunner) run(ctx context.Context, inv *fsInvocation) error {
 			err = r.touch(ctx, p)
 		case "rm":
 			err = r.rm(ctx, p, inv.recursive, inv.force)
+		case "cat":
+			if _, err = r.cl.ReadFile(ctx, p, r.out); err != nil {
+				err = r.fail(p, err)
+			}
 		case "rmdir":
 			if err = r.cl.Rmdir(ctx, p); err != nil {
 				err = r.fail(p, err)

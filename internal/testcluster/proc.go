@@ -37,8 +37,10 @@ type ProcConfig struct {
 	// ExtraArgs are appended to every metadata node's command line.
 	ExtraArgs []string
 	// Chunks is the number of chunk servers (racks r1, r2, ...), started
-	// after the metadata nodes.
-	Chunks int
+	// after the metadata nodes; ChunkArgs are appended to their command
+	// lines.
+	Chunks    int
+	ChunkArgs []string
 }
 
 // layout is persisted in Dir/cluster.json.
@@ -183,10 +185,12 @@ func (c *ProcCluster) LogPath(i int) string {
 func (c *ProcCluster) args(i int) []string {
 	if i >= c.cfg.Nodes {
 		k := i - c.cfg.Nodes
-		return []string{"chunk", "--listen", c.layout.ChunkAddrs[k], "--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("chunk%d", k+1)),
+		args := []string{"chunk", "--listen", c.layout.ChunkAddrs[k], "--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("chunk%d", k+1)),
 			"--meta", strings.Join(c.layout.Addrs, ","), "--rack", fmt.Sprintf("r%d", k+1),
 			// One machine: give each server its own host name for placement.
 			"--host", fmt.Sprintf("dev-chunk%d", k+1)}
+		args = append(args, c.cfg.ChunkArgs...)
+		return args
 	}
 	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
 		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
