@@ -233,3 +233,33 @@ func TestRunMetaSubset(t *testing.T) {
 		t.Errorf("unlink ops = %d, want 30 (no directories made)", p.Ops)
 	}
 }
+
+func TestRunData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: govfsBin, Dir: t.TempDir(), Nodes: 3, Chunks: 3,
+		ChunkArgs: []string{"--chunk-size", "1048576"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	var out bytes.Buffer
+	rep, err := RunData(ctx, DataConfig{MetaAddrs: c.Addrs(), Size: 3<<20 + 100}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Phases) != 2 || rep.Phases[0].MBPerSec <= 0 || rep.Phases[1].LocalMBPerSec <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	line, err := rep.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Workload string                        `json:"workload"`
+		Phases   map[string]map[string]float64 `json:"phases"`
+	}
+	if err := json.Unmarshal(line, &parsed); err != nil || parsed.Workload != "data" || parsed.Phases["seq_read"]["ratio"] <= 0 {
+		t.Fatalf("JSON %s: %v", line, err)
+	}
+}

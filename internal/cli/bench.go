@@ -19,8 +19,9 @@ const benchUsage = `Usage: govfs bench <workload> [flags]
 
 Workloads:
   meta   metadata operations: mkdir, create, stat, readdir, rename, unlink
+  data   sequential write and read of a large file (random 4 KiB phases: not built yet)
 
-Run 'govfs bench meta -h' for its flags.`
+Run 'govfs bench meta -h' or 'govfs bench data -h' for their flags.`
 
 // runBench implements `govfs bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -31,6 +32,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch args[0] {
 	case "meta":
 		return benchMeta(ctx, args[1:], stdout, stderr)
+	case "data":
+		return benchData(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
@@ -167,6 +170,12 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // startBenchCluster starts a local 3-node cluster of this binary in a
 // temporary directory; stop stops it and deletes the directory.
 func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (stop func(), addrs []string, err error) {
+	return startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, ExtraArgs: extra})
+}
+
+// startLocalCluster starts cfg (Binary and Dir filled in here) in a
+// temporary directory; stop stops it and deletes the directory.
+func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.ProcConfig) (stop func(), addrs []string, err error) {
 	bin, err := os.Executable()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench meta: find the govfs binary: %w", err)
@@ -176,7 +185,8 @@ func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (s
 		return nil, nil, fmt.Errorf("bench meta: %w", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: dir, Nodes: 3, ExtraArgs: extra})
+	cfg.Binary, cfg.Dir = bin, dir
+	c, err := testcluster.StartReady(rctx, cfg)
 	cancel()
 	if err != nil {
 		// Keep the directory: its node logs say why.
@@ -186,6 +196,44 @@ func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (s
 		c.Stop()
 		os.RemoveAll(dir)
 	}
-	fmt.Fprintf(stderr, "bench meta: started a local 3-node cluster in %s (removed afterwards)\n", dir)
+	fmt.Fprintf(stderr, "bench: started a local cluster (%d metadata nodes, %d chunk servers) in %s (removed afterwards)\n", cfg.Nodes, cfg.Chunks, dir)
 	return stop, c.Addrs(), nil
+}
+
+func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs bench data", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "metadata node addresses (default: start a local cluster with 3 chunk servers)")
+	size := f.Int64("size", 1<<30, "file size in bytes")
+	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if *size <= 0 {
+		return fmt.Errorf("bench data: --size %d must be positive", *size)
+	}
+	var addrs []string
+	for _, a := range strings.Split(*meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		addrs = local
+	}
+	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir}, stdout)
+	if err != nil {
+		return err
+	}
+	line, err := rep.JSON()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", line)
+	return err
 }
