@@ -218,3 +218,36 @@ func TestReplicatedChunks(t *testing.T) {
 		t.Fatalf("restart got id %d, want %d", s2.ID(), id)
 	}
 }
+
+// A member that missed a mutation refuses later ones and reads of that
+// chunk, rather than applying them over the hole.
+func TestReplicaThatMissedAMutationGoesStale(t *testing.T) {
+	c := testcluster.NewInProc(t, 3)
+	var servers []*Server
+	for i := 0; i < 3; i++ {
+		s := startServer(t, c.Addrs(), t.TempDir())
+		defer s.Stop()
+		servers = append(servers, s)
+	}
+	g := waitGroup(t, servers)
+	var secondary *Server
+	for _, s := range servers {
+		if s.ID() != g.GetPrimary() {
+			secondary = s
+		}
+	}
+	d := dial(t, secondary.Addr())
+	rep := func(v uint64, off int64, data string) *dataproto.Frame {
+		return d.call(&dataproto.Frame{Type: dataproto.TypeReplicate, Handle: 11, Group: g.GetId(), Epoch: g.GetEpoch(), Version: v, Offset: off, Payload: []byte(data)})
+	}
+	if r := rep(1, 0, "first"); r.Status != dataproto.StatusOK {
+		t.Fatalf("replicate v1: %v %s", r.Status, r.Payload)
+	}
+	// Version 2 never arrives; version 3 does.
+	if r := rep(3, 5, "third"); r.Status != dataproto.StatusStaleVersion {
+		t.Fatalf("replicate over a missed version: %v", r.Status)
+	}
+	if r := d.call(readReq(g.GetId(), g.GetEpoch(), 11, 0, 5)); r.Status != dataproto.StatusStaleVersion {
+		t.Fatalf("read of a stale chunk: %v %q", r.Status, r.Payload)
+	}
+}

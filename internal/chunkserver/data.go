@@ -98,10 +98,11 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 		}
 		return s.order(f, g, addrs, reply)
 	case dataproto.TypeReplicate:
-		reply.Status, reply.Payload = status(s.store.Write(h, f.Offset, f.Payload, f.Version))
-		reply.Version = f.Version
-		return reply
+		return s.replicate(f, h, reply)
 	case dataproto.TypeRead:
+		if s.isStale(f.Handle) {
+			return fail(dataproto.StatusStaleVersion, "chunk %d on server %d missed a mutation and awaits repair; read another member", f.Handle, s.id)
+		}
 		if len(f.Payload) != 4 {
 			return fail(dataproto.StatusInvalid, "read: payload must be the 4-byte length wanted")
 		}
@@ -124,6 +125,50 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 	default:
 		return fail(dataproto.StatusInvalid, "unexpected frame type %v", f.Type)
 	}
+}
+
+// replicate applies a mutation the primary ordered. Versions must follow
+// each other exactly: a member that missed one (it was down, or the
+// primary's forward failed) would otherwise apply later mutations over a
+// hole and serve a chunk that silently differs from the others. Such a
+// member refuses the mutation and marks the chunk stale, refusing reads
+// of it until it is repaired (repair is not built yet: the write fails
+// with a clear error instead of diverging).
+func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *dataproto.Frame) *dataproto.Frame {
+	unlock := s.locks.lock(f.Handle)
+	defer unlock()
+	cur := uint64(0)
+	if info, err := s.store.Stat(h); err == nil {
+		cur = info.Version
+	} else if !errors.Is(err, chunkstore.ErrNotFound) {
+		reply.Status, reply.Payload = status(err)
+		return reply
+	}
+	if f.Version != cur+1 {
+		s.markStale(f.Handle)
+		reply.Status = dataproto.StatusStaleVersion
+		reply.Payload = []byte(fmt.Sprintf("chunk %d is at version %d on server %d, mutation is version %d: a mutation was missed; the chunk needs repair",
+			f.Handle, cur, s.id, f.Version))
+		return reply
+	}
+	reply.Status, reply.Payload = status(s.store.Write(h, f.Offset, f.Payload, f.Version))
+	reply.Version = f.Version
+	return reply
+}
+
+func (s *Server) markStale(h uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stale == nil {
+		s.stale = map[uint64]bool{}
+	}
+	s.stale[h] = true
+}
+
+func (s *Server) isStale(h uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stale[h]
 }
 
 // order is the primary's part of a write or append: it fixes the new

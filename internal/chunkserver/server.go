@@ -77,6 +77,9 @@ type Server struct {
 	groups groupTable
 	peers  dataproto.Pool
 	locks  chunkLocks
+	// stale chunks missed a mutation (guarded by mu); see replicate.
+	// NB: in memory only, and not reported to the president yet.
+	stale map[uint64]bool
 }
 
 // Start finds the cluster, opens the store, starts the data service and
