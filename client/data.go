@@ -33,6 +33,26 @@ func (c *Client) refreshDataPlane(ctx context.Context) error {
 	return nil
 }
 
+// awaitReplicaGroups returns once the cluster has a replica group,
+// refreshing the cluster map for up to ConnectTimeout: a fresh cluster
+// forms its first group moments after its chunk servers report in.
+func (c *Client) awaitReplicaGroups(ctx context.Context) error {
+	r := c.retry
+	r.budget = c.cfg.ConnectTimeout
+	return r.do(ctx, func(ctx context.Context) (bool, error) {
+		if groups, _, size := c.dataPlane(); len(groups) > 0 && size > 0 {
+			return false, nil
+		}
+		if err := c.refreshDataPlane(ctx); err != nil {
+			return false, err
+		}
+		if groups, _, size := c.dataPlane(); len(groups) > 0 && size > 0 {
+			return false, nil
+		}
+		return true, ErrNoReplicaGroups
+	})
+}
+
 func (c *Client) dataPlane() (map[uint64]*wire.ReplicaGroup, map[uint64]string, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -60,16 +80,11 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 			return 0, err
 		}
 	}
-	groups, _, chunkSize := c.dataPlane()
-	if len(groups) == 0 || chunkSize <= 0 {
-		if err := c.refreshDataPlane(ctx); err != nil {
-			return 0, opErr("write", path, err)
-		}
-		groups, _, chunkSize = c.dataPlane()
-		if len(groups) == 0 || chunkSize <= 0 {
-			return 0, opErr("write", path, ErrNoReplicaGroups)
-		}
+	_, _, chunkSize := c.dataPlane()
+	if err := c.awaitReplicaGroups(ctx); err != nil {
+		return 0, opErr("write", path, err)
 	}
+	_, _, chunkSize = c.dataPlane()
 	buf := make([]byte, requestSize)
 	var total int64
 	for index := uint64(0); ; index++ {

@@ -96,6 +96,10 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 			return fail(dataproto.StatusNotPrimary, "chunk server %d is not the primary of group %d; send to %d at %s",
 				s.id, f.Group, g.GetPrimary(), addrs[g.GetPrimary()])
 		}
+		if err := s.groupReady(g, addrs); err != nil {
+			// Retryable: members learn a new group within a heartbeat.
+			return fail(dataproto.StatusStaleEpoch, "replica group %d is not ready: %v", f.Group, err)
+		}
 		return s.order(f, g, addrs, reply)
 	case dataproto.TypeReplicate:
 		return s.replicate(f, h, reply)
@@ -154,6 +158,41 @@ func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *datap
 	reply.Status, reply.Payload = status(s.store.Write(h, f.Offset, f.Payload, f.Version))
 	reply.Version = f.Version
 	return reply
+}
+
+// groupReady checks, once per group epoch, that every other member knows
+// the group at this epoch before the primary orders its first mutation:
+// a member that does not yet would refuse it after the primary applied it
+// locally, leaving that member a version behind for good (until repair).
+func (s *Server) groupReady(g *wire.ReplicaGroup, addrs map[uint64]string) error {
+	s.mu.Lock()
+	ready := s.ready[g.GetId()] == g.GetEpoch()
+	s.mu.Unlock()
+	if ready {
+		return nil
+	}
+	for _, m := range g.GetMembers() {
+		if m == s.id {
+			continue
+		}
+		// Reading chunk handle 0 (never allocated) answers NotFound from a
+		// member that knows the group, StaleEpoch from one that does not.
+		rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeRead, Group: g.GetId(), Epoch: g.GetEpoch(),
+			Payload: binary.BigEndian.AppendUint32(nil, 0)})
+		if err != nil {
+			return fmt.Errorf("member %d: %w", m, err)
+		}
+		if rf.Status != dataproto.StatusNotFound && rf.Status != dataproto.StatusOK {
+			return fmt.Errorf("member %d: status %d: %s", m, rf.Status, rf.Payload)
+		}
+	}
+	s.mu.Lock()
+	if s.ready == nil {
+		s.ready = map[uint64]uint64{}
+	}
+	s.ready[g.GetId()] = g.GetEpoch()
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Server) markStale(h uint64) {

@@ -80,6 +80,9 @@ type Server struct {
 	// stale chunks missed a mutation (guarded by mu); see replicate.
 	// NB: in memory only, and not reported to the president yet.
 	stale map[uint64]bool
+	// ready maps group id -> the epoch at which every member was seen to
+	// know the group (guarded by mu); see groupReady.
+	ready map[uint64]uint64
 }
 
 // Start finds the cluster, opens the store, starts the data service and

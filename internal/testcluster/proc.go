@@ -407,10 +407,10 @@ func (c *ProcCluster) chunksAlive(ctx context.Context, pool *rpc.Pool) error {
 		if !known {
 			continue // not the president's leader
 		}
-		if alive >= c.cfg.Chunks {
+		if alive >= c.cfg.Chunks && (c.cfg.Chunks < 3 || len(st.GetReplicaGroups()) > 0) {
 			return nil
 		}
-		return fmt.Errorf("%d of %d chunk servers alive", alive, c.cfg.Chunks)
+		return fmt.Errorf("%d of %d chunk servers alive, %d replica groups", alive, c.cfg.Chunks, len(st.GetReplicaGroups()))
 	}
 	return fmt.Errorf("no president leader reported chunk server liveness")
 }
