@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/dataproto"
@@ -186,10 +187,10 @@ func (c *Client) staleDataPlane(ctx context.Context, cause error) error {
 	return cause
 }
 
-// ReadFile copies path's contents to w and returns the bytes copied. Each
-// request goes to a member of the chunk's replica group, the primary
-// first; a member that fails, is stale or returns a corrupt block is
-// skipped for the next one. Parts of the file never written read as
+// ReadFile copies path's contents to w and returns the bytes copied.
+// Requests run a few at a time in parallel, spread over the members of
+// each chunk's replica group; a member that fails, is stale or returns a
+// corrupt block is skipped for the next one. Parts of the file never written read as
 // zeros.
 func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {
 	attr, err := c.Stat(ctx, path)
@@ -216,29 +217,96 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 		_, _, chunkSize = c.dataPlane()
 	}
 	size := int64(attr.GetSize())
-	var done int64
-	for done < size {
-		index := uint64(done / max(chunkSize, 1))
-		inChunk := done - int64(index)*chunkSize
-		n := min(int64(requestSize), size-done, chunkSize-inChunk)
-		var data []byte
-		if ref := chunks[index]; ref != nil {
-			if data, err = c.readChunk(ctx, ref, inChunk, n); err != nil {
-				return done, opErr("read", path, err)
+	// Requests of up to 1 MiB, fetched readWindow at a time in parallel
+	// (spread over the members) and written out in order.
+	type req struct {
+		off, n int64
+		ref    *wire.ChunkRef
+		seq    int
+	}
+	var reqs []req
+	for off := int64(0); off < size; {
+		index := uint64(off / max(chunkSize, 1))
+		inChunk := off - int64(index)*chunkSize
+		n := min(int64(requestSize), size-off, chunkSize-inChunk)
+		reqs = append(reqs, req{off: inChunk, n: n, ref: chunks[index], seq: len(reqs)})
+		off += n
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	results := make([]chan result, len(reqs))
+	for i := range results {
+		results[i] = make(chan result, 1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The feeder runs at most readWindow requests ahead of the writer.
+	window := make(chan struct{}, readWindow)
+	todo := make(chan req)
+	var wg sync.WaitGroup
+	for range min(readWindow, len(reqs)) {
+		wg.Go(func() {
+			for r := range todo {
+				var data []byte
+				var err error
+				if r.ref != nil {
+					data, err = c.readChunk(ctx, r.ref, r.off, r.n, r.seq)
+				}
+				results[r.seq] <- result{data, err}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(todo)
+		for _, r := range reqs {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case todo <- r:
+			case <-ctx.Done():
+				return
 			}
 		}
-		if int64(len(data)) < n {
-			data = append(data, make([]byte, n-int64(len(data)))...) // a hole
+	})
+	defer wg.Wait()
+	var done int64
+	for i, r := range reqs {
+		var res result
+		select {
+		case res = <-results[i]:
+		case <-ctx.Done():
+			return done, opErr("read", path, ctx.Err())
+		}
+		<-window
+		if res.err != nil {
+			cancel()
+			return done, opErr("read", path, res.err)
+		}
+		data := res.data
+		if int64(len(data)) < r.n {
+			data = append(data, make([]byte, r.n-int64(len(data)))...) // a hole
 		}
 		if _, err := w.Write(data); err != nil {
+			cancel()
 			return done, opErr("read", path, fmt.Errorf("write the output: %w", err))
 		}
-		done += n
+		done += r.n
 	}
 	return done, nil
 }
 
-func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64) ([]byte, error) {
+// readWindow is how many read requests are in flight at once.
+const readWindow = 4
+
+// readChunk reads [off, off+n) of a chunk from one member, starting at
+// member seq % len (spreading parallel requests) and moving on when a
+// member fails, is stale or returns a corrupt block.
+func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64, seq int) ([]byte, error) {
 	var out []byte
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
 		groups, addrs, _ := c.dataPlane()
@@ -246,7 +314,11 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		if g == nil {
 			return true, c.staleDataPlane(ctx, fmt.Errorf("replica group %d unknown", ref.GetGroup()))
 		}
-		members := append([]uint64{g.GetPrimary()}, g.GetMembers()...)
+		ms := g.GetMembers()
+		members := make([]uint64, 0, len(ms))
+		for i := range ms {
+			members = append(members, ms[(seq+i)%len(ms)])
+		}
 		var errs []error
 		notFound := 0
 		for _, m := range members {

@@ -8,50 +8,76 @@ import (
 	"time"
 )
 
-// Pool keeps one connection per address for request/reply calls, one
-// call at a time per connection. A connection that fails is dropped and
-// redialed on the next call.
+// Pool keeps connections per address for request/reply calls: a call
+// takes an idle connection (or dials one), so calls to one address run in
+// parallel, one per connection. A connection that fails is closed; up to
+// MaxIdle idle connections per address are kept.
 type Pool struct {
 	// Timeout bounds a call (dial, send, reply); 10 s when zero.
 	Timeout time.Duration
+	// MaxIdle bounds the idle connections kept per address; 8 when zero.
+	MaxIdle int
 
-	mu    sync.Mutex
-	conns map[string]*poolConn
+	mu     sync.Mutex
+	idle   map[string][]*poolConn
+	closed bool
 }
 
 type poolConn struct {
-	mu sync.Mutex
-	c  net.Conn
-	r  *Reader
-	w  *bufio.Writer
-	n  uint64
+	c net.Conn
+	r *Reader
+	w *bufio.Writer
+	n uint64
 }
 
-func (p *Pool) conn(addr string) *poolConn {
+func (p *Pool) take(addr string, timeout time.Duration) (*poolConn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("dataproto: pool closed")
+	}
+	if l := p.idle[addr]; len(l) > 0 {
+		pc := l[len(l)-1]
+		p.idle[addr] = l[:len(l)-1]
+		p.mu.Unlock()
+		return pc, nil
+	}
+	p.mu.Unlock()
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("dataproto: dial %s: %w", addr, err)
+	}
+	return &poolConn{c: c, r: NewReader(bufio.NewReader(c), 0), w: bufio.NewWriter(c)}, nil
+}
+
+func (p *Pool) give(addr string, pc *poolConn) {
+	max := p.MaxIdle
+	if max <= 0 {
+		max = 8
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conns == nil {
-		p.conns = map[string]*poolConn{}
+	if p.closed || len(p.idle[addr]) >= max {
+		_ = pc.c.Close()
+		return
 	}
-	pc, ok := p.conns[addr]
-	if !ok {
-		pc = &poolConn{}
-		p.conns[addr] = pc
+	if p.idle == nil {
+		p.idle = map[string][]*poolConn{}
 	}
-	return pc
+	p.idle[addr] = append(p.idle[addr], pc)
 }
 
-// Close closes every connection.
+// Close closes every idle connection; calls in flight finish and close
+// theirs.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, pc := range p.conns {
-		pc.mu.Lock()
-		if pc.c != nil {
+	p.closed = true
+	for addr, l := range p.idle {
+		for _, pc := range l {
 			_ = pc.c.Close()
-			pc.c = nil
 		}
-		pc.mu.Unlock()
+		delete(p.idle, addr)
 	}
 }
 
@@ -61,19 +87,12 @@ func (p *Pool) Call(addr string, f *Frame) (*Frame, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	pc := p.conn(addr)
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	if pc.c == nil {
-		c, err := net.DialTimeout("tcp", addr, timeout)
-		if err != nil {
-			return nil, fmt.Errorf("dataproto: dial %s: %w", addr, err)
-		}
-		pc.c, pc.r, pc.w = c, NewReader(bufio.NewReader(c), 0), bufio.NewWriter(c)
+	pc, err := p.take(addr, timeout)
+	if err != nil {
+		return nil, err
 	}
 	fail := func(err error) (*Frame, error) {
 		_ = pc.c.Close()
-		pc.c = nil
 		return nil, fmt.Errorf("dataproto: %s: %w", addr, err)
 	}
 	pc.n++
@@ -92,5 +111,6 @@ func (p *Pool) Call(addr string, f *Frame) (*Frame, error) {
 	if r.RequestID != f.RequestID {
 		return fail(fmt.Errorf("reply to request %d, want %d", r.RequestID, f.RequestID))
 	}
+	p.give(addr, pc)
 	return r, nil
 }
