@@ -187,7 +187,16 @@ func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n in
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	st, err := admin.Status(ctx, c.Addrs()[victim])
+	// A fresh connection: the client's old one to this address may still
+	// be backing off from the kill.
+	cc, err := rpc.Dial(c.Addrs()[victim])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
