@@ -76,10 +76,10 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 		return 0, opErr("write", path, syscall.EISDIR)
 	}
 	ino := ids.Ino(attr.GetIno())
-	if attr.GetSize() > 0 {
-		if err := c.Truncate(ctx, path, 0); err != nil {
-			return 0, err
-		}
+	// Always truncate: an earlier, interrupted WriteFile may have recorded
+	// chunks without setting the size, and those must not be reused.
+	if _, err := c.Setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}); err != nil {
+		return 0, opErr("write", path, err)
 	}
 	_, _, chunkSize := c.dataPlane()
 	if err := c.awaitReplicaGroups(ctx); err != nil {
