@@ -81,11 +81,10 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 	if _, err := c.Setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}); err != nil {
 		return 0, opErr("write", path, err)
 	}
-	_, _, chunkSize := c.dataPlane()
 	if err := c.awaitReplicaGroups(ctx); err != nil {
 		return 0, opErr("write", path, err)
 	}
-	_, _, chunkSize = c.dataPlane()
+	_, _, chunkSize := c.dataPlane()
 	buf := make([]byte, requestSize)
 	var total int64
 	for index := uint64(0); ; index++ {
@@ -210,13 +209,19 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 		chunks[ch.GetIndex()] = ch
 	}
 	_, _, chunkSize := c.dataPlane()
-	if chunkSize <= 0 && len(chunks) > 0 {
+	if chunkSize <= 0 {
 		if err := c.refreshDataPlane(ctx); err != nil {
 			return 0, opErr("read", path, err)
 		}
 		_, _, chunkSize = c.dataPlane()
 	}
 	size := int64(attr.GetSize())
+	if chunkSize <= 0 {
+		if len(chunks) > 0 {
+			return 0, opErr("read", path, fmt.Errorf("%w: the cluster reports no chunk size", syscall.EIO))
+		}
+		chunkSize = requestSize // no data stored: the file is all zeros
+	}
 	// Requests of up to 1 MiB, fetched readWindow at a time in parallel
 	// (spread over the members) and written out in order.
 	type req struct {

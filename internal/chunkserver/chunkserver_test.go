@@ -243,6 +243,10 @@ func TestReplicaThatMissedAMutationGoesStale(t *testing.T) {
 	if r := rep(1, 0, "first"); r.Status != dataproto.StatusOK {
 		t.Fatalf("replicate v1: %v %s", r.Status, r.Payload)
 	}
+	// A resend of the version already held (a broken connection) is fine.
+	if r := rep(1, 0, "first"); r.Status != dataproto.StatusOK {
+		t.Fatalf("repeated replicate v1: %v %s", r.Status, r.Payload)
+	}
 	// Version 2 never arrives; version 3 does.
 	if r := rep(3, 5, "third"); r.Status != dataproto.StatusStaleVersion {
 		t.Fatalf("replicate over a missed version: %v", r.Status)

@@ -34,6 +34,14 @@ func (s *Server) serve() {
 			continue
 		}
 		s.mu.Lock()
+		select {
+		case <-s.stop:
+			// Accepted as Stop ran: it will not close this one for us.
+			s.mu.Unlock()
+			_ = c.Close()
+			return
+		default:
+		}
 		s.conns[c] = struct{}{}
 		s.mu.Unlock()
 		s.wg.Add(1)
@@ -146,6 +154,13 @@ func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *datap
 		cur = info.Version
 	} else if !errors.Is(err, chunkstore.ErrNotFound) {
 		reply.Status, reply.Payload = status(err)
+		return reply
+	}
+	if f.Version == cur && cur > 0 {
+		// A resend of the mutation this member already applied (the
+		// primary's connection broke before the reply): versions are
+		// unique per chunk, so it is the same mutation.
+		reply.Status, reply.Version = dataproto.StatusOK, cur
 		return reply
 	}
 	if f.Version != cur+1 {

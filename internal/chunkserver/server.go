@@ -124,14 +124,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("chunk server: listen on %s (is another process using it?): %w", cfg.Listen, err)
 	}
+	// Register and learn our replica groups before serving: a member
+	// that answered "unknown group" to a primary's forward would miss a
+	// mutation and go stale. Clients wait in the listen backlog meanwhile.
+	if err := s.register(ctx); err != nil {
+		return nil, err
+	}
+	s.heartbeat()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		s.serve()
 	}()
-	if err := s.register(ctx); err != nil {
-		return nil, err
-	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

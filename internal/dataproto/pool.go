@@ -30,24 +30,28 @@ type poolConn struct {
 	n uint64
 }
 
-func (p *Pool) take(addr string, timeout time.Duration) (*poolConn, error) {
+func (p *Pool) take(addr string, timeout time.Duration) (pc *poolConn, reused bool, err error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, fmt.Errorf("dataproto: pool closed")
+		return nil, false, fmt.Errorf("dataproto: pool closed")
 	}
 	if l := p.idle[addr]; len(l) > 0 {
 		pc := l[len(l)-1]
 		p.idle[addr] = l[:len(l)-1]
 		p.mu.Unlock()
-		return pc, nil
+		return pc, true, nil
 	}
 	p.mu.Unlock()
+	return p.dial(addr, timeout)
+}
+
+func (p *Pool) dial(addr string, timeout time.Duration) (*poolConn, bool, error) {
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
-		return nil, fmt.Errorf("dataproto: dial %s: %w", addr, err)
+		return nil, false, fmt.Errorf("dataproto: dial %s: %w", addr, err)
 	}
-	return &poolConn{c: c, r: NewReader(bufio.NewReader(c), 0), w: bufio.NewWriter(c)}, nil
+	return &poolConn{c: c, r: NewReader(bufio.NewReader(c), 0), w: bufio.NewWriter(c)}, false, nil
 }
 
 func (p *Pool) give(addr string, pc *poolConn) {
@@ -82,15 +86,31 @@ func (p *Pool) Close() {
 }
 
 // Call sends f to addr and returns the reply (f.RequestID is set here).
+// An idle connection the peer has closed (it restarted) fails the first
+// call on it; that call is retried once on a new connection. NB: the
+// request may then reach the peer twice if the first copy got through;
+// requests must tolerate that (replicas accept a repeated mutation of the
+// version they already hold).
 func (p *Pool) Call(addr string, f *Frame) (*Frame, error) {
 	timeout := p.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	pc, err := p.take(addr, timeout)
+	pc, reused, err := p.take(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
+	r, err := p.call(addr, pc, f, timeout)
+	if err != nil && reused {
+		if pc, _, err = p.dial(addr, timeout); err != nil {
+			return nil, err
+		}
+		r, err = p.call(addr, pc, f, timeout)
+	}
+	return r, err
+}
+
+func (p *Pool) call(addr string, pc *poolConn, f *Frame, timeout time.Duration) (*Frame, error) {
 	fail := func(err error) (*Frame, error) {
 		_ = pc.c.Close()
 		return nil, fmt.Errorf("dataproto: %s: %w", addr, err)

@@ -324,6 +324,19 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 		default:
 			return nil, errnof(syscall.EINVAL, "truncate %v: a %v", ino, a.Type)
 		}
+		// NB: shrinking a file that has data to a non-zero size would leave
+		// the cut-off bytes in its chunks (the ministry does not know the
+		// chunk size yet), and a later grow would bring them back instead
+		// of zeros. Refuse it until truncation reaches the chunk servers.
+		if op.Size != 0 && op.Size < a.Size {
+			has, err := hasChunks(t.r, ino)
+			if err != nil {
+				return nil, err
+			}
+			if has {
+				return nil, errnof(syscall.EOPNOTSUPP, "truncate %v to %d: shrinking a file with data to a non-zero size is not supported yet (truncate to 0 or rewrite it)", ino, op.Size)
+			}
+		}
 	}
 	if op.Valid == 0 {
 		return attrResult(in), nil
@@ -341,9 +354,7 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	if has(wire.SetattrField_SETATTR_SIZE) {
 		a.Size = op.Size
 		a.MtimeNs = t.now
-		// Truncating to zero releases every chunk (collected later). NB:
-		// a truncate to a smaller non-zero size keeps the chunk records;
-		// the ministry does not know the chunk size yet (issue 3).
+		// Truncating to zero releases every chunk (collected later).
 		if op.Size == 0 {
 			if err := dropChunks(t, ids.Ino(a.Ino), 0); err != nil {
 				return nil, err

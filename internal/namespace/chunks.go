@@ -102,3 +102,14 @@ func dropChunks(t *tx, ino ids.Ino, firstDropped uint64) error {
 	}
 	return nil
 }
+
+// hasChunks reports whether any chunk is recorded for ino.
+func hasChunks(r engine.Reader, ino ids.Ino) (bool, error) {
+	found := false
+	p := chunkPrefix(ino)
+	err := r.Scan(p, prefixEnd(p), func(_, _ []byte) bool {
+		found = true
+		return false
+	})
+	return found, err
+}

@@ -730,6 +730,12 @@ func TestChunkTable(t *testing.T) {
 			t.Errorf("set chunk on %v (handle %d group %d) = %v, want %v", bad.ino, bad.h, bad.g, r, bad.errno)
 		}
 	}
+	// Shrinking a file with data to a non-zero size is refused (its chunks
+	// would keep the cut bytes); growing is fine.
+	v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 1000}}, nil)
+	if r := v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 10}}, nil); syscall.Errno(r.Errno) != syscall.EOPNOTSUPP {
+		t.Fatalf("shrink to 10 = %v, want EOPNOTSUPP", r)
+	}
 	// Truncate to zero releases the chunks; unlink releases them too.
 	v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}}, nil)
 	if cs, _ := GetChunks(v.rw, f); len(cs) != 0 {
