@@ -9,10 +9,12 @@
 //	"members"        wire.InitClusterOp with the member list
 //	"nextino"        u64, the next inode number not yet granted
 //	"r" client seq   wire.Result of an applied request (dedup)
+//	"W" client       u64 seq below which the client's answers were dropped
 //	chunk servers, replica groups and chunk handles: see chunks.go
 package clustermap
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"syscall"
@@ -57,6 +59,18 @@ func (Map) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire.R
 			return res, nil
 		}
 	}
+	if req.GetClientId() != 0 {
+		wm, err := watermark(rw, req.GetClientId())
+		if err != nil {
+			return nil, err
+		}
+		if req.GetSeq() < wm {
+			// A delayed copy of a request whose answer was already dropped:
+			// applying it again would break exactly-once.
+			return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf(
+				"request %d/%d is older than the client's acknowledged requests (%d)", req.GetClientId(), req.GetSeq(), wm)}, nil
+		}
+	}
 	res, err := apply(rw, cmd)
 	if err != nil {
 		return nil, err
@@ -69,15 +83,51 @@ func (Map) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire.R
 		if err := rw.Set(dedupKey(req), b); err != nil {
 			return nil, err
 		}
-		lo := binary.BigEndian.AppendUint64([]byte("r"), req.GetClientId())
-		below := max(req.GetFirstIncomplete(), req.GetSeq()-min(req.GetSeq(), 1024))
-		if below > 0 {
-			if err := rw.DeleteRange(binary.BigEndian.AppendUint64(lo, 0), binary.BigEndian.AppendUint64(lo, below)); err != nil {
-				return nil, err
-			}
+		if err := prune(rw, req); err != nil {
+			return nil, err
 		}
 	}
 	return res, nil
+}
+
+func watermarkKey(client uint64) []byte { return binary.BigEndian.AppendUint64([]byte("W"), client) }
+
+func watermark(r engine.Reader, client uint64) (uint64, error) {
+	b, err := r.Get(watermarkKey(client))
+	if err != nil || len(b) != 8 {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// prune drops a client's remembered answers below max(first_incomplete,
+// seq-1024) and moves its watermark there. NB: point deletes of the few
+// answers stored in [old watermark, new watermark), found by a scan that
+// starts at the old watermark so it never walks earlier tombstones: a
+// range tombstone per command (as this code first did) slows every read,
+// and group 0 sees a command per chunk written.
+func prune(rw engine.ReadWriter, req *wire.RequestID) error {
+	below := max(req.GetFirstIncomplete(), req.GetSeq()-min(req.GetSeq(), 1024))
+	below = min(below, req.GetSeq()) // never drop the answer just stored
+	wm, err := watermark(rw, req.GetClientId())
+	if err != nil || below <= wm {
+		return err
+	}
+	lo := binary.BigEndian.AppendUint64([]byte("r"), req.GetClientId())
+	var keys [][]byte
+	err = rw.Scan(binary.BigEndian.AppendUint64(bytes.Clone(lo), wm), binary.BigEndian.AppendUint64(bytes.Clone(lo), below), func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := rw.Delete(k); err != nil {
+			return err
+		}
+	}
+	return rw.Set(watermarkKey(req.GetClientId()), binary.BigEndian.AppendUint64(nil, below))
 }
 
 func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {

@@ -78,6 +78,21 @@ func TestInitAndAllocate(t *testing.T) {
 	if _, err := m.Apply(b, 1, &wire.Command{Version: 2}); err == nil {
 		t.Fatal("unknown command version accepted")
 	}
+	// Answers below the client's first incomplete request are dropped, and
+	// a late copy of such a request is refused rather than applied again.
+	late := cmd(1, 5, &wire.AllocInodesOp{Ministry: 1, Count: 5})
+	c9 := cmd(1, 19, &wire.AllocInodesOp{Ministry: 1, Count: 1})
+	c9.Req.FirstIncomplete = 19
+	apply(c9)
+	if v, _ := b.Get(dedupKey(&wire.RequestID{ClientId: 1, Seq: 5})); v != nil {
+		t.Fatal("answer below first_incomplete kept")
+	}
+	if r := apply(late); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Fatalf("late copy of a dropped request = %v, want EINVAL", r)
+	}
+	if next, _ := NextIno(b); next != 18 {
+		t.Fatalf("next ino %d, want 18 (the late copy must not allocate)", next)
+	}
 }
 
 func TestChunkServersAndReplicaGroups(t *testing.T) {
