@@ -140,9 +140,15 @@ func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire
 	}
 	// Spread files' chunks over the groups (map order is random).
 	group := ids_[int(res.GetStart()%uint64(len(ids_)))]
+	// The handle names its group (dataproto.MakeHandle), so chunk servers
+	// know which of their chunks belong to which group.
+	handle, err := dataproto.MakeHandle(group, res.GetStart())
+	if err != nil {
+		return nil, fmt.Errorf("allocate a chunk handle: %w", err)
+	}
 	set, err := c.mutate(ctx, ino, c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(ino),
-			Chunk: &wire.ChunkRef{Index: index, Handle: res.GetStart(), Group: group}}}
+			Chunk: &wire.ChunkRef{Index: index, Handle: handle, Group: group}}}
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("record chunk %d: %w", index, err)

@@ -36,7 +36,37 @@ const (
 	// offset fixed) to another member of the group.
 	TypeReplicate
 	TypeReplicateReply
+	// TypeTruncate asks the primary to cut a chunk to Offset bytes.
+	TypeTruncate
+	TypeTruncateReply
+	// TypeStat asks a member for its version (reply Version) and length
+	// (reply Offset) of a chunk, whatever its state.
+	TypeStat
+	TypeStatReply
+	// TypeInstall replaces a member's copy of a chunk with the payload at
+	// Version (the primary reconciling a member, or filling a new one).
+	TypeInstall
+	TypeInstallReply
+	// TypeList asks for the chunks a server holds: of replica group Group,
+	// or all of them when Group is 0. The reply payload is a sequence of
+	// ListEntrySize-byte entries (EncodeList).
+	TypeList
+	TypeListReply
+	// TypeDelete removes a server's copy of a chunk (garbage collection).
+	TypeDelete
+	TypeDeleteReply
 	typeEnd
+)
+
+// Mutation is the kind of a replicated mutation. A TypeReplicate request
+// carries it in its Status field (requests have no status of their own).
+type Mutation = Status
+
+// Mutation kinds.
+const (
+	MutationWrite    Mutation = 0 // Payload at Offset
+	MutationTruncate Mutation = 1 // cut to Offset bytes
+	MutationPad      Mutation = 2 // extend to the chunk size with zeros
 )
 
 func (t Type) String() string {
@@ -57,6 +87,26 @@ func (t Type) String() string {
 		return "replicate"
 	case TypeReplicateReply:
 		return "replicate-reply"
+	case TypeTruncate:
+		return "truncate"
+	case TypeTruncateReply:
+		return "truncate-reply"
+	case TypeStat:
+		return "stat"
+	case TypeStatReply:
+		return "stat-reply"
+	case TypeInstall:
+		return "install"
+	case TypeInstallReply:
+		return "install-reply"
+	case TypeList:
+		return "list"
+	case TypeListReply:
+		return "list-reply"
+	case TypeDelete:
+		return "delete"
+	case TypeDeleteReply:
+		return "delete-reply"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -79,6 +129,10 @@ const (
 )
 
 // Frame is one decoded frame.
+//
+// In a TypeAppend request Version carries the appender's request id
+// (non-zero to ask for deduplication: a retried append with the same id
+// gets the first offset back instead of a second copy).
 type Frame struct {
 	Type      Type
 	RequestID uint64

@@ -766,6 +766,8 @@ type Command struct {
 	//	*Command_RegisterChunkServer
 	//	*Command_CreateReplicaGroup
 	//	*Command_AllocChunkHandles
+	//	*Command_ReplaceMember
+	//	*Command_MemberSynced
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -964,6 +966,24 @@ func (x *Command) GetAllocChunkHandles() *AllocChunkHandlesOp {
 	return nil
 }
 
+func (x *Command) GetReplaceMember() *ReplaceMemberOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReplaceMember); ok {
+			return x.ReplaceMember
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMemberSynced() *MemberSyncedOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MemberSynced); ok {
+			return x.MemberSynced
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1030,6 +1050,14 @@ type Command_AllocChunkHandles struct {
 	AllocChunkHandles *AllocChunkHandlesOp `protobuf:"bytes,34,opt,name=alloc_chunk_handles,json=allocChunkHandles,proto3,oneof"`
 }
 
+type Command_ReplaceMember struct {
+	ReplaceMember *ReplaceMemberOp `protobuf:"bytes,35,opt,name=replace_member,json=replaceMember,proto3,oneof"`
+}
+
+type Command_MemberSynced struct {
+	MemberSynced *MemberSyncedOp `protobuf:"bytes,36,opt,name=member_synced,json=memberSynced,proto3,oneof"`
+}
+
 func (*Command_Create) isCommand_Op() {}
 
 func (*Command_Link) isCommand_Op() {}
@@ -1059,6 +1087,10 @@ func (*Command_RegisterChunkServer) isCommand_Op() {}
 func (*Command_CreateReplicaGroup) isCommand_Op() {}
 
 func (*Command_AllocChunkHandles) isCommand_Op() {}
+
+func (*Command_ReplaceMember) isCommand_Op() {}
+
+func (*Command_MemberSynced) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -1362,13 +1394,18 @@ type SetattrOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ino   uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
 	// Bit set of fields to change.
-	Valid         uint32 `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"`
-	Mode          uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Size          uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
-	AtimeNs       int64  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	Valid   uint32 `protobuf:"varint,2,opt,name=valid,proto3" json:"valid,omitempty"`
+	Mode    uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid     uint32 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid     uint32 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Size    uint64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	AtimeNs int64  `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs int64  `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	// With SETATTR_SIZE: the cluster's chunk size. A file whose chunks are
+	// recorded can shrink to a non-zero size only when it is given; chunk
+	// records wholly beyond the new size are then released (the caller has
+	// already cut the chunk holding the new end on its chunk servers).
+	ChunkSize     int64 `protobuf:"varint,9,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1455,6 +1492,13 @@ func (x *SetattrOp) GetAtimeNs() int64 {
 func (x *SetattrOp) GetMtimeNs() int64 {
 	if x != nil {
 		return x.MtimeNs
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetChunkSize() int64 {
+	if x != nil {
+		return x.ChunkSize
 	}
 	return 0
 }
@@ -2070,11 +2114,15 @@ func (x *RegisterChunkServerOp) GetServer() *ChunkServer {
 // primary orders mutations. The epoch grows on every change of members or
 // primary, and every data request names the epoch it expects.
 type ReplicaGroup struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Members       []uint64               `protobuf:"varint,2,rep,packed,name=members,proto3" json:"members,omitempty"`
-	Primary       uint64                 `protobuf:"varint,3,opt,name=primary,proto3" json:"primary,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Members []uint64               `protobuf:"varint,2,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Primary uint64                 `protobuf:"varint,3,opt,name=primary,proto3" json:"primary,omitempty"`
+	Epoch   uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Members still being filled by the primary after replacing a dead
+	// one: they receive mutations of the chunks already copied to them, but
+	// serve no reads and do not count towards acknowledgements.
+	Syncing       []uint64 `protobuf:"varint,5,rep,packed,name=syncing,proto3" json:"syncing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2137,6 +2185,147 @@ func (x *ReplicaGroup) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *ReplicaGroup) GetSyncing() []uint64 {
+	if x != nil {
+		return x.Syncing
+	}
+	return nil
+}
+
+// ReplaceMemberOp swaps member `old` of group `group` for chunk server
+// `new` (which starts syncing) if the group is still at `epoch`; the
+// epoch grows, and a new primary is chosen among the full members when
+// `old` was the primary.
+type ReplaceMemberOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Old           uint64                 `protobuf:"varint,2,opt,name=old,proto3" json:"old,omitempty"`
+	New           uint64                 `protobuf:"varint,3,opt,name=new,proto3" json:"new,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceMemberOp) Reset() {
+	*x = ReplaceMemberOp{}
+	mi := &file_govfs_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceMemberOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceMemberOp) ProtoMessage() {}
+
+func (x *ReplaceMemberOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceMemberOp.ProtoReflect.Descriptor instead.
+func (*ReplaceMemberOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReplaceMemberOp) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *ReplaceMemberOp) GetOld() uint64 {
+	if x != nil {
+		return x.Old
+	}
+	return 0
+}
+
+func (x *ReplaceMemberOp) GetNew() uint64 {
+	if x != nil {
+		return x.New
+	}
+	return 0
+}
+
+func (x *ReplaceMemberOp) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// MemberSyncedOp records that syncing member `member` of `group` holds
+// every chunk (if the group is still at `epoch`).
+type MemberSyncedOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Member        uint64                 `protobuf:"varint,2,opt,name=member,proto3" json:"member,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberSyncedOp) Reset() {
+	*x = MemberSyncedOp{}
+	mi := &file_govfs_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberSyncedOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberSyncedOp) ProtoMessage() {}
+
+func (x *MemberSyncedOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberSyncedOp.ProtoReflect.Descriptor instead.
+func (*MemberSyncedOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MemberSyncedOp) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *MemberSyncedOp) GetMember() uint64 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *MemberSyncedOp) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // CreateReplicaGroupOp records a new replica group with the given members
 // (chosen by the proposer's placement planner; the first is the primary).
 // Result.start is the group id.
@@ -2149,7 +2338,7 @@ type CreateReplicaGroupOp struct {
 
 func (x *CreateReplicaGroupOp) Reset() {
 	*x = CreateReplicaGroupOp{}
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2350,7 @@ func (x *CreateReplicaGroupOp) String() string {
 func (*CreateReplicaGroupOp) ProtoMessage() {}
 
 func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2363,7 @@ func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaGroupOp.ProtoReflect.Descriptor instead.
 func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{23}
+	return file_govfs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
@@ -2194,7 +2383,7 @@ type AllocChunkHandlesOp struct {
 
 func (x *AllocChunkHandlesOp) Reset() {
 	*x = AllocChunkHandlesOp{}
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2395,7 @@ func (x *AllocChunkHandlesOp) String() string {
 func (*AllocChunkHandlesOp) ProtoMessage() {}
 
 func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2408,7 @@ func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
 func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{24}
+	return file_govfs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AllocChunkHandlesOp) GetCount() uint64 {
@@ -2249,7 +2438,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2261,7 +2450,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2274,7 +2463,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{25}
+	return file_govfs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -2329,7 +2518,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2530,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2543,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{26}
+	return file_govfs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2384,7 +2573,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2585,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2598,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{27}
+	return file_govfs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -2458,7 +2647,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2659,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2672,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{28}
+	return file_govfs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -2518,7 +2707,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2719,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2732,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{29}
+	return file_govfs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -2591,7 +2780,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2792,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2805,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -2773,7 +2962,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +2974,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +2987,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -2818,7 +3007,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3019,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3032,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -2869,7 +3058,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3070,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3083,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -2917,7 +3106,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3118,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3131,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -2976,7 +3165,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3177,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3190,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -3027,7 +3216,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3228,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3241,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -3071,7 +3260,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3272,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3285,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -3119,7 +3308,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3320,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3333,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -3206,7 +3395,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3407,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3420,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -3312,7 +3501,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3513,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3526,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 type ClusterInfoResponse struct {
@@ -3358,7 +3547,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +3559,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +3572,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -3450,7 +3639,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3651,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3664,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 type GroupStatus struct {
@@ -3495,7 +3684,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3696,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3709,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -3605,7 +3794,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3806,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3819,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -3719,7 +3908,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3920,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3933,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -3804,7 +3993,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4005,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4018,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -3877,7 +4066,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3889,7 +4078,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3902,7 +4091,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -3961,7 +4150,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4162,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4175,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -4028,7 +4217,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4229,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4242,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -4079,7 +4268,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4280,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4293,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -4132,7 +4321,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4333,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4346,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -4219,7 +4408,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4231,7 +4420,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4244,7 +4433,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KV) GetKey() []byte {
@@ -4302,7 +4491,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x89\b\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x92\t\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -4322,7 +4511,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
 	"\x14create_replica_group\x18! \x01(\v2 .govfs.wire.CreateReplicaGroupOpH\x00R\x12createReplicaGroup\x12Q\n" +
-	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandlesB\x04\n" +
+	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandles\x12D\n" +
+	"\x0ereplace_member\x18# \x01(\v2\x1b.govfs.wire.ReplaceMemberOpH\x00R\rreplaceMember\x12A\n" +
+	"\rmember_synced\x18$ \x01(\v2\x1a.govfs.wire.MemberSyncedOpH\x00R\fmemberSyncedB\x04\n" +
 	"\x02op\"\xd0\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -4347,7 +4538,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"new_parent\x18\x03 \x01(\x04R\tnewParent\x12\x19\n" +
 	"\bnew_name\x18\x04 \x01(\fR\anewName\x12\x14\n" +
-	"\x05flags\x18\x05 \x01(\rR\x05flags\"\xb5\x01\n" +
+	"\x05flags\x18\x05 \x01(\rR\x05flags\"\xd4\x01\n" +
 	"\tSetattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -4356,7 +4547,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x12\n" +
 	"\x04size\x18\x06 \x01(\x04R\x04size\x12\x19\n" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
-	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\"^\n" +
+	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\x12\x1d\n" +
+	"\n" +
+	"chunk_size\x18\t \x01(\x03R\tchunkSize\"^\n" +
 	"\n" +
 	"SetXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
@@ -4398,12 +4591,22 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"chunk_size\x18\b \x01(\x03R\tchunkSize\"H\n" +
 	"\x15RegisterChunkServerOp\x12/\n" +
-	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"h\n" +
+	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"\x82\x01\n" +
 	"\fReplicaGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\amembers\x18\x02 \x03(\x04R\amembers\x12\x18\n" +
 	"\aprimary\x18\x03 \x01(\x04R\aprimary\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"0\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
+	"\asyncing\x18\x05 \x03(\x04R\asyncing\"a\n" +
+	"\x0fReplaceMemberOp\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x10\n" +
+	"\x03old\x18\x02 \x01(\x04R\x03old\x12\x10\n" +
+	"\x03new\x18\x03 \x01(\x04R\x03new\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"T\n" +
+	"\x0eMemberSyncedOp\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x16\n" +
+	"\x06member\x18\x02 \x01(\x04R\x06member\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"0\n" +
 	"\x14CreateReplicaGroupOp\x12\x18\n" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
@@ -4629,7 +4832,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -4658,37 +4861,39 @@ var file_govfs_proto_goTypes = []any{
 	(*ChunkServer)(nil),            // 24: govfs.wire.ChunkServer
 	(*RegisterChunkServerOp)(nil),  // 25: govfs.wire.RegisterChunkServerOp
 	(*ReplicaGroup)(nil),           // 26: govfs.wire.ReplicaGroup
-	(*CreateReplicaGroupOp)(nil),   // 27: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 28: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 29: govfs.wire.Result
-	(*Member)(nil),                 // 30: govfs.wire.Member
-	(*Ministry)(nil),               // 31: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 32: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 33: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 34: govfs.wire.ReadRequest
-	(*GetChunksReq)(nil),           // 35: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 36: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 37: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 38: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 39: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 40: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 41: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 42: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 43: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 44: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 45: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 46: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 47: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 48: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 49: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 50: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 51: govfs.wire.ChunkServerStatus
-	(*RaftBatch)(nil),              // 52: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 53: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 54: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 55: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 56: govfs.wire.KV
-	nil,                            // 57: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*ReplaceMemberOp)(nil),        // 27: govfs.wire.ReplaceMemberOp
+	(*MemberSyncedOp)(nil),         // 28: govfs.wire.MemberSyncedOp
+	(*CreateReplicaGroupOp)(nil),   // 29: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 30: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 31: govfs.wire.Result
+	(*Member)(nil),                 // 32: govfs.wire.Member
+	(*Ministry)(nil),               // 33: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 34: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 35: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 36: govfs.wire.ReadRequest
+	(*GetChunksReq)(nil),           // 37: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 38: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 39: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 40: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 41: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 42: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 43: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 44: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 45: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 46: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 47: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 48: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 49: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 50: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 51: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 52: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 53: govfs.wire.ChunkServerStatus
+	(*RaftBatch)(nil),              // 54: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 55: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 56: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 57: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 58: govfs.wire.KV
+	nil,                            // 59: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -4709,68 +4914,70 @@ var file_govfs_proto_depIdxs = []int32{
 	22, // 15: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
 	23, // 16: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
 	25, // 17: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	27, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	28, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	1,  // 20: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	9,  // 21: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	18, // 22: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	30, // 23: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	24, // 24: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	5,  // 25: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	18, // 26: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	10, // 27: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	4,  // 28: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	29, // 29: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 30: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	36, // 31: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	37, // 32: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	38, // 33: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	39, // 34: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	40, // 35: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	41, // 36: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	35, // 37: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	1,  // 38: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	5,  // 39: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	4,  // 40: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	5,  // 41: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	42, // 42: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	18, // 43: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	4,  // 44: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	30, // 45: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	31, // 46: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	26, // 47: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	24, // 48: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	4,  // 49: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	47, // 50: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	30, // 51: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	51, // 52: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	26, // 53: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	4,  // 54: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	26, // 55: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	57, // 56: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	24, // 57: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	53, // 58: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 59: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	56, // 60: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	32, // 61: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	34, // 62: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	44, // 63: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	46, // 64: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	49, // 65: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	52, // 66: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	55, // 67: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	33, // 68: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	43, // 69: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	45, // 70: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	48, // 71: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	50, // 72: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	54, // 73: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	54, // 74: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	68, // [68:75] is the sub-list for method output_type
-	61, // [61:68] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	29, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	30, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	27, // 20: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	28, // 21: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	1,  // 22: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	9,  // 23: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	18, // 24: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	32, // 25: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	24, // 26: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	5,  // 27: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	18, // 28: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	10, // 29: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	4,  // 30: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	31, // 31: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 32: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	38, // 33: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	39, // 34: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	40, // 35: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	41, // 36: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	42, // 37: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	43, // 38: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	37, // 39: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	1,  // 40: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	5,  // 41: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	4,  // 42: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	5,  // 43: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	44, // 44: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	18, // 45: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	4,  // 46: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	32, // 47: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	33, // 48: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	26, // 49: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	24, // 50: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	4,  // 51: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	49, // 52: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	32, // 53: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	53, // 54: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	26, // 55: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	4,  // 56: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	26, // 57: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	59, // 58: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	24, // 59: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	55, // 60: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 61: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	58, // 62: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	34, // 63: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	36, // 64: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	46, // 65: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	48, // 66: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	51, // 67: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	54, // 68: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	57, // 69: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	35, // 70: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	45, // 71: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	47, // 72: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	50, // 73: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	52, // 74: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	56, // 75: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	56, // 76: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	70, // [70:77] is the sub-list for method output_type
+	63, // [63:70] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -4794,8 +5001,10 @@ func file_govfs_proto_init() {
 		(*Command_RegisterChunkServer)(nil),
 		(*Command_CreateReplicaGroup)(nil),
 		(*Command_AllocChunkHandles)(nil),
+		(*Command_ReplaceMember)(nil),
+		(*Command_MemberSynced)(nil),
 	}
-	file_govfs_proto_msgTypes[30].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[32].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -4810,7 +5019,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
