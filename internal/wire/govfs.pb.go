@@ -182,6 +182,9 @@ const (
 	// Set atime / mtime to the command's now_ns instead of the given value.
 	SetattrField_SETATTR_ATIME_NOW SetattrField = 64
 	SetattrField_SETATTR_MTIME_NOW SetattrField = 128
+	// With SETATTR_SIZE: only grow (size becomes max(current, size)), so
+	// writers extending a file concurrently never shrink it.
+	SetattrField_SETATTR_SIZE_GROW SetattrField = 256
 )
 
 // Enum value maps for SetattrField.
@@ -196,6 +199,7 @@ var (
 		32:  "SETATTR_MTIME",
 		64:  "SETATTR_ATIME_NOW",
 		128: "SETATTR_MTIME_NOW",
+		256: "SETATTR_SIZE_GROW",
 	}
 	SetattrField_value = map[string]int32{
 		"SETATTR_NONE":      0,
@@ -207,6 +211,7 @@ var (
 		"SETATTR_MTIME":     32,
 		"SETATTR_ATIME_NOW": 64,
 		"SETATTR_MTIME_NOW": 128,
+		"SETATTR_SIZE_GROW": 256,
 	}
 )
 
@@ -4795,7 +4800,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\aREGULAR\x10\x01\x12\r\n" +
 	"\tDIRECTORY\x10\x02\x12\v\n" +
 	"\aSYMLINK\x10\x03\x12\b\n" +
-	"\x04FIFO\x10\x04*\xbb\x01\n" +
+	"\x04FIFO\x10\x04*\xd3\x01\n" +
 	"\fSetattrField\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
@@ -4805,7 +4810,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\rSETATTR_ATIME\x10\x10\x12\x11\n" +
 	"\rSETATTR_MTIME\x10 \x12\x15\n" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
-	"\x11SETATTR_MTIME_NOW\x10\x80\x01*0\n" +
+	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x16\n" +
+	"\x11SETATTR_SIZE_GROW\x10\x80\x02*0\n" +
 	"\x0fReadConsistency\x12\v\n" +
 	"\aSESSION\x10\x00\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x012\xec\x02\n" +
