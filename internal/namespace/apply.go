@@ -303,7 +303,8 @@ func unlink(t *tx, op *wire.UnlinkOp) (*wire.Result, error) {
 const setattrKnown = uint32(wire.SetattrField_SETATTR_MODE | wire.SetattrField_SETATTR_UID |
 	wire.SetattrField_SETATTR_GID | wire.SetattrField_SETATTR_SIZE |
 	wire.SetattrField_SETATTR_ATIME | wire.SetattrField_SETATTR_MTIME |
-	wire.SetattrField_SETATTR_ATIME_NOW | wire.SetattrField_SETATTR_MTIME_NOW)
+	wire.SetattrField_SETATTR_ATIME_NOW | wire.SetattrField_SETATTR_MTIME_NOW |
+	wire.SetattrField_SETATTR_SIZE_GROW)
 
 func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	ino := ids.Ino(op.Ino)
@@ -324,19 +325,10 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 		default:
 			return nil, errnof(syscall.EINVAL, "truncate %v: a %v", ino, a.Type)
 		}
-		// NB: shrinking a file that has data to a non-zero size would leave
-		// the cut-off bytes in its chunks (the ministry does not know the
-		// chunk size yet), and a later grow would bring them back instead
-		// of zeros. Refuse it until truncation reaches the chunk servers.
-		if op.Size != 0 && op.Size < a.Size {
-			has, err := hasChunks(t.r, ino)
-			if err != nil {
-				return nil, err
-			}
-			if has {
-				return nil, errnof(syscall.EOPNOTSUPP, "truncate %v to %d: shrinking a file with data to a non-zero size is not supported yet (truncate to 0 or rewrite it)", ino, op.Size)
-			}
-		}
+	}
+	size, err := newSize(t, in, op, has)
+	if err != nil {
+		return nil, err
 	}
 	if op.Valid == 0 {
 		return attrResult(in), nil
@@ -352,13 +344,8 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 		a.Gid = op.Gid
 	}
 	if has(wire.SetattrField_SETATTR_SIZE) {
-		a.Size = op.Size
-		a.MtimeNs = t.now
-		// Truncating to zero releases every chunk (collected later).
-		if op.Size == 0 {
-			if err := dropChunks(t, ids.Ino(a.Ino), 0); err != nil {
-				return nil, err
-			}
+		if err := resize(t, in, size, op.ChunkSize); err != nil {
+			return nil, err
 		}
 	}
 	// Explicit times come after the size so that utimens wins over the

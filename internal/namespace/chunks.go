@@ -86,7 +86,8 @@ func GetChunks(r engine.Reader, ino ids.Ino) ([]*wire.ChunkRef, error) {
 
 // dropChunks deletes the chunk records of an inode being removed (the
 // chunks themselves are collected later, DESIGN §6), and of chunks wholly
-// past a new size when a file is truncated (keep < 0 drops all).
+// past a new size when a file is truncated: those with index >=
+// firstDropped (0 drops all).
 func dropChunks(t *tx, ino ids.Ino, firstDropped uint64) error {
 	p := chunkPrefix(ino)
 	var keys [][]byte
@@ -112,4 +113,61 @@ func hasChunks(r engine.Reader, ino ids.Ino) (bool, error) {
 		return false
 	})
 	return found, err
+}
+
+// newSize validates the size part of a setattr and returns the size the
+// file will have (0 when op does not set the size). SETATTR_SIZE_GROW
+// makes the size max(current, op.size), so writers extending a file
+// concurrently never shrink it; it is only valid with SETATTR_SIZE.
+//
+// Shrinking a file with recorded chunks to a non-zero size needs
+// op.chunk_size: the ministry does not know the cluster's chunk size, and
+// without it cannot tell which records lie wholly beyond the new end. The
+// caller has cut the chunk holding the new end on its chunk servers
+// before (so a later grow reads zeros there); without chunk_size the
+// shrink is refused with EOPNOTSUPP, as the cut bytes would come back.
+func newSize(t *tx, in *wire.Inode, op *wire.SetattrOp, has func(wire.SetattrField) bool) (uint64, error) {
+	ino := ids.Ino(op.Ino)
+	if !has(wire.SetattrField_SETATTR_SIZE) {
+		if has(wire.SetattrField_SETATTR_SIZE_GROW) {
+			return 0, errnof(syscall.EINVAL, "setattr %v: SETATTR_SIZE_GROW without SETATTR_SIZE", ino)
+		}
+		return 0, nil
+	}
+	if op.ChunkSize < 0 {
+		return 0, errnof(syscall.EINVAL, "truncate %v: chunk size %d", ino, op.ChunkSize)
+	}
+	size := op.Size
+	if has(wire.SetattrField_SETATTR_SIZE_GROW) {
+		size = max(size, in.Attr.Size)
+	}
+	if size != 0 && size < in.Attr.Size && op.ChunkSize == 0 {
+		has, err := hasChunks(t.r, ino)
+		if err != nil {
+			return 0, err
+		}
+		if has {
+			return 0, errnof(syscall.EOPNOTSUPP, "truncate %v to %d: shrinking a file with data to a non-zero size needs the chunk size", ino, size)
+		}
+	}
+	return size, nil
+}
+
+// resize sets the size of a regular file (and its mtime) and releases the
+// chunk records the new size leaves wholly out: all of them at size 0, and
+// those with index*chunkSize >= size when shrinking with chunkSize > 0.
+// The chunks themselves are collected later (DESIGN §6).
+func resize(t *tx, in *wire.Inode, size uint64, chunkSize int64) error {
+	a := in.Attr
+	old := a.Size
+	a.Size = size
+	a.MtimeNs = t.now
+	switch {
+	case size == 0:
+		return dropChunks(t, ids.Ino(a.Ino), 0)
+	case size < old && chunkSize > 0:
+		cs := uint64(chunkSize)
+		return dropChunks(t, ids.Ino(a.Ino), size/cs+min(size%cs, 1))
+	}
+	return nil
 }

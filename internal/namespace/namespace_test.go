@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -452,7 +453,9 @@ func TestSetattr(t *testing.T) {
 	v.fails(set(link, wire.SetattrField_SETATTR_SIZE, nil), syscall.EINVAL)
 	v.fails(set(fifo, wire.SetattrField_SETATTR_SIZE|wire.SetattrField_SETATTR_MODE, nil), syscall.EINVAL)
 	v.fails(set(4242, wire.SetattrField_SETATTR_MODE, nil), syscall.ENOENT)
-	v.fails(set(file, 256, nil), syscall.EINVAL)
+	v.fails(set(file, 512, nil), syscall.EINVAL)                                 // unknown field
+	v.fails(set(file, wire.SetattrField_SETATTR_SIZE_GROW, nil), syscall.EINVAL) // GROW without SIZE
+	v.fails(set(file, wire.SetattrField_SETATTR_SIZE, func(o *wire.SetattrOp) { o.ChunkSize = -1 }), syscall.EINVAL)
 	if res := v.ok(set(dir, wire.SetattrField_SETATTR_MODE, func(o *wire.SetattrOp) { o.Mode = 0o700 })); res.Attr.Mode != 0o700 || res.Attr.Nlink != 2 {
 		t.Fatalf("chmod dir = %v", res.Attr)
 	}
@@ -730,11 +733,14 @@ func TestChunkTable(t *testing.T) {
 			t.Errorf("set chunk on %v (handle %d group %d) = %v, want %v", bad.ino, bad.h, bad.g, r, bad.errno)
 		}
 	}
-	// Shrinking a file with data to a non-zero size is refused (its chunks
-	// would keep the cut bytes); growing is fine.
+	// Shrinking a file with data to a non-zero size is refused without
+	// the chunk size (its chunks would keep the cut bytes); growing is fine.
 	v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 1000}}, nil)
 	if r := v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 10}}, nil); syscall.Errno(r.Errno) != syscall.EOPNOTSUPP {
 		t.Fatalf("shrink to 10 = %v, want EOPNOTSUPP", r)
+	}
+	if a := v.attr(f); a.Size != 1000 {
+		t.Fatalf("size after a refused shrink = %d", a.Size)
 	}
 	// Truncate to zero releases the chunks; unlink releases them too.
 	v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}}, nil)
@@ -745,5 +751,83 @@ func TestChunkTable(t *testing.T) {
 	v.cmd(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("data")}}, nil)
 	if n := countPrefix(t, v.rw, chunkPrefix(f)); n != 0 {
 		t.Fatalf("%d chunk records left after unlink", n)
+	}
+}
+
+func TestSetattrSizeGrow(t *testing.T) {
+	v := newEnv(t)
+	f := v.mkfile(root, "f")
+	grow := func(size uint64) *wire.Attr {
+		t.Helper()
+		return v.ok(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Size: size,
+			Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)}}).Attr
+	}
+	if a := grow(100); a.Size != 100 || a.MtimeNs != v.now {
+		t.Fatalf("grow to 100: %v", a)
+	}
+	// A smaller size leaves the size alone (a writer that finished first
+	// must not shrink the file), but the write still sets mtime.
+	if a := grow(40); a.Size != 100 || a.MtimeNs != v.now {
+		t.Fatalf("grow to 40: %v", a)
+	}
+	if a := v.attr(f); a.Size != 100 {
+		t.Fatalf("stored size %d", a.Size)
+	}
+	if a := grow(1 << 40); a.Size != 1<<40 {
+		t.Fatalf("grow to 1 TiB: %v", a)
+	}
+	// GROW never shrinks, so it needs no chunk size even with chunks.
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 7, Group: 1}}})
+	if a := grow(5); a.Size != 1<<40 {
+		t.Fatalf("grow to 5 with chunks: %v", a)
+	}
+	if cs, _ := GetChunks(v.rw, f); len(cs) != 1 {
+		t.Fatalf("chunks after GROW: %v", cs)
+	}
+}
+
+func TestTruncateDropsChunksBeyondEnd(t *testing.T) {
+	const cs = 1000 // chunk size
+	for _, tc := range []struct {
+		size uint64
+		want []uint64 // chunk indexes kept
+	}{
+		{3500, []uint64{0, 1, 2, 3}}, // chunk 3 holds the new end
+		{3000, []uint64{0, 1, 2}},    // an exact boundary: chunk 3 goes
+		{2999, []uint64{0, 1, 2}},
+		{1, []uint64{0}},
+		{4999, []uint64{0, 1, 2, 3, 4}}, // no chunk wholly beyond
+		{0, nil},
+	} {
+		v := newEnv(t)
+		f := v.mkfile(root, "f")
+		for i := range uint64(5) {
+			v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: i, Handle: 100 + i, Group: 1}}})
+		}
+		v.ok(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 5 * cs}})
+		a := v.ok(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: tc.size, ChunkSize: cs}}).Attr
+		if a.Size != tc.size || a.MtimeNs != v.now {
+			t.Errorf("truncate to %d: attr %v", tc.size, a)
+		}
+		got, err := GetChunks(v.rw, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idx []uint64
+		for _, c := range got {
+			idx = append(idx, c.GetIndex())
+			if c.GetHandle() != 100+c.GetIndex() {
+				t.Errorf("truncate to %d: chunk %v changed", tc.size, c)
+			}
+		}
+		if !slices.Equal(idx, tc.want) {
+			t.Errorf("truncate to %d: chunks %v, want %v", tc.size, idx, tc.want)
+		}
+		// Growing again keeps what is left; with the chunk size given it
+		// drops nothing.
+		v.ok(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 10 * cs, ChunkSize: cs}})
+		if n := countPrefix(t, v.rw, chunkPrefix(f)); n != len(tc.want) {
+			t.Errorf("truncate to %d then grow: %d records, want %d", tc.size, n, len(tc.want))
+		}
 	}
 }
