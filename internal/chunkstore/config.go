@@ -74,7 +74,9 @@ type Step string
 // DirSync. A write over existing bytes goes Reserve, JournalWrite,
 // JournalSync, MetaWrite, MetaSync, JournalCommit, ApplyWrite, ApplySync,
 // MetaRename, DirSync, JournalRemove. Pad and SetVersion go MetaWrite,
-// MetaSync, MetaRename, DirSync.
+// MetaSync, MetaRename, DirSync; so does a Truncate that grows. A
+// Truncate that shrinks goes MetaWrite, MetaSync, MetaRename, DirSync,
+// DataTruncate, DataSync.
 const (
 	StepReserve       Step = "reserve"        // fallocate the target range of the data file
 	StepDataWrite     Step = "data-write"     // pwrite into a never-committed area of the data file
@@ -89,6 +91,7 @@ const (
 	StepMetaRename    Step = "meta-rename"    // rename the metadata temp file into place
 	StepDirSync       Step = "dir-sync"       // fsync the chunk directory
 	StepJournalRemove Step = "journal-remove" // unlink the applied journal
+	StepDataTruncate  Step = "data-truncate"  // cut the data file to a shrunk chunk's committed length
 )
 
 // TestingKnobs are failure hooks; nil in production.

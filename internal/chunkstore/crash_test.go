@@ -33,6 +33,9 @@ func scenarios() []scenario {
 		return func(s *Store) error { return s.Write(1, off, p, v) }
 	}
 	none := func(*Store) error { return nil }
+	truncate := func(n int64, v uint64) func(*Store) error {
+		return func(s *Store) error { return s.Truncate(1, n, v) }
+	}
 	return []scenario{
 		{"first write", none, write(1000, pattern(1, 3*BlockSize), 1)},
 		{"append", write(0, pattern(2, BlockSize+BlockSize/2), 1),
@@ -43,6 +46,16 @@ func scenarios() []scenario {
 		{"overwrite padded", func(s *Store) error { return s.Pad(1, 1) }, write(5*BlockSize-3, pattern(10, 100), 2)},
 		{"pad", write(0, pattern(11, BlockSize+BlockSize/2), 1), func(s *Store) error { return s.Pad(1, 2) }},
 		{"set version", write(0, pattern(12, 10), 1), func(s *Store) error { return s.SetVersion(1, 9) }},
+		{"truncate inside a block", write(0, pattern(13, 3*BlockSize+100), 1), truncate(BlockSize+77, 2)},
+		{"truncate at a block boundary", write(0, pattern(14, 3*BlockSize+100), 1), truncate(2*BlockSize, 2)},
+		{"truncate to zero", write(0, pattern(15, 2*BlockSize), 1), truncate(0, 2)},
+		{"truncate grows", write(0, pattern(16, BlockSize/2), 1), truncate(3*BlockSize+5, 2)},
+		{"truncate after overwrite", func(s *Store) error {
+			if err := s.Write(1, 0, pattern(17, 2*BlockSize), 1); err != nil {
+				return err
+			}
+			return s.Write(1, 100, pattern(18, BlockSize), 2)
+		}, truncate(BlockSize/2, 3)},
 	}
 }
 
@@ -189,9 +202,31 @@ func checkRecovered(t *testing.T, dir string, want state) {
 	if err := s.Pad(1, want.version+2); err != nil {
 		t.Fatalf("pad after recovery: %v", err)
 	}
-	if _, err := s.Read(1, 0, testChunk); err != nil {
+	// Everything past the length reads as zeros: nothing an interrupted
+	// write left, and nothing a truncate cut, comes back.
+	wantAll := make([]byte, testChunk)
+	copy(wantAll, want.data)
+	copy(wantAll[10:], "after")
+	got, err := s.Read(1, 0, testChunk)
+	if err != nil {
 		t.Fatalf("read of the padded chunk: %v", err)
 	}
+	if i := firstDiff(got, wantAll); i >= 0 {
+		t.Fatalf("padded chunk differs at byte %d: %d, want %d", i, got[i], wantAll[i])
+	}
+}
+
+// firstDiff returns the first index where a and b differ, -1 if none.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }
 
 // TestCrashAtEachStep kills the mutation at every step of every scenario

@@ -13,13 +13,21 @@
 //     them; RepairBlock puts back a good copy from another replica.
 //   - Versions only grow: every mutation carries a version that must be
 //     above the chunk's (ErrStaleVersion otherwise, nothing changed).
-//   - Atomic, durable mutations: Write, Append, Pad and SetVersion either
-//     happen completely (bytes, length and version) or not at all, even
-//     if the process is killed at any point; they return after fsync. An
+//   - Atomic, durable mutations: Write, Append, Pad, Truncate and
+//     SetVersion either happen completely (bytes, length and version) or
+//     not at all, even if the process is killed at any point; they return
+//     after fsync. An
 //     error return means "not applied": if a step fails after the commit
 //     point, recovery runs at once and the call succeeds if it completed
 //     the mutation. Only if recovery itself fails is the outcome unknown
 //     (the error says so) until a later operation's recovery succeeds.
+//   - Truncate cuts for good: bytes cut by a shrinking Truncate never
+//     reappear, not through a later write that leaves a gap, not through
+//     Pad, not after a crash at any step. The shorter metadata commits
+//     first, then the data file is cut and fsynced; recovery cuts any
+//     data file longer than its committed length, so a crash in between
+//     ends the same way. Cutting inside a block re-checksums its prefix
+//     after verifying the old bytes (a corrupt block refuses the cut).
 //   - A full disk fails the mutation with an error wrapping
 //     syscall.ENOSPC before its commit point, so stored data and versions
 //     are untouched: space for new bytes is reserved with fallocate(2)

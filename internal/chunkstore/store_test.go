@@ -117,7 +117,7 @@ func TestRoundTripRandom(t *testing.T) {
 	s := openT(t, testConfig(dir))
 	r := rand.New(rand.NewPCG(1, 2))
 	m := newModel()
-	for i := range 600 {
+	for i := range 1500 {
 		h := Handle(r.IntN(5) + 1)
 		v := m.ver[h] + 1 + uint64(r.IntN(3))
 		switch op := r.IntN(10); {
@@ -148,6 +148,15 @@ func TestRoundTripRandom(t *testing.T) {
 				t.Fatalf("op %d: Append = %d, %v; want offset %d", i, off, err, len(m.data[h]))
 			}
 			m.write(h, off, p, v)
+		case op == 6 && r.IntN(3) == 0 && m.data[h] != nil:
+			n := r.Int64N(int64(len(m.data[h])) + 1)
+			if r.IntN(4) == 0 {
+				n = r.Int64N(testChunk + 1)
+			}
+			if err := s.Truncate(h, n, v); err != nil {
+				t.Fatalf("op %d: Truncate(%v, %d): %v", i, h, n, err)
+			}
+			m.truncate(h, n, v)
 		case op == 6 && r.IntN(10) == 0:
 			if err := s.Pad(h, v); err != nil {
 				t.Fatalf("op %d: Pad: %v", i, err)

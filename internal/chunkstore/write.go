@@ -143,6 +143,14 @@ func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen 
 		c.exists, c.meta = true, nm
 		return nil
 	}
+	return s.afterFailure(h, c, nm, err)
+}
+
+// afterFailure runs recovery after a step of the mutation to nm failed
+// with err, and reports the mutation done (nil) only if recovery found it
+// committed and completed it.
+func (s *Store) afterFailure(h Handle, c *chunk, nm meta, err error) error {
+	v := nm.version
 	if rerr := s.recoverLocked(h, c, true); rerr != nil {
 		return fmt.Errorf("%w; outcome unknown until recovery succeeds: %v", err, rerr)
 	}
@@ -171,6 +179,11 @@ func (s *Store) commitFresh(h Handle, f *os.File, off int64, data []byte, nm met
 			return fmt.Errorf("sync data: %w", err)
 		}
 	}
+	return s.commitMeta(h, nm)
+}
+
+// commitMeta makes nm the committed metadata of chunk h.
+func (s *Store) commitMeta(h Handle, nm meta) error {
 	if err := s.writeFile(s.path(h, sufMetaTmp), h, StepMetaWrite, StepMetaSync, encodeMeta(h, nm)); err != nil {
 		return fmt.Errorf("write metadata: %w", err)
 	}
