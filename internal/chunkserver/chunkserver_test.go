@@ -130,47 +130,48 @@ func TestReplicatedChunks(t *testing.T) {
 		}
 	}
 	grp, ep := g.GetId(), g.GetEpoch()
+	h7, h8, h99 := handle(grp, 7), handle(grp, 8), handle(grp, 99)
 	d := dial(t, primary.Addr())
 	data := bytes.Repeat([]byte("govfs-"), 30000) // 180 KB, 3 blocks
-	w := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Payload: data})
+	w := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h7, Group: grp, Epoch: ep, Payload: data})
 	if w.Status != dataproto.StatusOK || w.Version != 1 {
 		t.Fatalf("write: %v %s (version %d)", w.Status, w.Payload, w.Version)
 	}
 	// Every member has it, with the same version.
 	for _, s := range servers {
-		r := dial(t, s.Addr()).call(readReq(grp, ep, 7, 0, uint32(len(data)+100)))
+		r := dial(t, s.Addr()).call(readReq(grp, ep, h7, 0, uint32(len(data)+100)))
 		if r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data) || r.Version != 1 {
 			t.Fatalf("server %d: status %v, %d bytes, version %d", s.ID(), r.Status, len(r.Payload), r.Version)
 		}
 	}
 	// The primary orders appends: distinct consecutive offsets, the same
 	// on every replica.
-	a1 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("rec1")})
-	a2 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("rec2")})
+	a1 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: h7, Group: grp, Epoch: ep, Payload: []byte("rec1")})
+	a2 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: h7, Group: grp, Epoch: ep, Payload: []byte("rec2")})
 	if a1.Status != dataproto.StatusOK || a1.Offset != int64(len(data)) || a2.Offset != a1.Offset+4 || a2.Version != 3 {
 		t.Fatalf("appends at %d (%v) and %d, version %d", a1.Offset, a1.Status, a2.Offset, a2.Version)
 	}
-	if r := dial(t, secondary.Addr()).call(readReq(grp, ep, 7, a1.Offset, 8)); string(r.Payload) != "rec1rec2" || r.Version != 3 {
+	if r := dial(t, secondary.Addr()).call(readReq(grp, ep, h7, a1.Offset, 8)); string(r.Payload) != "rec1rec2" || r.Version != 3 {
 		t.Fatalf("secondary after appends: %q version %d", r.Payload, r.Version)
 	}
 	// Writes to a non-primary, stale epochs, unknown groups, bad reads.
 	sd := dial(t, secondary.Addr())
-	if r := sd.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusNotPrimary {
+	if r := sd.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h7, Group: grp, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusNotPrimary {
 		t.Errorf("write to a secondary: %v", r.Status)
 	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep + 1, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h7, Group: grp, Epoch: ep + 1, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
 		t.Errorf("write with a wrong epoch: %v", r.Status)
 	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp + 5, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: handle(grp+5, 7), Group: grp + 5, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusStaleEpoch {
 		t.Errorf("write to an unknown group: %v", r.Status)
 	}
-	if r := d.call(readReq(grp, ep, 99, 0, 10)); r.Status != dataproto.StatusNotFound {
+	if r := d.call(readReq(grp, ep, h99, 0, 10)); r.Status != dataproto.StatusNotFound {
 		t.Errorf("read of an unknown chunk: %v", r.Status)
 	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeRead, Handle: 7, Group: grp, Epoch: ep}); r.Status != dataproto.StatusInvalid {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeRead, Handle: h7, Group: grp, Epoch: ep}); r.Status != dataproto.StatusInvalid {
 		t.Errorf("read without a length: %v", r.Status)
 	}
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 7, Group: grp, Epoch: ep, Offset: 1 << 30, Payload: []byte("x")}); r.Status != dataproto.StatusInvalid {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h7, Group: grp, Epoch: ep, Offset: 1 << 30, Payload: []byte("x")}); r.Status != dataproto.StatusInvalid {
 		t.Errorf("write past the chunk size: %v", r.Status)
 	}
 	// A flipped byte on one replica's disk is detected there; the others
@@ -190,23 +191,39 @@ func TestReplicatedChunks(t *testing.T) {
 	if !flipped {
 		t.Fatalf("chunk data file not found among %v", files)
 	}
-	if r := sd.call(readReq(grp, ep, 7, 65536, 100)); r.Status != dataproto.StatusCorrupt {
+	if r := sd.call(readReq(grp, ep, h7, 65536, 100)); r.Status != dataproto.StatusCorrupt {
 		t.Errorf("read of a corrupted block: %v", r.Status)
 	}
-	if r := d.call(readReq(grp, ep, 7, 65536, 100)); r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data[65536:65636]) {
+	if r := d.call(readReq(grp, ep, h7, 65536, 100)); r.Status != dataproto.StatusOK || !bytes.Equal(r.Payload, data[65536:65636]) {
 		t.Errorf("read of the same block from the primary: %v", r.Status)
+	}
+	// The secondary repairs the block from another member in the
+	// background.
+	waitFor(t, "the corrupt block to be repaired", func() bool {
+		r := sd.call(readReq(grp, ep, h7, 65536, 100))
+		return r.Status == dataproto.StatusOK && bytes.Equal(r.Payload, data[65536:65636])
+	})
+	// A handle of another group is malformed.
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: handle(grp+1, 7), Group: grp, Epoch: ep, Payload: []byte("x")}); r.Status != dataproto.StatusInvalid {
+		t.Errorf("write of another group's chunk: %v", r.Status)
+	}
+	// A retried append (same request id) gets its first offset back.
+	r1 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: h7, Group: grp, Epoch: ep, Version: 424242, Payload: []byte("once")})
+	r2 := d.call(&dataproto.Frame{Type: dataproto.TypeAppend, Handle: h7, Group: grp, Epoch: ep, Version: 424242, Payload: []byte("once")})
+	if r1.Status != dataproto.StatusOK || r2.Status != dataproto.StatusOK || r1.Offset != r2.Offset || r2.Version != r1.Version {
+		t.Errorf("retried append: first at %d v%d (%v), retry at %d v%d (%v)", r1.Offset, r1.Version, r1.Status, r2.Offset, r2.Version, r2.Status)
 	}
 	// Garbage on the data port ends that connection only.
 	gc, _ := net.Dial("tcp", primary.Addr())
 	gc.Write(bytes.Repeat([]byte{0xde, 0xad}, 100))
 	gc.Close()
-	if r := dial(t, primary.Addr()).call(readReq(grp, ep, 7, 0, 10)); r.Status != dataproto.StatusOK {
+	if r := dial(t, primary.Addr()).call(readReq(grp, ep, h7, 0, 10)); r.Status != dataproto.StatusOK {
 		t.Errorf("after garbage: %v", r.Status)
 	}
 	// A member that is down fails the write (never acknowledged without
-	// every live replica; the president's reassignment is not built yet).
+	// every full member).
 	secondary.Stop()
-	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: 8, Group: grp, Epoch: ep, Payload: []byte("y")}); r.Status == dataproto.StatusOK {
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h8, Group: grp, Epoch: ep, Payload: []byte("y")}); r.Status == dataproto.StatusOK {
 		t.Error("write acknowledged with a member down")
 	}
 
@@ -219,39 +236,81 @@ func TestReplicatedChunks(t *testing.T) {
 	}
 }
 
-// A member that missed a mutation refuses later ones and reads of that
-// chunk, rather than applying them over the hole.
-func TestReplicaThatMissedAMutationGoesStale(t *testing.T) {
+// A member that missed a mutation (it was down) gets the primary's copy
+// before the chunk's next mutation, instead of applying it over the hole.
+func TestMemberThatMissedAMutationIsBroughtUpToDate(t *testing.T) {
 	c := testcluster.NewInProc(t, 3)
 	var servers []*Server
+	dirs := map[*Server]string{}
 	for i := 0; i < 3; i++ {
-		s := startServer(t, c.Addrs(), t.TempDir())
-		defer s.Stop()
+		dir := t.TempDir()
+		s := startServer(t, c.Addrs(), dir)
+		defer func() { s.Stop() }()
 		servers = append(servers, s)
+		dirs[s] = dir
 	}
 	g := waitGroup(t, servers)
-	var secondary *Server
+	var primary, secondary *Server
 	for _, s := range servers {
-		if s.ID() != g.GetPrimary() {
+		if s.ID() == g.GetPrimary() {
+			primary = s
+		} else {
 			secondary = s
 		}
 	}
-	d := dial(t, secondary.Addr())
-	rep := func(v uint64, off int64, data string) *dataproto.Frame {
-		return d.call(&dataproto.Frame{Type: dataproto.TypeReplicate, Handle: 11, Group: g.GetId(), Epoch: g.GetEpoch(), Version: v, Offset: off, Payload: []byte(data)})
+	grp, ep := g.GetId(), g.GetEpoch()
+	h := handle(grp, 11)
+	d := dial(t, primary.Addr())
+	write := func(off int64, data string) *dataproto.Frame {
+		return d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h, Group: grp, Epoch: ep, Offset: off, Payload: []byte(data)})
 	}
-	if r := rep(1, 0, "first"); r.Status != dataproto.StatusOK {
-		t.Fatalf("replicate v1: %v %s", r.Status, r.Payload)
+	if r := write(0, "first"); r.Status != dataproto.StatusOK {
+		t.Fatalf("write v1: %v %s", r.Status, r.Payload)
 	}
-	// A resend of the version already held (a broken connection) is fine.
-	if r := rep(1, 0, "first"); r.Status != dataproto.StatusOK {
-		t.Fatalf("repeated replicate v1: %v %s", r.Status, r.Payload)
+	// The secondary misses version 2: the write is not acknowledged.
+	dir := dirs[secondary]
+	secondary.Stop()
+	if r := write(5, "-second"); r.Status == dataproto.StatusOK {
+		t.Fatal("write acknowledged with a member down")
 	}
-	// Version 2 never arrives; version 3 does.
-	if r := rep(3, 5, "third"); r.Status != dataproto.StatusStaleVersion {
-		t.Fatalf("replicate over a missed version: %v", r.Status)
+	back := startServer(t, c.Addrs(), dir)
+	defer back.Stop()
+	// The next write reconciles (installing version 2 on the returning
+	// member), then applies version 3 everywhere.
+	var r *dataproto.Frame
+	waitFor(t, "a write to succeed after the member returned", func() bool {
+		r = write(12, "-third")
+		return r.Status == dataproto.StatusOK
+	})
+	want := "first-second-third"
+	for _, s := range []*Server{primary, back} {
+		got := dial(t, s.Addr()).call(readReq(grp, ep, h, 0, 100))
+		if got.Status != dataproto.StatusOK || string(got.Payload) != want || got.Version != r.Version {
+			t.Fatalf("server %d: %v %q version %d, want %q version %d", s.ID(), got.Status, got.Payload, got.Version, want, r.Version)
+		}
 	}
-	if r := d.call(readReq(g.GetId(), g.GetEpoch(), 11, 0, 5)); r.Status != dataproto.StatusStaleVersion {
-		t.Fatalf("read of a stale chunk: %v %q", r.Status, r.Payload)
+	// A replicate over a missed version is refused, never applied.
+	rep := dial(t, back.Addr()).call(&dataproto.Frame{Type: dataproto.TypeReplicate, Handle: h, Group: grp, Epoch: ep, Version: r.Version + 2, Payload: []byte("x")})
+	if rep.Status != dataproto.StatusStaleVersion {
+		t.Fatalf("replicate over a missed version: %v", rep.Status)
+	}
+}
+
+func handle(group, n uint64) uint64 {
+	h, err := dataproto.MakeHandle(group, n)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -60,7 +60,8 @@ func (s *Server) serve() {
 // or sends a bad frame (which ends the connection: the stream can no
 // longer be trusted).
 func (s *Server) serveConn(c net.Conn) {
-	r := dataproto.NewReader(bufio.NewReader(c), dataproto.DefaultMaxPayload)
+	// An install carries a whole chunk.
+	r := dataproto.NewReader(bufio.NewReader(c), uint32(max(dataproto.DefaultMaxPayload, s.store.ChunkSize())))
 	w := bufio.NewWriter(c)
 	for {
 		f, err := r.Next()
@@ -87,6 +88,19 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 		reply.Status, reply.Payload = st, []byte(fmt.Sprintf(format, args...))
 		return reply
 	}
+	switch f.Type {
+	case dataproto.TypeList:
+		return s.list(f, reply)
+	case dataproto.TypeDelete:
+		return s.deleteChunk(f, reply)
+	}
+	// A chunk's handle names its group (dataproto.MakeHandle); a request
+	// naming another group is malformed. Handle 0 is never allocated (the
+	// primary's readiness probe reads it).
+	if f.Handle != 0 && dataproto.HandleGroup(f.Handle) != f.Group {
+		return fail(dataproto.StatusInvalid, "chunk %d belongs to replica group %d, the request names group %d",
+			f.Handle, dataproto.HandleGroup(f.Handle), f.Group)
+	}
 	// Every request names the replica group and the epoch the requester
 	// believes in; a stale one is refused so it cannot act on a group that
 	// has changed (members, primary).
@@ -99,7 +113,7 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 	}
 	h := chunkstore.Handle(f.Handle)
 	switch f.Type {
-	case dataproto.TypeWrite, dataproto.TypeAppend:
+	case dataproto.TypeWrite, dataproto.TypeAppend, dataproto.TypeTruncate:
 		if g.GetPrimary() != s.id {
 			return fail(dataproto.StatusNotPrimary, "chunk server %d is not the primary of group %d; send to %d at %s",
 				s.id, f.Group, g.GetPrimary(), addrs[g.GetPrimary()])
@@ -111,9 +125,19 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 		return s.order(f, g, addrs, reply)
 	case dataproto.TypeReplicate:
 		return s.replicate(f, h, reply)
+	case dataproto.TypeInstall:
+		return s.install(f, h, reply)
+	case dataproto.TypeStat:
+		info, err := s.store.Stat(h)
+		if err != nil {
+			reply.Status, reply.Payload = status(err)
+			return reply
+		}
+		reply.Version, reply.Offset = info.Version, info.Length
+		return reply
 	case dataproto.TypeRead:
-		if s.isStale(f.Handle) {
-			return fail(dataproto.StatusStaleVersion, "chunk %d on server %d missed a mutation and awaits repair; read another member", f.Handle, s.id)
+		if slices.Contains(g.GetSyncing(), s.id) {
+			return fail(dataproto.StatusStaleVersion, "chunk server %d is still being filled as a new member of group %d; read another member", s.id, f.Group)
 		}
 		if len(f.Payload) != 4 {
 			return fail(dataproto.StatusInvalid, "read: payload must be the 4-byte length wanted")
@@ -125,6 +149,10 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 		data, err := s.store.Read(h, f.Offset, int(n))
 		if err != nil {
 			reply.Status, reply.Payload = status(err)
+			var ce *chunkstore.CorruptError
+			if errors.As(err, &ce) {
+				s.repairLater(g.GetId(), h)
+			}
 			return reply
 		}
 		info, err := s.store.Stat(h)
@@ -141,11 +169,9 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 
 // replicate applies a mutation the primary ordered. Versions must follow
 // each other exactly: a member that missed one (it was down, or the
-// primary's forward failed) would otherwise apply later mutations over a
-// hole and serve a chunk that silently differs from the others. Such a
-// member refuses the mutation and marks the chunk stale, refusing reads
-// of it until it is repaired (repair is not built yet: the write fails
-// with a clear error instead of diverging).
+// primary's forward failed) refuses the mutation with StaleVersion, and
+// the primary then installs its whole copy of the chunk on it (install)
+// instead of letting the member apply later mutations over a hole.
 func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *dataproto.Frame) *dataproto.Frame {
 	unlock := s.locks.lock(f.Handle)
 	defer unlock()
@@ -158,20 +184,48 @@ func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *datap
 	}
 	if f.Version == cur && cur > 0 {
 		// A resend of the mutation this member already applied (the
-		// primary's connection broke before the reply): versions are
-		// unique per chunk, so it is the same mutation.
+		// primary's connection broke before the reply): within an epoch
+		// versions are unique per chunk, so it is the same mutation.
 		reply.Status, reply.Version = dataproto.StatusOK, cur
 		return reply
 	}
 	if f.Version != cur+1 {
-		s.markStale(f.Handle)
 		reply.Status = dataproto.StatusStaleVersion
-		reply.Payload = []byte(fmt.Sprintf("chunk %d is at version %d on server %d, mutation is version %d: a mutation was missed; the chunk needs repair",
+		reply.Payload = []byte(fmt.Sprintf("chunk %d is at version %d on server %d, mutation is version %d: a mutation was missed",
 			f.Handle, cur, s.id, f.Version))
 		return reply
 	}
-	reply.Status, reply.Payload = status(s.store.Write(h, f.Offset, f.Payload, f.Version))
+	var err error
+	switch f.Status {
+	case dataproto.MutationWrite:
+		err = s.store.Write(h, f.Offset, f.Payload, f.Version)
+	case mutationAppend:
+		if len(f.Payload) < 8 {
+			return failf(reply, dataproto.StatusInvalid, "replicated append without its request id")
+		}
+		if err = s.store.Write(h, f.Offset, f.Payload[8:], f.Version); err == nil {
+			s.appends.note(f.Handle, binary.BigEndian.Uint64(f.Payload), f.Offset)
+		}
+	case dataproto.MutationPad:
+		err = s.store.Pad(h, f.Version)
+	case dataproto.MutationTruncate:
+		err = s.store.Truncate(h, f.Offset, f.Version)
+	default:
+		return failf(reply, dataproto.StatusInvalid, "unknown mutation kind %d", f.Status)
+	}
+	reply.Status, reply.Payload = status(err)
 	reply.Version = f.Version
+	return reply
+}
+
+// mutationAppend is a replicated record append: the payload is the
+// appender's request id (8 bytes) then the record, written at Offset;
+// members remember the id so a new primary still answers a retry with
+// the first offset.
+const mutationAppend dataproto.Mutation = 3
+
+func failf(reply *dataproto.Frame, st dataproto.Status, format string, args ...any) *dataproto.Frame {
+	reply.Status, reply.Payload = st, []byte(fmt.Sprintf(format, args...))
 	return reply
 }
 
@@ -190,10 +244,9 @@ func (s *Server) groupReady(g *wire.ReplicaGroup, addrs map[uint64]string) error
 		if m == s.id {
 			continue
 		}
-		// Reading chunk handle 0 (never allocated) answers NotFound from a
-		// member that knows the group, StaleEpoch from one that does not.
-		rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeRead, Group: g.GetId(), Epoch: g.GetEpoch(),
-			Payload: binary.BigEndian.AppendUint32(nil, 0)})
+		// Chunk handle 0 (never allocated) answers NotFound from a member
+		// that knows the group, StaleEpoch from one that does not.
+		rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeStat, Group: g.GetId(), Epoch: g.GetEpoch()})
 		if err != nil {
 			return fmt.Errorf("member %d: %w", m, err)
 		}
@@ -210,74 +263,115 @@ func (s *Server) groupReady(g *wire.ReplicaGroup, addrs map[uint64]string) error
 	return nil
 }
 
-func (s *Server) markStale(h uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stale == nil {
-		s.stale = map[uint64]bool{}
-	}
-	s.stale[h] = true
-}
-
-func (s *Server) isStale(h uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stale[h]
-}
-
-// order is the primary's part of a write or append: it fixes the new
-// version (and, for an append, the offset), applies the mutation locally,
-// forwards it to every other member and acknowledges only when all of
-// them have it durably. Mutations of one chunk are ordered by a per-chunk
-// lock so versions and offsets are the same on every replica.
+// order is the primary's part of a mutation: it fixes the new version
+// (and, for an append, the offset), applies the mutation locally,
+// forwards it to every other member and acknowledges only when every
+// full member has it durably. Mutations of one chunk are ordered by a
+// per-chunk lock so versions and offsets are the same on every replica.
 func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint64]string, reply *dataproto.Frame) *dataproto.Frame {
 	h := chunkstore.Handle(f.Handle)
 	unlock := s.locks.lock(f.Handle)
 	defer unlock()
+	// The members must agree on the chunk before it changes: after a
+	// failed mutation or a change of epoch (a new primary, a member
+	// replaced) they may not.
+	if err := s.reconcile(g, addrs, f.Handle); err != nil {
+		return failf(reply, dataproto.StatusInternal, "chunk %d: bring the members of group %d into agreement: %v", f.Handle, g.GetId(), err)
+	}
+	if f.Type == dataproto.TypeAppend && f.Version != 0 {
+		if off, ok := s.appends.lookup(f.Handle, f.Version); ok {
+			// A retry of an append that was applied: the first offset,
+			// never a second copy.
+			info, _ := s.store.Stat(h)
+			reply.Status, reply.Version, reply.Offset = dataproto.StatusOK, info.Version, off
+			return reply
+		}
+	}
 	v := uint64(1)
+	cur := int64(0)
 	if info, err := s.store.Stat(h); err == nil {
-		v = info.Version + 1
+		v, cur = info.Version+1, info.Length
 	} else if !errors.Is(err, chunkstore.ErrNotFound) {
 		reply.Status, reply.Payload = status(err)
 		return reply
 	}
-	off := f.Offset
+	fw := &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle, Group: f.Group, Epoch: f.Epoch, Version: v, Offset: f.Offset, Payload: f.Payload}
+	full := false
 	var err error
-	if f.Type == dataproto.TypeAppend {
-		off, err = s.store.Append(h, f.Payload, v)
-	} else {
-		err = s.store.Write(h, off, f.Payload, v)
+	switch f.Type {
+	case dataproto.TypeWrite:
+		fw.Status = dataproto.MutationWrite
+		err = s.store.Write(h, f.Offset, f.Payload, v)
+	case dataproto.TypeTruncate:
+		fw.Status = dataproto.MutationTruncate
+		fw.Payload = nil
+		err = s.store.Truncate(h, f.Offset, v)
+	case dataproto.TypeAppend:
+		if int64(len(f.Payload)) > s.store.ChunkSize()/4 {
+			return failf(reply, dataproto.StatusInvalid, "record of %d bytes is larger than a quarter chunk (%d bytes)", len(f.Payload), s.store.ChunkSize()/4)
+		}
+		if int64(len(f.Payload)) > s.store.ChunkSize()-cur {
+			// It does not fit: pad the chunk on every member so they all
+			// agree it is full, and send the appender to the next chunk.
+			full = true
+			fw.Status, fw.Payload, fw.Offset = dataproto.MutationPad, nil, 0
+			err = s.store.Pad(h, v)
+			break
+		}
+		fw.Offset = cur
+		fw.Status = mutationAppend
+		fw.Payload = binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(f.Payload)), f.Version)
+		fw.Payload = append(fw.Payload, f.Payload...)
+		if err = s.store.Write(h, cur, f.Payload, v); err == nil && f.Version != 0 {
+			s.appends.note(f.Handle, f.Version, cur)
+		}
 	}
 	if err != nil {
 		reply.Status, reply.Payload = status(err)
 		return reply
 	}
-	// Fan out to the other members in parallel.
-	// NB: a member that fails leaves the group inconsistent until repair
-	// (not built yet); the client sees the failure and may retry, which
-	// orders a new version.
+	if err := s.forward(g, addrs, fw); err != nil {
+		// Not acknowledged. The members may now differ; the next
+		// mutation of the chunk reconciles them first.
+		s.unreconciled(f.Handle)
+		return failf(reply, dataproto.StatusInternal, "%v", err)
+	}
+	if full {
+		return failf(reply, dataproto.StatusChunkFull, "chunk %d is full: append to the next chunk", f.Handle)
+	}
+	reply.Status, reply.Version, reply.Offset = dataproto.StatusOK, v, fw.Offset
+	return reply
+}
+
+// forward sends an ordered mutation to every other member in parallel. A
+// full member that missed an earlier mutation gets the primary's whole
+// copy instead. Every full member must succeed; syncing members are
+// best effort (their copy pass notices a miss).
+func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *dataproto.Frame) error {
 	others := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(m uint64) bool { return m == s.id })
 	errs := make([]error, len(others))
 	var wg sync.WaitGroup
 	for i, m := range others {
 		wg.Go(func() {
-			rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle,
-				Group: f.Group, Epoch: f.Epoch, Version: v, Offset: off, Payload: f.Payload})
+			rf, err := s.peers.Call(addrs[m], fw)
+			if err == nil && rf.Status == dataproto.StatusStaleVersion {
+				err = s.installOn(g, addrs, m, fw.Handle)
+				rf = nil
+			}
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("replica %d: %w", m, err)
-			case rf.Status != dataproto.StatusOK:
+			case rf != nil && rf.Status != dataproto.StatusOK:
 				errs[i] = fmt.Errorf("replica %d: status %d: %s", m, rf.Status, rf.Payload)
+			}
+			if errs[i] != nil && slices.Contains(g.GetSyncing(), m) {
+				s.syncMissed(g.GetId(), m, fw.Handle)
+				errs[i] = nil
 			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		reply.Status, reply.Payload = dataproto.StatusInternal, []byte(err.Error())
-		return reply
-	}
-	reply.Status, reply.Version, reply.Offset = dataproto.StatusOK, v, off
-	return reply
+	return errors.Join(errs...)
 }
 
 func replyType(t dataproto.Type) dataproto.Type {
@@ -288,6 +382,16 @@ func replyType(t dataproto.Type) dataproto.Type {
 		return dataproto.TypeAppendReply
 	case dataproto.TypeReplicate:
 		return dataproto.TypeReplicateReply
+	case dataproto.TypeTruncate:
+		return dataproto.TypeTruncateReply
+	case dataproto.TypeStat:
+		return dataproto.TypeStatReply
+	case dataproto.TypeInstall:
+		return dataproto.TypeInstallReply
+	case dataproto.TypeList:
+		return dataproto.TypeListReply
+	case dataproto.TypeDelete:
+		return dataproto.TypeDeleteReply
 	default:
 		return dataproto.TypeReadReply
 	}

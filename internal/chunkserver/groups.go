@@ -29,3 +29,14 @@ func (t *groupTable) get(id uint64) (*wire.ReplicaGroup, map[uint64]string) {
 	defer t.mu.Unlock()
 	return t.groups[id], t.addrs
 }
+
+// all returns every group this server is a member of.
+func (t *groupTable) all() []*wire.ReplicaGroup {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*wire.ReplicaGroup, 0, len(t.groups))
+	for _, g := range t.groups {
+		out = append(out, g)
+	}
+	return out
+}

@@ -34,8 +34,21 @@ type Config struct {
 	ChunkSize int64
 	// NoSync skips fsync (tests only).
 	NoSync bool
+	// RepairRate bounds, in bytes per second, how fast a primary copies
+	// chunks to a new member of its group (DefaultRepairRate when 0;
+	// negative for no limit).
+	RepairRate int64
+	// ScrubInterval is how often every block is verified
+	// (DefaultScrubInterval when 0; negative to never scrub).
+	ScrubInterval time.Duration
 	Logger *slog.Logger
 }
+
+// Defaults for Config.
+const (
+	DefaultRepairRate    = 100 << 20
+	DefaultScrubInterval = 24 * time.Hour
+)
 
 // Validate names the first bad field.
 func (c *Config) Validate() error {
@@ -77,9 +90,15 @@ type Server struct {
 	groups groupTable
 	peers  dataproto.Pool
 	locks  chunkLocks
-	// stale chunks missed a mutation (guarded by mu); see replicate.
-	// NB: in memory only, and not reported to the president yet.
-	stale map[uint64]bool
+	// reconciled maps a chunk handle to the group epoch at which this
+	// primary last saw every full member agree on it (guarded by mu).
+	reconciled map[uint64]uint64
+	// syncs are the copy passes this primary runs for syncing members,
+	// keyed by group and member (guarded by mu).
+	syncs map[syncKey]*syncState
+	// repairs are the chunks being repaired (guarded by mu).
+	repairs map[uint64]bool
+	appends appendTable
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64
@@ -93,6 +112,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.RepairRate == 0 {
+		cfg.RepairRate = DefaultRepairRate
+	}
+	if cfg.ScrubInterval == 0 {
+		cfg.ScrubInterval = DefaultScrubInterval
 	}
 	if cfg.Host == "" {
 		h, err := os.Hostname()
@@ -141,6 +166,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		defer s.wg.Done()
 		s.heartbeats()
 	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.syncLoop()
+	}()
+	if cfg.ScrubInterval >= 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.scrubLoop(cfg.ScrubInterval)
+		}()
+	}
 	ok = true
 	s.log.Info("chunk server started", "id", s.id, "listen", s.lis.Addr().String(), "store", s.store.ID(), "cluster", cid)
 	return s, nil

@@ -176,6 +176,10 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return createReplicaGroup(rw, op.CreateReplicaGroup)
 	case *wire.Command_AllocChunkHandles:
 		return allocChunkHandles(rw, op.AllocChunkHandles)
+	case *wire.Command_ReplaceMember:
+		return replaceMember(rw, op.ReplaceMember)
+	case *wire.Command_MemberSynced:
+		return memberSynced(rw, op.MemberSynced)
 	default:
 		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
 	}

@@ -27,6 +27,34 @@ const (
 type chunkLiveness struct {
 	mu sync.Mutex
 	m  map[uint64]chunkBeat
+	// since is when this node last became the president's leader (zero
+	// while it is not): a server is declared dead only after a full
+	// chunkDeadAfter of leadership without its heartbeat.
+	since time.Time
+}
+
+// leading records whether this node leads the president group now.
+func (l *chunkLiveness) leading(now time.Time, yes bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !yes:
+		l.since = time.Time{}
+	case l.since.IsZero():
+		l.since = now
+	}
+}
+
+// state says whether server id is alive, dead, or not known yet (this
+// leader has not led long enough to tell).
+func (l *chunkLiveness) state(id uint64, now time.Time) (alive, dead bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.m[id]
+	if ok && now.Sub(b.at) < chunkDeadAfter {
+		return true, false
+	}
+	return false, !l.since.IsZero() && now.Sub(l.since) >= chunkDeadAfter
 }
 
 type chunkBeat struct {
@@ -100,13 +128,13 @@ func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbe
 	return resp, nil
 }
 
-// replicationFactor is the size of new replica groups.
+// replicationFactor is the size of replica groups.
 const replicationFactor = 3
 
-// planReplicaGroups runs on the president's leader: while there are fewer
-// replica groups than live chunk servers / replicationFactor (at least
-// one), it places a new group and proposes it. Dead members are not
-// replaced yet (issue 3: re-replication is not built).
+// planReplicaGroups runs on the president's leader: it repairs groups
+// with dead or missing members (repairReplicaGroups) and, while there are
+// fewer replica groups than live chunk servers / replicationFactor (at
+// least one), places a new group and proposes it.
 func (n *Node) planReplicaGroups(ctx context.Context) error {
 	var servers []*wire.ChunkServer
 	var groups []*wire.ReplicaGroup
@@ -123,16 +151,18 @@ func (n *Node) planReplicaGroups(ctx context.Context) error {
 	}
 	now := n.cfg.Clock.Now()
 	var live []placement.Server
-	for _, s := range servers {
-		b, ok := n.chunks.get(s.GetId())
-		live = append(live, placement.Server{ID: s.GetId(), Host: s.GetHost(), Rack: s.GetRack(), Pod: s.GetPod(),
-			Capacity: s.GetCapacity(), Used: b.used, Alive: ok && now.Sub(b.at) < chunkDeadAfter})
-	}
 	alive := 0
-	for _, s := range live {
-		if s.Alive {
+	for _, s := range servers {
+		b, _ := n.chunks.get(s.GetId())
+		up, _ := n.chunks.state(s.GetId(), now)
+		if up {
 			alive++
 		}
+		live = append(live, placement.Server{ID: s.GetId(), Host: s.GetHost(), Rack: s.GetRack(), Pod: s.GetPod(),
+			Capacity: s.GetCapacity(), Used: b.used, Alive: up})
+	}
+	if done, err := n.repairReplicaGroups(ctx, groups, live, now); done || err != nil {
+		return err
 	}
 	if alive < replicationFactor || len(groups) >= max(1, alive/replicationFactor) {
 		return nil
@@ -151,6 +181,50 @@ func (n *Node) planReplicaGroups(ctx context.Context) error {
 	}
 	n.log.Info("replica group created", "group", res.GetStart(), "members", plan.Members, "relaxed", plan.Relaxed)
 	return nil
+}
+
+// repairReplicaGroups makes at most one membership change per call: a
+// dead member is replaced by a live server on another host (which then
+// syncs), or dropped when there is none, so writes go on with the
+// members left; a group short of replicationFactor members gains one.
+// It reports whether it proposed a change.
+func (n *Node) repairReplicaGroups(ctx context.Context, groups []*wire.ReplicaGroup, live []placement.Server, now time.Time) (bool, error) {
+	for _, g := range groups {
+		var op *wire.ReplaceMemberOp
+		for _, m := range g.GetMembers() {
+			if _, dead := n.chunks.state(m, now); !dead {
+				continue
+			}
+			rest := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(x uint64) bool { return x == m })
+			nw, err := placement.AddMember(live, rest)
+			if err != nil {
+				nw = 0 // no server to take its place: drop it
+			}
+			op = &wire.ReplaceMemberOp{Group: g.GetId(), Old: m, New: nw, Epoch: g.GetEpoch()}
+			break
+		}
+		if op == nil && len(g.GetMembers()) < replicationFactor {
+			nw, err := placement.AddMember(live, g.GetMembers())
+			if err != nil {
+				continue
+			}
+			op = &wire.ReplaceMemberOp{Group: g.GetId(), New: nw, Epoch: g.GetEpoch()}
+		}
+		if op == nil {
+			continue
+		}
+		res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: now.UnixNano(),
+			Op: &wire.Command_ReplaceMember{ReplaceMember: op}})
+		if err != nil {
+			return true, err
+		}
+		if res.GetErrno() != 0 {
+			return true, fmt.Errorf("replace member of group %d: %s", g.GetId(), res.GetMessage())
+		}
+		n.log.Warn("replica group membership changed", "group", g.GetId(), "removed", op.GetOld(), "added", op.GetNew(), "epoch", res.GetStart())
+		return true, nil
+	}
+	return false, nil
 }
 
 // chunkStatus lists chunk servers and replica groups for admin status.

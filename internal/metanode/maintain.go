@@ -64,7 +64,9 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 			return err
 		}
 	}
-	if _, me := n.host.Leader(ids.PresidentGroup); me {
+	_, leadsPresident := n.host.Leader(ids.PresidentGroup)
+	n.chunks.leading(n.cfg.Clock.Now(), leadsPresident)
+	if leadsPresident {
 		if err := n.planReplicaGroups(ctx); err != nil {
 			n.log.Debug("replica group planning", "err", err)
 		}

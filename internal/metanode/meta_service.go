@@ -90,7 +90,7 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 	case *wire.Command_Rename:
 		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
 	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr, *wire.Command_SetChunk:
-	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles:
+	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
 		}

@@ -138,3 +138,43 @@ func PlaceGroup(servers []Server, n int, near Location) (Plan, error) {
 	}
 	return plan, nil
 }
+
+// AddMember chooses a live server to join a group whose members are
+// current (replacing a dead one): never on a host a member is on,
+// preferably on a rack no member is on, then the most free space. It
+// returns ErrNotEnoughServers when no host is left.
+func AddMember(servers []Server, current []uint64) (uint64, error) {
+	byID := map[uint64]Server{}
+	for _, s := range servers {
+		byID[s.ID] = s
+	}
+	hosts, racks := map[string]bool{}, map[string]bool{}
+	for _, id := range current {
+		if s, ok := byID[id]; ok {
+			hosts[s.Host], racks[s.Rack] = true, true
+		}
+	}
+	var best Server
+	found := false
+	better := func(a, b Server) bool { // a preferred over b
+		if ra, rb := !racks[a.Rack], !racks[b.Rack]; ra != rb {
+			return ra
+		}
+		if a.free() != b.free() {
+			return a.free() > b.free()
+		}
+		return a.ID < b.ID
+	}
+	for _, s := range servers {
+		if !s.Alive || s.Capacity <= 0 || hosts[s.Host] {
+			continue
+		}
+		if !found || better(s, best) {
+			best, found = s, true
+		}
+	}
+	if !found {
+		return 0, fmt.Errorf("%w: no live server on a host the group does not use", ErrNotEnoughServers)
+	}
+	return best.ID, nil
+}

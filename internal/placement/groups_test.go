@@ -115,3 +115,21 @@ func TestPrefersFreeSpace(t *testing.T) {
 		t.Fatalf("members %v, want the emptiest server of each pod [2 4]", plan.Members)
 	}
 }
+
+func TestAddMember(t *testing.T) {
+	servers := []Server{
+		{ID: 1, Host: "h1", Rack: "r1", Capacity: 100, Alive: true},
+		{ID: 2, Host: "h2", Rack: "r2", Capacity: 100, Alive: true},
+		{ID: 3, Host: "h3", Rack: "r1", Capacity: 100, Used: 0, Alive: true},  // rack of member 1
+		{ID: 4, Host: "h4", Rack: "r3", Capacity: 100, Used: 50, Alive: true}, // new rack, less free
+		{ID: 5, Host: "h1", Rack: "r9", Capacity: 100, Alive: true},           // host of member 1
+		{ID: 6, Host: "h6", Rack: "r4", Capacity: 100, Alive: false},
+	}
+	id, err := AddMember(servers, []uint64{1, 2})
+	if err != nil || id != 4 {
+		t.Fatalf("AddMember = %d, %v; want 4 (a new rack beats free space; never member 1's host)", id, err)
+	}
+	if _, err := AddMember(servers[:2], []uint64{1, 2}); !errors.Is(err, ErrNotEnoughServers) {
+		t.Fatalf("no candidate: %v", err)
+	}
+}
