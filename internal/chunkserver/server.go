@@ -41,7 +41,7 @@ type Config struct {
 	// ScrubInterval is how often every block is verified
 	// (DefaultScrubInterval when 0; negative to never scrub).
 	ScrubInterval time.Duration
-	Logger *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Defaults for Config.

@@ -52,7 +52,9 @@ func replaceMember(rw engine.ReadWriter, op *wire.ReplaceMemberOp) (*wire.Result
 		return errResult(syscall.EEXIST, "chunk server %d is already a member of group %d", op.GetNew(), g.GetId()), nil
 	}
 	g = proto.Clone(g).(*wire.ReplicaGroup)
-	drop := func(l []uint64, id uint64) []uint64 { return slices.DeleteFunc(l, func(m uint64) bool { return m == id }) }
+	drop := func(l []uint64, id uint64) []uint64 {
+		return slices.DeleteFunc(l, func(m uint64) bool { return m == id })
+	}
 	if old := op.GetOld(); old != 0 {
 		g.Members, g.Syncing = drop(g.Members, old), drop(g.Syncing, old)
 	}
