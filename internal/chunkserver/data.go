@@ -334,7 +334,11 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 		// Not acknowledged. The members may now differ; the next
 		// mutation of the chunk reconciles them first.
 		s.unreconciled(f.Handle)
-		return failf(reply, dataproto.StatusInternal, "%v", err)
+		st := dataproto.StatusInternal
+		if errors.Is(err, errMemberNoSpace) {
+			st = dataproto.StatusNoSpace // not worth retrying: a disk is full
+		}
+		return failf(reply, st, "%v", err)
 	}
 	if full {
 		return failf(reply, dataproto.StatusChunkFull, "chunk %d is full: append to the next chunk", f.Handle)
@@ -342,6 +346,9 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 	reply.Status, reply.Version, reply.Offset = dataproto.StatusOK, v, fw.Offset
 	return reply
 }
+
+// errMemberNoSpace is a member's full disk.
+var errMemberNoSpace = errors.New("no space left on the member's disk")
 
 // forward sends an ordered mutation to every other member in parallel. A
 // full member that missed an earlier mutation gets the primary's whole
@@ -361,6 +368,8 @@ func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *data
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("replica %d: %w", m, err)
+			case rf != nil && rf.Status == dataproto.StatusNoSpace:
+				errs[i] = fmt.Errorf("replica %d: %w: %s", m, errMemberNoSpace, rf.Payload)
 			case rf != nil && rf.Status != dataproto.StatusOK:
 				errs[i] = fmt.Errorf("replica %d: status %d: %s", m, rf.Status, rf.Payload)
 			}

@@ -109,6 +109,24 @@ type replicaGroupReport struct {
 	Epoch   uint64   `json:"epoch"`
 	Primary uint64   `json:"primary"`
 	Members []uint64 `json:"members"`
+	// Syncing members are still being filled (no reads, no acks).
+	Syncing []uint64 `json:"syncing"`
+	// State is "ok", "syncing" or "under-replicated".
+	State string `json:"state"`
+}
+
+// groupState summarises a replica group for operators.
+func groupState(members, syncing []uint64) string {
+	switch {
+	case len(members)-len(syncing) < 3:
+		if len(syncing) > 0 {
+			return fmt.Sprintf("syncing (%d of 3 full)", len(members)-len(syncing))
+		}
+		return fmt.Sprintf("under-replicated (%d of 3)", len(members))
+	case len(syncing) > 0:
+		return "syncing"
+	}
+	return "ok"
 }
 
 // chunkServerReport is a chunk server as the president's leader sees it
@@ -190,7 +208,8 @@ func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.S
 	}
 	rep.ReplicaGroups = []replicaGroupReport{}
 	for _, g := range chunkSrc.GetReplicaGroups() {
-		rep.ReplicaGroups = append(rep.ReplicaGroups, replicaGroupReport{ID: g.GetId(), Epoch: g.GetEpoch(), Primary: g.GetPrimary(), Members: g.GetMembers()})
+		rep.ReplicaGroups = append(rep.ReplicaGroups, replicaGroupReport{ID: g.GetId(), Epoch: g.GetEpoch(), Primary: g.GetPrimary(),
+			Members: g.GetMembers(), Syncing: append([]uint64{}, g.GetSyncing()...), State: groupState(g.GetMembers(), g.GetSyncing())})
 	}
 	type view struct {
 		node uint64
@@ -319,13 +338,17 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 	}
 	if len(rep.ReplicaGroups) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "REPLICA GROUP\tEPOCH\tPRIMARY\tMEMBERS")
+		fmt.Fprintln(tw, "REPLICA GROUP\tEPOCH\tPRIMARY\tMEMBERS\tSTATE")
 		for _, g := range rep.ReplicaGroups {
 			var ms []string
 			for _, m := range g.Members {
-				ms = append(ms, strconv.FormatUint(m, 10))
+				s := strconv.FormatUint(m, 10)
+				if slices.Contains(g.Syncing, m) {
+					s += "(syncing)"
+				}
+				ms = append(ms, s)
 			}
-			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\n", g.ID, g.Epoch, g.Primary, strings.Join(ms, ","))
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", g.ID, g.Epoch, g.Primary, strings.Join(ms, ","), g.State)
 		}
 		tw.Flush()
 	}

@@ -20,12 +20,25 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pod := fs.String("pod", "", "pod of this server (optional)")
 	host := fs.String("host", "", "host name for placement (default: the --listen host)")
 	chunkSize := fs.Int64("chunk-size", 64<<20, "chunk size when the store is created (a multiple of 64 KiB)")
+	repairRate := fs.Int64("repair-rate", chunkserver.DefaultRepairRate>>20, "MiB/s a primary may spend copying chunks to a new member of its group (0: no limit)")
+	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("chunk: unexpected arguments %q", fs.Args())
+	}
+	if *repairRate < 0 || *scrub < 0 {
+		return fmt.Errorf("chunk: --repair-rate and --scrub-interval must not be negative")
+	}
+	rate := *repairRate << 20
+	if rate == 0 {
+		rate = -1 // no limit
+	}
+	every := *scrub
+	if every == 0 {
+		every = -1 // never
 	}
 	log, err := newLogger(stderr, *level)
 	if err != nil {
@@ -38,7 +51,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
-		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, Logger: log})
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, Logger: log})
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}
