@@ -35,7 +35,7 @@ func (c *Client) setattr(ctx context.Context, ino ids.Ino, op *wire.SetattrOp) (
 	o := &wire.SetattrOp{
 		Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
 		Uid: op.GetUid(), Gid: op.GetGid(), Size: op.GetSize(),
-		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(),
+		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(), ChunkSize: op.GetChunkSize(),
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
 	res, err := c.mutate(ctx, ino, cmd)
@@ -83,13 +83,18 @@ func (c *Client) Chown(ctx context.Context, path string, uid, gid int) error {
 	return c.setattrPath(ctx, "chown", path, op)
 }
 
-// Truncate sets the size of the file at path. Only the metadata size
-// changes for now; data chunks are not touched.
+// Truncate sets the size of the file at path, as truncate(2) without
+// following a final symlink: see File.Truncate.
 func (c *Client) Truncate(ctx context.Context, path string, size int64) error {
 	if size < 0 {
 		return opErr("truncate", path, syscall.EINVAL)
 	}
-	return c.setattrPath(ctx, "truncate", path, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(size)})
+	f, err := c.open(ctx, path, syscall.O_WRONLY, 0)
+	if err != nil {
+		return opErr("truncate", path, err)
+	}
+	defer f.Close()
+	return f.Truncate(ctx, size)
 }
 
 // Utimes sets the access and modification times of path. A zero time

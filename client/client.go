@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -67,6 +68,8 @@ type Client struct {
 		chunkSize  int64
 	}
 	data dataproto.Pool
+	// spread rotates the member a chunk read starts at.
+	spread atomic.Uint64
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some

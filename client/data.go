@@ -60,67 +60,6 @@ func (c *Client) dataPlane() (map[uint64]*wire.ReplicaGroup, map[uint64]string, 
 	return c.mu.rgroups, c.mu.chunkAddrs, c.mu.chunkSize
 }
 
-// WriteFile creates path (or truncates it) with the given mode and
-// writes everything r yields to it, chunk by chunk: each chunk gets a
-// handle from the president and a replica group, is recorded in the
-// ministry, and is written through the group's primary, which replicates
-// it to every member before acknowledging. The size is set last, so a
-// reader never sees a size whose data is not stored. It returns the bytes
-// written.
-func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) (int64, error) {
-	attr, err := c.Create(ctx, path, mode, false)
-	if err != nil {
-		return 0, err
-	}
-	if attr.GetType() != wire.FileType_REGULAR {
-		return 0, opErr("write", path, syscall.EISDIR)
-	}
-	ino := ids.Ino(attr.GetIno())
-	// Always truncate: an earlier, interrupted WriteFile may have recorded
-	// chunks without setting the size, and those must not be reused.
-	if _, err := c.Setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0}); err != nil {
-		return 0, opErr("write", path, err)
-	}
-	if err := c.awaitReplicaGroups(ctx); err != nil {
-		return 0, opErr("write", path, err)
-	}
-	_, _, chunkSize := c.dataPlane()
-	buf := make([]byte, requestSize)
-	var total int64
-	for index := uint64(0); ; index++ {
-		var ref *wire.ChunkRef
-		for inChunk := int64(0); inChunk < chunkSize; {
-			n, rerr := io.ReadFull(r, buf[:min(int64(len(buf)), chunkSize-inChunk)])
-			if n > 0 {
-				if ref == nil {
-					if ref, err = c.chunkFor(ctx, ino, index); err != nil {
-						return total, opErr("write", path, err)
-					}
-				}
-				if err := c.writeChunk(ctx, ref, inChunk, buf[:n]); err != nil {
-					return total, opErr("write", path, err)
-				}
-				inChunk += int64(n)
-				total += int64(n)
-			}
-			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-				return total, c.finishWrite(ctx, path, ino, total)
-			}
-			if rerr != nil {
-				return total, opErr("write", path, fmt.Errorf("read the input: %w", rerr))
-			}
-		}
-	}
-}
-
-func (c *Client) finishWrite(ctx context.Context, path string, ino ids.Ino, size int64) error {
-	_, err := c.Setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(size)})
-	if err != nil {
-		return opErr("write", path, err)
-	}
-	return nil
-}
-
 // chunkFor returns the chunk record of (ino, index), creating it: a new
 // handle from the president and a replica group chosen round-robin.
 func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
@@ -156,163 +95,12 @@ func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire
 	return set.GetChunk(), nil
 }
 
-// writeChunk writes data at off of the chunk through its group's primary.
-func (c *Client) writeChunk(ctx context.Context, ref *wire.ChunkRef, off int64, data []byte) error {
-	return c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		groups, addrs, _ := c.dataPlane()
-		g := groups[ref.GetGroup()]
-		if g == nil {
-			return true, c.staleDataPlane(ctx, fmt.Errorf("replica group %d unknown", ref.GetGroup()))
-		}
-		rf, err := c.data.Call(addrs[g.GetPrimary()], &dataproto.Frame{Type: dataproto.TypeWrite, Handle: ref.GetHandle(),
-			Group: g.GetId(), Epoch: g.GetEpoch(), Offset: off, Payload: data})
-		switch {
-		case err != nil:
-			return true, err
-		case rf.Status == dataproto.StatusOK:
-			return false, nil
-		case rf.Status == dataproto.StatusStaleEpoch || rf.Status == dataproto.StatusNotPrimary:
-			return true, c.staleDataPlane(ctx, fmt.Errorf("chunk %d: %s", ref.GetHandle(), rf.Payload))
-		case rf.Status == dataproto.StatusNoSpace:
-			return false, fmt.Errorf("chunk %d: %s: %w", ref.GetHandle(), rf.Payload, syscall.ENOSPC)
-		case rf.Status == dataproto.StatusInvalid:
-			return false, fmt.Errorf("chunk %d: %s: %w", ref.GetHandle(), rf.Payload, syscall.EINVAL)
-		default:
-			// A member failed: the write was not acknowledged; retrying
-			// orders it again under a new version.
-			return true, fmt.Errorf("chunk %d: status %d: %s", ref.GetHandle(), rf.Status, rf.Payload)
-		}
-	})
-}
-
 func (c *Client) staleDataPlane(ctx context.Context, cause error) error {
 	if err := c.refreshDataPlane(ctx); err != nil {
 		return fmt.Errorf("%w (and refreshing the cluster map: %v)", cause, err)
 	}
 	return cause
 }
-
-// ReadFile copies path's contents to w and returns the bytes copied.
-// Requests run a few at a time in parallel, spread over the members of
-// each chunk's replica group; a member that fails, is stale or returns a
-// corrupt block is skipped for the next one. Parts of the file never written read as
-// zeros.
-func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {
-	attr, err := c.Stat(ctx, path)
-	if err != nil {
-		return 0, err
-	}
-	if attr.GetType() == wire.FileType_DIRECTORY {
-		return 0, opErr("read", path, syscall.EISDIR)
-	}
-	resp, _, err := c.read(ctx, ids.Ino(attr.GetIno()), &wire.ReadRequest{
-		Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{Ino: attr.GetIno()}}}, nil)
-	if err != nil {
-		return 0, opErr("read", path, err)
-	}
-	chunks := map[uint64]*wire.ChunkRef{}
-	for _, ch := range resp.GetChunks() {
-		chunks[ch.GetIndex()] = ch
-	}
-	_, _, chunkSize := c.dataPlane()
-	if chunkSize <= 0 {
-		if err := c.refreshDataPlane(ctx); err != nil {
-			return 0, opErr("read", path, err)
-		}
-		_, _, chunkSize = c.dataPlane()
-	}
-	size := int64(attr.GetSize())
-	if chunkSize <= 0 {
-		if len(chunks) > 0 {
-			return 0, opErr("read", path, fmt.Errorf("%w: the cluster reports no chunk size", syscall.EIO))
-		}
-		chunkSize = requestSize // no data stored: the file is all zeros
-	}
-	// Requests of up to 1 MiB, fetched readWindow at a time in parallel
-	// (spread over the members) and written out in order.
-	type req struct {
-		off, n int64
-		ref    *wire.ChunkRef
-		seq    int
-	}
-	var reqs []req
-	for off := int64(0); off < size; {
-		index := uint64(off / max(chunkSize, 1))
-		inChunk := off - int64(index)*chunkSize
-		n := min(int64(requestSize), size-off, chunkSize-inChunk)
-		reqs = append(reqs, req{off: inChunk, n: n, ref: chunks[index], seq: len(reqs)})
-		off += n
-	}
-	type result struct {
-		data []byte
-		err  error
-	}
-	results := make([]chan result, len(reqs))
-	for i := range results {
-		results[i] = make(chan result, 1)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The feeder runs at most readWindow requests ahead of the writer.
-	window := make(chan struct{}, readWindow)
-	todo := make(chan req)
-	var wg sync.WaitGroup
-	for range min(readWindow, len(reqs)) {
-		wg.Go(func() {
-			for r := range todo {
-				var data []byte
-				var err error
-				if r.ref != nil {
-					data, err = c.readChunk(ctx, r.ref, r.off, r.n, r.seq)
-				}
-				results[r.seq] <- result{data, err}
-			}
-		})
-	}
-	wg.Go(func() {
-		defer close(todo)
-		for _, r := range reqs {
-			select {
-			case window <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case todo <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
-	defer wg.Wait()
-	var done int64
-	for i, r := range reqs {
-		var res result
-		select {
-		case res = <-results[i]:
-		case <-ctx.Done():
-			return done, opErr("read", path, ctx.Err())
-		}
-		<-window
-		if res.err != nil {
-			cancel()
-			return done, opErr("read", path, res.err)
-		}
-		data := res.data
-		if int64(len(data)) < r.n {
-			data = append(data, make([]byte, r.n-int64(len(data)))...) // a hole
-		}
-		if _, err := w.Write(data); err != nil {
-			cancel()
-			return done, opErr("read", path, fmt.Errorf("write the output: %w", err))
-		}
-		done += r.n
-	}
-	return done, nil
-}
-
-// readWindow is how many read requests are in flight at once.
-const readWindow = 4
 
 // readChunk reads [off, off+n) of a chunk from one member, starting at
 // member seq % len (spreading parallel requests) and moving on when a
@@ -360,4 +148,291 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		return true, fmt.Errorf("chunk %d: no member served it: %w", ref.GetHandle(), errors.Join(errs...))
 	})
 	return out, err
+}
+
+// mutateChunk sends a mutation of a chunk (write, append, truncate) to its
+// group's primary, retrying within the budget while the group is being
+// learnt or changes (stale epoch, not the primary: the cluster map is
+// refreshed) or a member fails (the mutation was not acknowledged, and a
+// retry orders it again; an append retry carries the same request id, so
+// the primary answers it with the first offset). It returns the reply for
+// StatusOK, StatusChunkFull and StatusNotFound, which the caller judges;
+// ENOSPC and EINVAL are final.
+func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req dataproto.Frame) (*dataproto.Frame, error) {
+	var reply *dataproto.Frame
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		groups, addrs, _ := c.dataPlane()
+		g := groups[ref.GetGroup()]
+		if g == nil {
+			return true, c.staleDataPlane(ctx, fmt.Errorf("replica group %d unknown", ref.GetGroup()))
+		}
+		f := req
+		f.Handle, f.Group, f.Epoch = ref.GetHandle(), g.GetId(), g.GetEpoch()
+		rf, err := c.data.Call(addrs[g.GetPrimary()], &f)
+		switch {
+		case err != nil:
+			return true, err
+		case rf.Status == dataproto.StatusOK || rf.Status == dataproto.StatusChunkFull || rf.Status == dataproto.StatusNotFound:
+			reply = rf
+			return false, nil
+		case rf.Status == dataproto.StatusStaleEpoch || rf.Status == dataproto.StatusNotPrimary:
+			return true, c.staleDataPlane(ctx, fmt.Errorf("chunk %d: %s", ref.GetHandle(), rf.Payload))
+		case rf.Status == dataproto.StatusNoSpace:
+			return false, fmt.Errorf("chunk %d: %s: %w", ref.GetHandle(), rf.Payload, syscall.ENOSPC)
+		case rf.Status == dataproto.StatusInvalid:
+			return false, fmt.Errorf("chunk %d: %s: %w", ref.GetHandle(), rf.Payload, syscall.EINVAL)
+		default:
+			return true, fmt.Errorf("chunk %d: %v status %d: %s", ref.GetHandle(), req.Type, rf.Status, rf.Payload)
+		}
+	})
+	return reply, err
+}
+
+// writeChunk writes data at off of the chunk through its group's primary,
+// which replicates it to every member before acknowledging.
+func (c *Client) writeChunk(ctx context.Context, ref *wire.ChunkRef, off int64, data []byte) error {
+	rf, err := c.mutateChunk(ctx, ref, dataproto.Frame{Type: dataproto.TypeWrite, Offset: off, Payload: data})
+	if err == nil && rf.Status != dataproto.StatusOK {
+		err = fmt.Errorf("%w: chunk %d: write answered with status %d: %s", syscall.EIO, ref.GetHandle(), rf.Status, rf.Payload)
+	}
+	return err
+}
+
+// span is one data request: n bytes at off of chunk index, which are the
+// bytes at pos of the file.
+type span struct {
+	index       uint64
+	off, n, pos int64
+}
+
+// splitSpans cuts [pos, pos+n) of a file into requests of at most
+// requestSize bytes that do not cross chunk boundaries.
+func splitSpans(pos, n, chunkSize int64) []span {
+	var out []span
+	for end := pos + n; pos < end; {
+		index := pos / chunkSize
+		off := pos - index*chunkSize
+		k := min(requestSize, end-pos, chunkSize-off)
+		out = append(out, span{index: uint64(index), off: off, n: k, pos: pos})
+		pos += k
+	}
+	return out
+}
+
+// readWindow is how many read requests are in flight at once per call;
+// writeWindow the same for writes.
+const (
+	readWindow  = 4
+	writeWindow = 4
+)
+
+// fetchSpans reads spans, readWindow at a time in parallel and spread
+// over the members of each chunk's group, and hands each one's bytes to
+// deliver in order. The bytes are short (or nil) where the chunk ends or
+// was never written: the rest of the span reads as zeros, which deliver
+// fills in. A span of a chunk with no record in refs is a hole.
+func (c *Client) fetchSpans(ctx context.Context, spans []span, refs map[uint64]*wire.ChunkRef, deliver func(sp span, data []byte) error) error {
+	read := func(sp span) ([]byte, error) {
+		ref := refs[sp.index]
+		if ref == nil {
+			return nil, nil
+		}
+		return c.readChunk(ctx, ref, sp.off, sp.n, int(c.spread.Add(1)))
+	}
+	if len(spans) == 1 { // a small read: no goroutines
+		data, err := read(spans[0])
+		if err != nil {
+			return err
+		}
+		return deliver(spans[0], data)
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	results := make([]chan result, len(spans))
+	for i := range results {
+		results[i] = make(chan result, 1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The feeder runs at most readWindow requests ahead of delivery.
+	window := make(chan struct{}, readWindow)
+	todo := make(chan int)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for range min(readWindow, len(spans)) {
+		wg.Go(func() {
+			for i := range todo {
+				data, err := read(spans[i])
+				results[i] <- result{data, err}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(todo)
+		for i := range spans {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case todo <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	for i, sp := range spans {
+		var res result
+		select {
+		case res = <-results[i]:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		<-window
+		if res.err == nil {
+			res.err = deliver(sp, res.data)
+		}
+		if res.err != nil {
+			return res.err
+		}
+	}
+	return nil
+}
+
+// storeSpans writes spans, writeWindow at a time in parallel, through
+// each chunk's primary: bytes(sp) are a span's bytes, refs must hold the
+// record of every chunk written. It returns how many bytes from the start
+// of spans were written without a gap: on an error, later spans may have
+// been written too, but only that prefix counts.
+func (c *Client) storeSpans(ctx context.Context, spans []span, refs map[uint64]*wire.ChunkRef, bytes func(sp span) []byte) (int64, error) {
+	if len(spans) == 1 {
+		if err := c.writeChunk(ctx, refs[spans[0].index], spans[0].off, bytes(spans[0])); err != nil {
+			return 0, err
+		}
+		return spans[0].n, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(spans))
+	window := make(chan struct{}, writeWindow)
+	var wg sync.WaitGroup
+	for i, sp := range spans {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			errs[i] = ctx.Err()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-window }()
+			if errs[i] = c.writeChunk(ctx, refs[sp.index], sp.off, bytes(sp)); errs[i] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	var done int64
+	for i, sp := range spans {
+		if errs[i] != nil {
+			return done, firstCause(errs[i:])
+		}
+		done += sp.n
+	}
+	return done, nil
+}
+
+// firstCause returns the first error of errs that is not a cancellation
+// caused by another one failing (or the first error when all are).
+func firstCause(errs []error) error {
+	var first error
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil {
+			first = err
+		}
+		if !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return first
+}
+
+// WriteFile creates path (or truncates it) with the given mode and
+// writes everything r yields to it, a few requests at a time in parallel:
+// each chunk gets a handle from the president and a replica group, is
+// recorded in the ministry, and is written through the group's primary,
+// which replicates it to every member before acknowledging. The size is
+// set last, so a reader never sees a size whose data is not stored. It
+// returns the bytes written.
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) (int64, error) {
+	// O_TRUNC always truncates: an earlier, interrupted WriteFile may have
+	// recorded chunks without setting the size, and those must not be
+	// reused.
+	f, err := c.open(ctx, path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, mode)
+	if err != nil {
+		return 0, opErr("write", path, err)
+	}
+	defer f.Close()
+	buf := make([]byte, writeWindow*requestSize)
+	var total int64
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			done, err := f.store(ctx, buf[:n], total)
+			total += done
+			if err != nil {
+				return total, opErr("write", path, err)
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return total, opErr("write", path, fmt.Errorf("read the input: %w", rerr))
+		}
+	}
+	if _, err := c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(total)}); err != nil {
+		return total, opErr("write", path, err)
+	}
+	return total, nil
+}
+
+// ReadFile copies path's contents to w and returns the bytes copied.
+// Requests run a few at a time in parallel, spread over the members of
+// each chunk's replica group; a member that fails, is stale or returns a
+// corrupt block is skipped for the next one. Parts of the file never
+// written read as zeros.
+func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64, error) {
+	f, err := c.open(ctx, path, syscall.O_RDONLY, 0)
+	if err != nil {
+		return 0, opErr("read", path, err)
+	}
+	defer f.Close()
+	if f.dir {
+		return 0, opErr("read", path, syscall.EISDIR)
+	}
+	size := f.cachedSize()
+	refs, chunkSize, err := f.layout(ctx, size > 0)
+	if err != nil {
+		return 0, opErr("read", path, err)
+	}
+	var done int64
+	err = c.fetchSpans(ctx, splitSpans(0, size, chunkSize), refs, func(sp span, data []byte) error {
+		if int64(len(data)) < sp.n {
+			data = append(data, make([]byte, sp.n-int64(len(data)))...) // a hole
+		}
+		if _, err := w.Write(data); err != nil {
+			return fmt.Errorf("write the output: %w", err)
+		}
+		done += sp.n
+		return nil
+	})
+	return done, opErr("read", path, err)
 }

@@ -1,5 +1,6 @@
-// Package client is the public Go library for GovFS metadata: a path and
-// inode API over the Meta gRPC service (internal/wire/govfs.proto).
+// Package client is the public Go library for GovFS: a path and inode API
+// over the Meta gRPC service (internal/wire/govfs.proto), and file
+// contents over the data protocol (internal/dataproto) to chunk servers.
 //
 // Contract:
 //
@@ -43,6 +44,18 @@
 //     walks from the root inode with one Lookup per component and follows
 //     no symlinks: the last component has lstat semantics, and a symlink in
 //     the middle of a path gives ENOTDIR.
+//
+//   - Data. A file's bytes live in chunks of the cluster's chunk size (64
+//     MiB by default), each recorded in the ministry (index → handle,
+//     replica group) and stored on every member of its group. WriteFile
+//     and ReadFile move whole files; Open returns a File with ReadAt,
+//     WriteAt, Append (record append: the primary picks the offset) and
+//     Truncate. Data requests are at most 1 MiB and a few run in parallel;
+//     a write is acknowledged once every member has it durably, and only
+//     then does the ministry's size grow (SETATTR_SIZE_GROW), so a reader
+//     never sees a size whose bytes are not stored. Files are at most
+//     MaxFileSize (2^50) bytes. See file.go for the consistency of a File
+//     (close-to-open) and docs/dataplane.md for what is not built yet.
 //
 // A Client is safe for concurrent use.
 package client
