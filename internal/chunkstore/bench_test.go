@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -57,27 +58,69 @@ func BenchmarkOverwrite1MiB(b *testing.B) {
 	}
 }
 
-// BenchmarkRead4KiB reads 4 KiB at random offsets of a cached 64 MiB
-// chunk; each read verifies the CRC of the 64 KiB block it touches.
-func BenchmarkRead4KiB(b *testing.B) {
+// readStore returns a store holding chunks 1..n, each a full 64 MiB of
+// random bytes (in the page cache once written).
+func readStore(b *testing.B, n int) *Store {
 	cfg := Config{Dir: b.TempDir(), ClusterID: "bench", ChunkSize: DefaultChunkSize, NoSync: true}
 	s, err := Open(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { s.Close() })
 	data := make([]byte, DefaultChunkSize)
 	r := rand.New(rand.NewPCG(2, 2))
 	for i := range data {
 		data[i] = byte(r.Uint32())
 	}
-	if err := s.Write(1, 0, data, 1); err != nil {
-		b.Fatal(err)
+	for h := range n {
+		if err := s.Write(Handle(h+1), 0, data, 1); err != nil {
+			b.Fatal(err)
+		}
 	}
+	return s
+}
+
+// BenchmarkRead4KiB reads 4 KiB at random offsets of a cached 64 MiB
+// chunk; each read verifies the CRC of the 64 KiB block it touches.
+func BenchmarkRead4KiB(b *testing.B) {
+	s := readStore(b, 1)
+	r := rand.New(rand.NewPCG(3, 3))
 	b.SetBytes(4096)
 	for b.Loop() {
 		off := r.Int64N(DefaultChunkSize/4096) * 4096
 		if _, err := s.Read(1, off, 4096); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRead4KiBParallel is BenchmarkRead4KiB from GOMAXPROCS
+// goroutines over 4 chunks, as a chunk server serving many clients.
+func BenchmarkRead4KiBParallel(b *testing.B) {
+	s := readStore(b, 4)
+	b.SetBytes(4096)
+	var seed atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		r := rand.New(rand.NewPCG(seed.Add(1), 4))
+		for pb.Next() {
+			off := r.Int64N(DefaultChunkSize/4096) * 4096
+			if _, err := s.Read(Handle(r.IntN(4)+1), off, 4096); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkRead1MiB reads 1 MiB at random block-aligned offsets (the
+// client's request size).
+func BenchmarkRead1MiB(b *testing.B) {
+	s := readStore(b, 1)
+	r := rand.New(rand.NewPCG(5, 5))
+	b.SetBytes(1 << 20)
+	for b.Loop() {
+		off := r.Int64N(DefaultChunkSize/BlockSize-16) * BlockSize
+		if _, err := s.Read(1, off, 1<<20); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -34,6 +34,9 @@ type Config struct {
 	// of BlockSize, at most MaxChunkSize. An existing store remembers it
 	// and refuses a different value.
 	ChunkSize int64
+	// OpenFiles bounds the data files kept open for reads and writes
+	// (least recently used are closed first); 0 means DefaultOpenFiles.
+	OpenFiles int
 	// NoSync skips fsync. Only for tests and benchmarks of the code path:
 	// without it an acknowledged write may be lost on power failure.
 	NoSync bool
@@ -60,6 +63,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("chunkstore: ClusterID is %d bytes; use at most 256", len(c.ClusterID))
 	case c.ChunkSize <= 0 || c.ChunkSize%BlockSize != 0:
 		return fmt.Errorf("chunkstore: ChunkSize %d must be a positive multiple of %d (64 KiB)", c.ChunkSize, BlockSize)
+	case c.OpenFiles < 0:
+		return fmt.Errorf("chunkstore: OpenFiles %d is negative; use 0 for the default (%d)", c.OpenFiles, DefaultOpenFiles)
 	case c.ChunkSize > MaxChunkSize:
 		return fmt.Errorf("chunkstore: ChunkSize %d exceeds the maximum %d (1 GiB)", c.ChunkSize, MaxChunkSize)
 	}

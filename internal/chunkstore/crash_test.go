@@ -93,6 +93,7 @@ func (st state) equal(o state) bool {
 // crashed abandons s as a killed process would: nothing is cleaned up,
 // only the directory lock is released so that the test can reopen.
 func crashed(s *Store) {
+	s.files.closeAll()
 	s.dirFile.Close()
 	s.lockFile.Close()
 }

@@ -100,4 +100,14 @@
 // A Store is safe for concurrent use. Each handle has a RWMutex: reads
 // share it, mutations of one chunk are serialized, different chunks
 // proceed in parallel. Close waits for operations in flight.
+//
+// Data files stay open in a bounded cache (Config.OpenFiles, least
+// recently used closed first), so a read is one pread of the blocks it
+// touches plus their CRC32C; small reads verify in a pooled buffer and
+// copy out only the bytes asked for. INVARIANT: a cached file is the
+// chunk's current data file: Delete and recovery (the only code that
+// removes data files) drop it from the cache under the chunk's exclusive
+// lock, and every user holds the chunk's lock while it uses the file.
+// Scrub opens files itself so that a pass over the disk does not evict
+// the files clients are reading.
 package chunkstore

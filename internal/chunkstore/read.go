@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,26 +32,44 @@ func (s *Store) Read(h Handle, off int64, n int) ([]byte, error) {
 	}
 	end := off + min(int64(n), m.length-off)
 	b0, b1 := int(off/BlockSize), int((end-1)/BlockSize)
-	f, err := s.openData(h)
+	of, err := s.dataFile(h, false)
 	if err != nil {
 		return nil, fmt.Errorf("chunkstore: read chunk %v: %w", h, err)
 	}
-	if f != nil {
-		defer f.Close()
+	defer s.files.put(of)
+	var f *os.File
+	if of != nil {
+		f = of.f
 	}
-	buf, bad, err := s.readBlocks(h, f, m, b0, b1)
+	base := int64(b0) * BlockSize
+	var buf []byte
+	if b1-b0 < smallReadBlocks {
+		// Small reads verify whole blocks in a pooled buffer and copy out
+		// only what was asked for, instead of allocating (and zeroing)
+		// the blocks for each call.
+		pb := s.blockPool.Get().(*[]byte)
+		defer s.blockPool.Put(pb)
+		buf = (*pb)[:min(int64(b1+1)*BlockSize, m.length)-base]
+	}
+	buf, bad, err := s.readBlocks(h, f, m, b0, b1, buf)
 	if err != nil {
 		return nil, fmt.Errorf("chunkstore: read chunk %v [%d, +%d): %w", h, off, n, err)
 	}
 	if len(bad) > 0 {
 		return nil, bad[0]
 	}
-	base := int64(b0) * BlockSize
+	if b1-b0 < smallReadBlocks {
+		return bytes.Clone(buf[off-base : end-base]), nil
+	}
 	return buf[off-base : end-base], nil
 }
 
-// openData opens the data file for reading; nil (not an error) if the
-// chunk has none yet, as after a Pad of an empty chunk.
+// smallReadBlocks is the most blocks a read spans to use a pooled buffer.
+const smallReadBlocks = 2
+
+// openData opens the data file for reading, bypassing the cache (Scrub
+// visits every chunk once and would evict the files in use); nil (not an
+// error) if the chunk has none yet, as after a Pad of an empty chunk.
 func (s *Store) openData(h Handle) (*os.File, error) {
 	f, err := os.Open(s.path(h, sufData))
 	if errors.Is(err, os.ErrNotExist) {
@@ -63,14 +82,19 @@ func (s *Store) openData(h Handle) (*os.File, error) {
 }
 
 // readBlocks reads blocks b0..b1 (up to the length) and checks each
-// against its CRC. A nil f reads as zeros.
-func (s *Store) readBlocks(h Handle, f *os.File, m meta, b0, b1 int) ([]byte, []*CorruptError, error) {
+// against its CRC. A nil f reads as zeros;
+// buf, if not nil, is where to read them.
+func (s *Store) readBlocks(h Handle, f *os.File, m meta, b0, b1 int, buf []byte) ([]byte, []*CorruptError, error) {
 	base := int64(b0) * BlockSize
-	buf := make([]byte, min(int64(b1+1)*BlockSize, m.length)-base)
+	if buf == nil {
+		buf = make([]byte, min(int64(b1+1)*BlockSize, m.length)-base)
+	}
 	if f != nil {
 		if err := readFull(f, buf, base); err != nil {
 			return nil, nil, err
 		}
+	} else {
+		clear(buf)
 	}
 	var bad []*CorruptError
 	for b := b0; b <= b1; b++ {
@@ -113,11 +137,12 @@ func (s *Store) RepairBlock(h Handle, b int, data []byte) error {
 		return fmt.Errorf("chunkstore: repair chunk %v block %d: %w (stored %08x, data %08x); replace the whole chunk",
 			h, b, ErrRepairMismatch, m.crcs[b], got)
 	}
-	f, err := os.OpenFile(s.path(h, sufData), os.O_RDWR|os.O_CREATE, 0o644)
+	of, err := s.dataFile(h, true)
 	if err != nil {
-		return fmt.Errorf("chunkstore: repair chunk %v: open data: %w", h, err)
+		return fmt.Errorf("chunkstore: repair chunk %v: %w", h, err)
 	}
-	defer f.Close()
+	defer s.files.put(of)
+	f := of.f
 	if _, err := f.WriteAt(data, bs); err != nil {
 		return fmt.Errorf("chunkstore: repair chunk %v block %d: %w", h, b, err)
 	}
@@ -186,7 +211,7 @@ func (s *Store) scrubBatch(h Handle, b int) (bad []*CorruptError, more bool, err
 	if f != nil {
 		defer f.Close()
 	}
-	_, bad, err = s.readBlocks(h, f, c.meta, b, b1)
+	_, bad, err = s.readBlocks(h, f, c.meta, b, b1, nil)
 	if err != nil {
 		return nil, false, fmt.Errorf("chunkstore: scrub chunk %v blocks %d-%d: %w", h, b, b1, err)
 	}

@@ -68,8 +68,11 @@ type Store struct {
 	log      *slog.Logger
 	dirFile  *os.File // the chunks directory, for fsync after renames
 	lockFile *os.File
+	files    *fileCache
 	zero     []byte // BlockSize zero bytes; never written
 	zeroCRC  uint32 // CRC32C of a whole zero block
+	// blockPool holds *[]byte of smallReadBlocks blocks for small reads.
+	blockPool sync.Pool
 
 	// life is held shared by every operation and exclusively by Close,
 	// so Close waits for operations in flight.
@@ -78,7 +81,7 @@ type Store struct {
 		closed bool
 	}
 	mu struct {
-		sync.Mutex
+		sync.RWMutex
 		chunks map[Handle]*chunk // entries are never removed: a deleted chunk keeps its lock
 	}
 }
@@ -116,6 +119,11 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, dir: filepath.Join(cfg.Dir, "chunks"), log: cfg.Logger.With("store", cfg.Dir),
 		zero: make([]byte, BlockSize)}
 	s.zeroCRC = crc32.Checksum(s.zero, castagnoli)
+	if cfg.OpenFiles == 0 {
+		cfg.OpenFiles = DefaultOpenFiles
+	}
+	s.files = newFileCache(cfg.OpenFiles)
+	s.blockPool.New = func() any { b := make([]byte, smallReadBlocks*BlockSize); return &b }
 	s.mu.chunks = map[Handle]*chunk{}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("chunkstore: create %s: %w", cfg.Dir, err)
@@ -244,6 +252,7 @@ func (s *Store) recoverAll() error {
 // is cut off so that it reads as zeros again. With durable, the result is
 // fsynced, so a caller may report it as the outcome of a mutation.
 func (s *Store) recoverLocked(h Handle, c *chunk, durable bool) error {
+	s.files.invalidate(h) // recovery may remove the data file
 	err := s.recoverFiles(h, c, durable)
 	var ce *CorruptError
 	switch {
@@ -384,9 +393,9 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeFiles() error {
-	var err error
+	err := s.files.closeAll()
 	if s.dirFile != nil {
-		err = s.dirFile.Close()
+		err = errors.Join(err, s.dirFile.Close())
 	}
 	if s.lockFile != nil {
 		err = errors.Join(err, s.lockFile.Close()) // closing releases the flock
@@ -409,13 +418,17 @@ func (s *Store) acquire(h Handle, create, shared bool) (*chunk, func(), error) {
 		s.life.RUnlock()
 		return nil, nil, ErrClosed
 	}
-	s.mu.Lock()
+	s.mu.RLock()
 	c := s.mu.chunks[h]
+	s.mu.RUnlock()
 	if c == nil && create {
-		c = &chunk{}
-		s.mu.chunks[h] = c
+		s.mu.Lock()
+		if c = s.mu.chunks[h]; c == nil {
+			c = &chunk{}
+			s.mu.chunks[h] = c
+		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	if c == nil {
 		s.life.RUnlock()
 		return nil, nil, fmt.Errorf("chunk %v: %w", h, ErrNotFound)
@@ -481,12 +494,12 @@ func (s *Store) List() ([]ChunkInfo, error) {
 }
 
 func (s *Store) handles() []Handle {
-	s.mu.Lock()
+	s.mu.RLock()
 	hs := make([]Handle, 0, len(s.mu.chunks))
 	for h := range s.mu.chunks {
 		hs = append(hs, h)
 	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	slices.Sort(hs)
 	return hs
 }
@@ -505,6 +518,8 @@ func (s *Store) Delete(h Handle) error {
 	if err := os.Remove(s.path(h, sufMeta)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("chunkstore: delete chunk %v: %w", h, err)
 	}
+	// INVARIANT: a re-created chunk gets a new data file, never this one.
+	s.files.invalidate(h)
 	c.exists, c.meta, c.bad = false, meta{}, nil
 	// NB: the directory is synced between the metadata removal and the
 	// others so that a crash can never leave metadata without its data.
@@ -532,6 +547,12 @@ func (s *Store) Usage() (used, capacity int64, err error) {
 	}
 	capacity = int64(st.Blocks) * int64(st.Bsize)
 	return capacity - int64(st.Bavail)*int64(st.Bsize), capacity, nil
+}
+
+// dataFile returns chunk h's data file from the cache; release it with
+// s.files.put. Without create, a missing file is nil.
+func (s *Store) dataFile(h Handle, create bool) (*openFile, error) {
+	return s.files.get(s.path(h, sufData), h, create)
 }
 
 func (s *Store) path(h Handle, suffix string) string {

@@ -1,10 +1,8 @@
 package chunkstore
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
-	"os"
 	"syscall"
 )
 
@@ -71,14 +69,12 @@ func (s *Store) shrinkLocked(h Handle, c *chunk, length int64, v uint64) error {
 
 // cutData truncates the data file to length and makes that durable.
 func (s *Store) cutData(h Handle, length int64) error {
-	f, err := os.OpenFile(s.path(h, sufData), os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	of, err := s.dataFile(h, false)
+	if err != nil || of == nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("open data: %w", err)
-	}
-	defer f.Close()
+	defer s.files.put(of)
+	f := of.f
 	if err := s.step(h, StepDataTruncate); err != nil {
 		return fmt.Errorf("cut data: %w", err)
 	}
@@ -105,14 +101,14 @@ func (s *Store) shrunkMeta(h Handle, old meta, length int64, v uint64) (meta, er
 	}
 	b := int(length / BlockSize)
 	bs := int64(b) * BlockSize
-	f, err := s.openData(h)
+	of, err := s.dataFile(h, false)
 	if err != nil {
 		return meta{}, err
 	}
+	defer s.files.put(of)
 	blk := make([]byte, min(BlockSize, old.length-bs))
-	if f != nil {
-		defer f.Close()
-		if err := readFull(f, blk, bs); err != nil {
+	if of != nil {
+		if err := readFull(of.f, blk, bs); err != nil {
 			return meta{}, fmt.Errorf("read block %d: %w", b, err)
 		}
 	}

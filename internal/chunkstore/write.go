@@ -122,11 +122,12 @@ func (s *Store) checkMutable(h Handle, c *chunk, newVersion uint64) error {
 func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen int64, v uint64) error {
 	var f *os.File
 	if len(data) > 0 {
-		var err error
-		if f, err = os.OpenFile(s.path(h, sufData), os.O_RDWR|os.O_CREATE, 0o644); err != nil {
-			return fmt.Errorf("open data: %w", err)
+		of, err := s.dataFile(h, true)
+		if err != nil {
+			return err
 		}
-		defer f.Close()
+		defer s.files.put(of)
+		f = of.f
 	}
 	nm, err := s.nextMeta(h, c.meta, f, off, data, newLen, v)
 	if err != nil {
