@@ -34,6 +34,18 @@ type Config struct {
 	// multiraft.Config.BatchDelay); negative keeps the default.
 	BatchDelay time.Duration
 
+	// GCInterval is how often the president's leader runs a chunk garbage
+	// collection round (DefaultGCInterval when 0; negative disables the
+	// collector). GCGrace is how long a chunk copy must have been garbage
+	// in every round before it is deleted (DefaultGCGrace when 0): clients
+	// may still cache a released chunk list that long. GCMaxDeletes bounds
+	// the deletes of one round, GCDeleteRate their rate per second
+	// (defaults when 0). See gc.go and docs/dataplane.md.
+	GCInterval   time.Duration
+	GCGrace      time.Duration
+	GCMaxDeletes int
+	GCDeleteRate int
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -45,7 +57,8 @@ type Config struct {
 
 // DefaultConfig returns defaults.
 func DefaultConfig() Config {
-	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}, BatchDelay: -1}
+	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}, BatchDelay: -1,
+		GCInterval: DefaultGCInterval, GCGrace: DefaultGCGrace, GCMaxDeletes: DefaultGCMaxDeletes, GCDeleteRate: DefaultGCDeleteRate}
 }
 
 // ParsePeers parses "1=127.0.0.1:7001,2=...".
@@ -109,6 +122,12 @@ func (c *Config) Validate() error {
 		return errors.New("--peers is required: ID=HOST:PORT of every initial member")
 	case c.TickInterval <= 0:
 		return errors.New("tick interval must be positive")
+	case c.GCGrace < 0:
+		return fmt.Errorf("--gc-grace %v must not be negative: it is how long an unreferenced chunk is kept for clients that still cache it", c.GCGrace)
+	case c.GCMaxDeletes < 0:
+		return fmt.Errorf("--gc-max-deletes %d must not be negative (0 = default %d)", c.GCMaxDeletes, DefaultGCMaxDeletes)
+	case c.GCDeleteRate < 0:
+		return fmt.Errorf("--gc-delete-rate %d must not be negative (0 = default %d per second)", c.GCDeleteRate, DefaultGCDeleteRate)
 	}
 	if _, ok := c.Peers[c.ID]; !ok {
 		return fmt.Errorf("node id %v is not a member: --peers lists %s; pick one of those ids or add this node to --peers", c.ID, FormatPeers(c.Peers))

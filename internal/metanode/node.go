@@ -41,6 +41,7 @@ type Node struct {
 	clusterID atomic.Value // string
 	ident     *identity
 	chunks    chunkLiveness
+	gc        *collector
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -66,6 +67,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
+	cfg.setGCDefaults()
 	eng, err := engine.Open(cfg.DataDir, engine.Options{})
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
 		return nil, fmt.Errorf("data directory %s is locked by another process (is a govfs meta already running on it?): %w", cfg.DataDir, err)
@@ -101,6 +103,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.gc = newCollector(n, reg)
 	n.transport = rpc.NewRaftTransport(cfg.ID, cfg.Peers, n.ClusterID, n.log)
 	hc := multiraft.DefaultConfig()
 	hc.NodeID = cfg.ID
