@@ -171,7 +171,8 @@ func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req datapr
 		rf, err := c.data.Call(addrs[g.GetPrimary()], &f)
 		switch {
 		case err != nil:
-			return true, err
+			// The primary may be dead and its group changed.
+			return true, c.staleDataPlane(ctx, err)
 		case rf.Status == dataproto.StatusOK || rf.Status == dataproto.StatusChunkFull || rf.Status == dataproto.StatusNotFound:
 			reply = rf
 			return false, nil
