@@ -23,6 +23,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
 	batchDelay := fs.Duration("batch-delay", 200*time.Microsecond, "under load, wait this long before a raft round so more proposals share it (0 disables)")
+	gcInterval := fs.Duration("gc-interval", metanode.DefaultGCInterval, "how often the president's leader collects unreferenced chunks (negative disables)")
+	gcGrace := fs.Duration("gc-grace", metanode.DefaultGCGrace, "how long a chunk copy must stay unreferenced before it is deleted (clients may cache released chunk lists that long)")
+	gcMaxDeletes := fs.Int("gc-max-deletes", metanode.DefaultGCMaxDeletes, "at most this many chunk copies deleted per collection round")
+	gcDeleteRate := fs.Int("gc-delete-rate", metanode.DefaultGCDeleteRate, "at most this many chunk copies deleted per second")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +56,13 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --snapshot-every must be positive")
 	}
 	cfg.SnapshotEvery = *snapEvery
+	if *gcInterval == 0 {
+		return fmt.Errorf("meta: --gc-interval 0: give a positive interval, or a negative one to disable chunk garbage collection")
+	}
+	if *gcGrace <= 0 || *gcMaxDeletes <= 0 || *gcDeleteRate <= 0 {
+		return fmt.Errorf("meta: --gc-grace, --gc-max-deletes and --gc-delete-rate must be positive")
+	}
+	cfg.GCInterval, cfg.GCGrace, cfg.GCMaxDeletes, cfg.GCDeleteRate = *gcInterval, *gcGrace, *gcMaxDeletes, *gcDeleteRate
 	n, err := metanode.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)

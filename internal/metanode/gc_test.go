@@ -204,3 +204,31 @@ func show(m map[gcCopy]gcMark, now time.Time) string {
 	sort.Strings(out)
 	return fmt.Sprint(out)
 }
+
+// TestCollectorForgetsOnLosingLeadership: the marks are this leader's
+// soft state; losing the president's leadership drops them (a later
+// leadership, here or elsewhere, waits a full grace period again) and
+// invalidates a round still running.
+func TestCollectorForgetsOnLosingLeadership(t *testing.T) {
+	n := &Node{cfg: Config{GCInterval: -1}} // disabled: tick starts no round
+	c := newCollector(n, nil)
+	now := time.Unix(1000, 0)
+	c.tick(now, true)
+	gen := c.mu.gen
+	c.mu.marks = map[gcCopy]gcMark{{1, 2}: {since: now, epoch: 1}}
+	if !c.current(gen) {
+		t.Fatal("not current while leading")
+	}
+	c.tick(now, true)
+	if len(c.marksSnapshot()) != 1 {
+		t.Fatal("marks dropped while still leading")
+	}
+	c.tick(now, false)
+	if c.marksSnapshot() != nil || c.current(gen) {
+		t.Fatalf("after losing leadership: marks %v, round of generation %d still current", c.marksSnapshot(), gen)
+	}
+	c.tick(now, true)
+	if c.current(gen) || !c.current(c.mu.gen) {
+		t.Fatal("a new leadership must not revive the old generation")
+	}
+}
