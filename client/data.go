@@ -419,13 +419,18 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 	if f.dir {
 		return 0, opErr("read", path, syscall.EISDIR)
 	}
-	size := f.cachedSize()
-	refs, chunkSize, err := f.layout(ctx, size > 0)
+	// The chunk table first: without chunks the file is all zeros and
+	// needs no data plane.
+	refs, err := f.loadChunks(ctx)
+	if err != nil {
+		return 0, opErr("read", path, err)
+	}
+	chunkSize, err := f.chunkSize(ctx, len(refs) > 0)
 	if err != nil {
 		return 0, opErr("read", path, err)
 	}
 	var done int64
-	err = c.fetchSpans(ctx, splitSpans(0, size, chunkSize), refs, func(sp span, data []byte) error {
+	err = c.fetchSpans(ctx, splitSpans(0, f.cachedSize(), chunkSize), refs, func(sp span, data []byte) error {
 		if int64(len(data)) < sp.n {
 			data = append(data, make([]byte, sp.n-int64(len(data)))...) // a hole
 		}

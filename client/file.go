@@ -28,10 +28,11 @@ const MaxFileSize int64 = 1 << 50
 //
 // Consistency is close-to-open, as NFS: Open reads the attributes, and a
 // File keeps the size and chunk table it has seen. ReadAt fetches the
-// attributes again only when a read reaches past the size it knows, and
-// the chunk table again when a chunk it needs is not in its copy, so a
-// File follows a file that others grow, but may read data another client
-// overwrote or cut off after it learnt the size. Stat always asks.
+// attributes again (linearizably) only when a read reaches past the size
+// it knows, and the chunk table again when a chunk it needs is not in its
+// copy, so a File follows a file that others grow, but may read data
+// another client overwrote or cut off after it learnt the size. Stat
+// always asks, linearizably.
 type File struct {
 	c    *Client
 	path string
@@ -173,12 +174,20 @@ func (f *File) Stat(ctx context.Context) (*wire.Attr, error) {
 	if err := f.usable(true); err != nil {
 		return nil, opErr("stat", f.path, err)
 	}
-	a, err := f.c.getAttr(ctx, f.ino, nil)
+	a, err := f.freshAttr(ctx)
 	if err != nil {
 		return nil, opErr("stat", f.path, err)
 	}
 	f.noteSize(int64(a.GetSize()), true)
 	return a, nil
+}
+
+// freshAttr reads the attributes linearizably: what the ministry has now,
+// including other clients' changes. Later session reads of this Client
+// see at least as much, so the chunk table read after a size is learnt
+// covers that size.
+func (f *File) freshAttr(ctx context.Context) (*wire.Attr, error) {
+	return f.c.getAttr(ctx, f.ino, []ReadOption{Linearizable()})
 }
 
 func (f *File) cachedSize() int64 {
@@ -234,38 +243,35 @@ func (f *File) loadChunks(ctx context.Context) (map[uint64]*wire.ChunkRef, error
 	return m, nil
 }
 
-// chunks returns a copy of the chunk table, read from the ministry if
-// this File has none yet or (refresh) when one of the chunks of spans is
-// missing from it.
-func (f *File) chunks(ctx context.Context, spans []span, refresh bool) (map[uint64]*wire.ChunkRef, error) {
-	f.mu.Lock()
-	m := f.mu.chunks
-	missing := m == nil
-	for _, sp := range spans {
-		if refresh && m[sp.index] == nil {
-			missing = true
+// refsFor returns the records of the chunks spans touch, reading the
+// chunk table from the ministry if this File has none yet or one of them
+// is missing from it (another client may have written there since).
+// Chunks with no record are holes.
+func (f *File) refsFor(ctx context.Context, spans []span) (map[uint64]*wire.ChunkRef, error) {
+	pick := func(m map[uint64]*wire.ChunkRef) (map[uint64]*wire.ChunkRef, bool) {
+		out := map[uint64]*wire.ChunkRef{}
+		complete := m != nil
+		for _, sp := range spans {
+			if r := m[sp.index]; r != nil {
+				out[sp.index] = r
+			} else {
+				complete = false
+			}
 		}
+		return out, complete
 	}
-	out := make(map[uint64]*wire.ChunkRef, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
+	f.mu.Lock()
+	out, complete := pick(f.mu.chunks)
 	f.mu.Unlock()
-	if !missing {
+	if complete {
 		return out, nil
 	}
-	return f.loadChunks(ctx)
-}
-
-// layout returns the chunk table and chunk size for reading the whole
-// file (ReadFile); needed says whether the file has data.
-func (f *File) layout(ctx context.Context, needed bool) (map[uint64]*wire.ChunkRef, int64, error) {
-	refs, err := f.chunks(ctx, nil, false)
+	m, err := f.loadChunks(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	cs, err := f.chunkSize(ctx, needed && len(refs) > 0)
-	return refs, cs, err
+	out, _ = pick(m)
+	return out, nil
 }
 
 // ref returns the record of chunk index, creating it if needed.
@@ -320,7 +326,7 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	size := f.cachedSize()
 	if off+want > size {
 		// Reading past the size this File knows: the file may have grown.
-		a, err := f.c.getAttr(ctx, f.ino, nil)
+		a, err := f.freshAttr(ctx)
 		if err != nil {
 			return 0, err
 		}
@@ -336,7 +342,7 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	spans := splitSpans(off, n, cs)
-	refs, err := f.chunks(ctx, spans, true)
+	refs, err := f.refsFor(ctx, spans)
 	if err != nil {
 		return 0, err
 	}
@@ -530,7 +536,7 @@ func (f *File) appendStart(ctx context.Context, cs int64) (uint64, error) {
 	if ok {
 		return index, nil
 	}
-	a, err := f.c.getAttr(ctx, f.ino, nil)
+	a, err := f.freshAttr(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -583,7 +589,7 @@ func (f *File) truncate(ctx context.Context, size int64) error {
 	case size > MaxFileSize:
 		return fmt.Errorf("%w: size %d is past the maximum file size %d", syscall.EFBIG, size, MaxFileSize)
 	}
-	a, err := f.c.getAttr(ctx, f.ino, nil)
+	a, err := f.freshAttr(ctx)
 	if err != nil {
 		return err
 	}

@@ -108,10 +108,23 @@ type model struct {
 	want []byte
 }
 
-// openModel opens path on a cluster client with flags (O_CREAT added).
-func openModel(t *testing.T, path string, flags int) *model {
+// testDir makes a directory of its own for the test on the shared
+// cluster (which outlives a test run with -count).
+func testDir(t *testing.T, c *Client) string {
 	t.Helper()
-	f, err := dataClient(t).Open(t.Context(), path, flags|syscall.O_CREAT, 0o644)
+	dir := fmt.Sprintf("/%s.%d", t.Name(), time.Now().UnixNano())
+	if _, err := c.Mkdir(t.Context(), dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// openModel opens name in a new test directory on a cluster client with
+// flags (O_CREAT added).
+func openModel(t *testing.T, name string, flags int) *model {
+	t.Helper()
+	c := dataClient(t)
+	f, err := c.Open(t.Context(), testDir(t, c)+"/"+name, flags|syscall.O_CREAT, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +206,7 @@ func randBytes(r *rand.Rand, n int) []byte {
 }
 
 func TestFileRangedIO(t *testing.T) {
-	m := openModel(t, "/ranged", syscall.O_RDWR|syscall.O_EXCL)
+	m := openModel(t, "ranged", syscall.O_RDWR|syscall.O_EXCL)
 	f, ctx := m.f, t.Context()
 	r := rand.New(rand.NewPCG(1, 2))
 	const cs = fileTestChunk
@@ -226,7 +239,7 @@ func TestFileRangedIO(t *testing.T) {
 	}
 
 	// Another client sees the bytes and follows the file as it grows.
-	g, err := dataClient(t).Open(ctx, "/ranged", syscall.O_RDONLY, 0)
+	g, err := dataClient(t).Open(ctx, f.path, syscall.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +255,7 @@ func TestFileRangedIO(t *testing.T) {
 }
 
 func TestFileTruncate(t *testing.T) {
-	m := openModel(t, "/trunc", syscall.O_RDWR|syscall.O_TRUNC)
+	m := openModel(t, "trunc", syscall.O_RDWR|syscall.O_TRUNC)
 	f, c, ctx := m.f, m.f.c, t.Context()
 	r := rand.New(rand.NewPCG(3, 4))
 	const cs = fileTestChunk
@@ -268,7 +281,7 @@ func TestFileTruncate(t *testing.T) {
 		t.Fatalf("chunk records after truncating to one chunk: %v %v", refs, err)
 	}
 	// Through the path API too, and to zero.
-	if err := c.Truncate(ctx, "/trunc", 5); err != nil {
+	if err := c.Truncate(ctx, f.path, 5); err != nil {
 		t.Fatal(err)
 	}
 	m.want = m.want[:5]
@@ -282,6 +295,7 @@ func TestFileTruncate(t *testing.T) {
 func TestFileAppendConcurrent(t *testing.T) {
 	c := dataClient(t)
 	ctx := t.Context()
+	dir := testDir(t, c)
 	const writers, each = 4, 30
 	type rec struct {
 		off  int64
@@ -298,7 +312,7 @@ func TestFileAppendConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for w, cl := range clients {
 		wg.Go(func() {
-			f, err := cl.Open(ctx, "/log", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_APPEND, 0o644)
+			f, err := cl.Open(ctx, dir+"/log", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_APPEND, 0o644)
 			if err != nil {
 				errs[w] = err
 				return
@@ -340,7 +354,7 @@ func TestFileAppendConcurrent(t *testing.T) {
 	if end <= fileTestChunk {
 		t.Fatalf("the records fit in one chunk (end %d): the test does not cross chunks", end)
 	}
-	f, err := c.Open(ctx, "/log", syscall.O_RDONLY, 0)
+	f, err := c.Open(ctx, dir+"/log", syscall.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +363,7 @@ func TestFileAppendConcurrent(t *testing.T) {
 		t.Fatalf("size %d (%v), want the end of the last record %d", a.GetSize(), err, end)
 	}
 	var buf bytes.Buffer
-	if _, err := c.ReadFile(ctx, "/log", &buf); err != nil {
+	if _, err := c.ReadFile(ctx, dir+"/log", &buf); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range all {
@@ -378,7 +392,8 @@ func TestFileAppendConcurrent(t *testing.T) {
 func TestAppendRetryDedup(t *testing.T) {
 	c := dataClient(t)
 	ctx := t.Context()
-	f, err := c.Open(ctx, "/dedup", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644)
+	dir := testDir(t, c)
+	f, err := c.Open(ctx, dir+"/dedup", syscall.O_RDWR|syscall.O_CREAT|syscall.O_EXCL, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,10 +425,11 @@ func TestAppendRetryDedup(t *testing.T) {
 func TestFileBadInput(t *testing.T) {
 	c := dataClient(t)
 	ctx := t.Context()
-	if _, err := c.Mkdir(ctx, "/dir", 0o755); err != nil {
+	dir := testDir(t, c)
+	if _, err := c.Mkdir(ctx, dir+"/dir", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Symlink(ctx, "/dir", "/link"); err != nil {
+	if _, err := c.Symlink(ctx, dir+"/dir", dir+"/link"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -421,35 +437,35 @@ func TestFileBadInput(t *testing.T) {
 		flags int
 		want  syscall.Errno
 	}{
-		{"/dir", syscall.O_WRONLY, syscall.EISDIR},
-		{"/dir", syscall.O_RDWR | syscall.O_CREAT, syscall.EISDIR},
-		{"/dir", syscall.O_RDONLY | syscall.O_TRUNC, syscall.EISDIR},
+		{dir + "/dir", syscall.O_WRONLY, syscall.EISDIR},
+		{dir + "/dir", syscall.O_RDWR | syscall.O_CREAT, syscall.EISDIR},
+		{dir + "/dir", syscall.O_RDONLY | syscall.O_TRUNC, syscall.EISDIR},
 		{"/", syscall.O_WRONLY | syscall.O_CREAT, syscall.EISDIR},
-		{"/link", syscall.O_RDONLY, syscall.ELOOP},
-		{"/missing", syscall.O_RDONLY, syscall.ENOENT},
-		{"/dir", syscall.O_RDWR | syscall.O_CREAT | syscall.O_EXCL, syscall.EEXIST},
-		{"/x", syscall.O_ACCMODE, syscall.EINVAL},
+		{dir + "/link", syscall.O_RDONLY, syscall.ELOOP},
+		{dir + "/missing", syscall.O_RDONLY, syscall.ENOENT},
+		{dir + "/dir", syscall.O_RDWR | syscall.O_CREAT | syscall.O_EXCL, syscall.EEXIST},
+		{dir + "/x", syscall.O_ACCMODE, syscall.EINVAL},
 		{"rel", syscall.O_RDONLY, syscall.EINVAL},
 	} {
 		if _, err := c.Open(ctx, tc.path, tc.flags, 0o644); !errors.Is(err, tc.want) {
 			t.Errorf("Open(%q, %#x) = %v, want %v", tc.path, tc.flags, err, tc.want)
 		}
 	}
-	d, err := c.Open(ctx, "/dir", syscall.O_RDONLY, 0)
+	d, err := c.Open(ctx, dir+"/dir", syscall.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ReadAt(ctx, make([]byte, 1), 0); !errors.Is(err, syscall.EISDIR) {
 		t.Errorf("ReadAt of a directory = %v, want EISDIR", err)
 	}
-	if _, err := c.ReadFile(ctx, "/dir", io.Discard); !errors.Is(err, syscall.EISDIR) {
+	if _, err := c.ReadFile(ctx, dir+"/dir", io.Discard); !errors.Is(err, syscall.EISDIR) {
 		t.Errorf("ReadFile of a directory = %v, want EISDIR", err)
 	}
-	if _, err := c.WriteFile(ctx, "/dir", bytes.NewReader(nil), 0o644); !errors.Is(err, syscall.EISDIR) {
+	if _, err := c.WriteFile(ctx, dir+"/dir", bytes.NewReader(nil), 0o644); !errors.Is(err, syscall.EISDIR) {
 		t.Errorf("WriteFile of a directory = %v, want EISDIR", err)
 	}
 
-	f, err := c.Open(ctx, "/bad", syscall.O_RDWR|syscall.O_CREAT, 0o644)
+	f, err := c.Open(ctx, dir+"/bad", syscall.O_RDWR|syscall.O_CREAT, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +523,7 @@ func TestFileBadInput(t *testing.T) {
 
 	// O_APPEND refuses WriteAt; read-only refuses Truncate (EINVAL, as
 	// ftruncate) and Append; write-only refuses ReadAt.
-	a, err := c.Open(ctx, "/bad", syscall.O_WRONLY|syscall.O_APPEND, 0)
+	a, err := c.Open(ctx, dir+"/bad", syscall.O_WRONLY|syscall.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +533,7 @@ func TestFileBadInput(t *testing.T) {
 	if _, err := a.ReadAt(ctx, make([]byte, 1), 0); !errors.Is(err, syscall.EBADF) {
 		t.Errorf("ReadAt on a write-only File = %v, want EBADF", err)
 	}
-	ro, err := c.Open(ctx, "/bad", syscall.O_RDONLY, 0)
+	ro, err := c.Open(ctx, dir+"/bad", syscall.O_RDONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +544,7 @@ func TestFileBadInput(t *testing.T) {
 		t.Errorf("Append on a read-only File = %v, want EBADF", err)
 	}
 	// O_TRUNC empties the file; O_CREAT without O_EXCL opens it as is.
-	tr, err := c.Open(ctx, "/bad", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
+	tr, err := c.Open(ctx, dir+"/bad", syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
