@@ -37,10 +37,13 @@ Commands:
   readlink PATH...               print symlink targets
   put [--verify] LOCAL REMOTE    copy a local file in (- = stdin)
   get [--verify] REMOTE LOCAL    copy a file out (- = stdout)
+  append [--verify] LOCAL REMOTE append a local file as records of up to
+                                 1 MiB (- = stdin); prints the first offset
   cat REMOTE...                  print files
 
 Metadata nodes come from --meta host:port,... or $GOVFS_META.
-Paths are absolute; symlinks are not followed.`
+Paths are absolute; symlinks are not followed. put, get and append draw a
+progress bar on stderr for large transfers when stderr is a terminal.`
 
 // fsGlobal holds the flags shared by every fs and admin subcommand.
 type fsGlobal struct {
@@ -116,7 +119,7 @@ type fsInvocation struct {
 	force     bool   // rm -f
 	noReplace bool   // mv --no-replace
 	symbolic  bool   // ln -s
-	verify    bool   // put/get --verify
+	verify    bool   // put/get/append --verify
 	args      []string
 }
 
@@ -128,7 +131,7 @@ func fsArgCount(sub string) (lo, hi int, ok bool) {
 		return 0, -1, true
 	case "stat", "mkdir", "touch", "rm", "rmdir", "readlink":
 		return 1, -1, true
-	case "mv", "ln", "put", "get":
+	case "mv", "ln", "put", "get", "append":
 		return 2, 2, true
 	case "cat":
 		return 1, -1, true
@@ -175,7 +178,7 @@ func parseFS(args []string, stderr io.Writer) (*fsInvocation, error) {
 		f.BoolVar(&inv.noReplace, "no-replace", false, "fail instead of replacing an existing NEW")
 	case "ln":
 		f.BoolVar(&inv.symbolic, "s", false, "make a symbolic link")
-	case "put", "get":
+	case "put", "get", "append":
 		f.BoolVar(&inv.verify, "verify", false, "print the sha256 of the bytes transferred")
 	}
 	if err := f.Parse(top.Args()[1:]); err != nil {
@@ -226,6 +229,9 @@ func runFS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer cl.Close()
 	r := &fsRunner{cl: cl, out: stdout, loc: time.Local, sub: inv.sub}
+	if isTerminal(stderr) {
+		r.progress = stderr
+	}
 	return r.run(ctx, inv)
 }
 
@@ -254,6 +260,8 @@ type fsRunner struct {
 	out io.Writer
 	loc *time.Location
 	sub string
+	// progress receives progress bars (a terminal), nil for none.
+	progress io.Writer
 }
 
 // fail formats "fs SUB PATH: reason". Messages start at "fs" because
@@ -272,6 +280,8 @@ func (r *fsRunner) run(ctx context.Context, inv *fsInvocation) error {
 		return r.put(ctx, inv.args[0], inv.args[1], inv.verify)
 	case "get":
 		return r.get(ctx, inv.args[0], inv.args[1], inv.verify)
+	case "append":
+		return r.appendFile(ctx, inv.args[0], inv.args[1], inv.verify)
 	}
 	// The others take many paths: do each, report all failures.
 	var errs []error

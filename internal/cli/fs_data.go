@@ -9,21 +9,41 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
+
+// appendRecord is the largest record `fs append` sends (less when the
+// cluster's chunks are small: client.MaxRecord).
+const appendRecord = 1 << 20
+
+// openLocal opens a local file to read, or stdin for "-"; size is -1
+// when unknown.
+func openLocal(local string) (in io.Reader, size int64, closeFn func(), err error) {
+	if local == "-" {
+		return os.Stdin, -1, func() {}, nil
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	size = -1
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		size = fi.Size()
+	}
+	return f, size, func() { f.Close() }, nil
+}
 
 // put copies a local file (or stdin for "-") to remote.
 func (r *fsRunner) put(ctx context.Context, local, remote string, verify bool) error {
-	var in io.Reader = os.Stdin
-	if local != "-" {
-		f, err := os.Open(local)
-		if err != nil {
-			return fmt.Errorf("fs put: %w", err)
-		}
-		defer f.Close()
-		in = f
+	in, size, closeIn, err := openLocal(local)
+	if err != nil {
+		return fmt.Errorf("fs put: %w", err)
 	}
+	defer closeIn()
 	var sum hash.Hash = sha256.New()
-	n, err := r.cl.WriteFile(ctx, remote, io.TeeReader(in, sum), 0o644)
+	bar := startProgress(r.progress, "put "+remote, size)
+	n, err := r.cl.WriteFile(ctx, remote, io.TeeReader(in, io.MultiWriter(sum, bar.counter())), 0o644)
+	bar.Finish()
 	if err != nil {
 		return r.fail(remote, err)
 	}
@@ -37,8 +57,16 @@ func (r *fsRunner) put(ctx context.Context, local, remote string, verify bool) e
 // written to a temporary name and renamed into place only when complete.
 func (r *fsRunner) get(ctx context.Context, remote, local string, verify bool) error {
 	sum := sha256.New()
+	var size int64 = -1
+	if r.progress != nil {
+		if a, err := r.cl.Stat(ctx, remote); err == nil {
+			size = int64(a.GetSize())
+		}
+	}
+	bar := startProgress(r.progress, "get "+remote, size)
 	if local == "-" {
-		n, err := r.cl.ReadFile(ctx, remote, io.MultiWriter(r.out, sum))
+		n, err := r.cl.ReadFile(ctx, remote, io.MultiWriter(r.out, sum, bar.counter()))
+		bar.Finish()
 		if err != nil {
 			return r.fail(remote, err)
 		}
@@ -49,9 +77,11 @@ func (r *fsRunner) get(ctx context.Context, remote, local string, verify bool) e
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".govfs-*")
 	if err != nil {
+		bar.Finish()
 		return fmt.Errorf("fs get: %w", err)
 	}
-	n, err := r.cl.ReadFile(ctx, remote, io.MultiWriter(tmp, sum))
+	n, err := r.cl.ReadFile(ctx, remote, io.MultiWriter(tmp, sum, bar.counter()))
+	bar.Finish()
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -67,6 +97,61 @@ func (r *fsRunner) get(ctx context.Context, remote, local string, verify bool) e
 	}
 	if verify {
 		fmt.Fprintf(r.out, "%s  %s (%d bytes)\n", hex.EncodeToString(sum.Sum(nil)), local, n)
+	}
+	return nil
+}
+
+// appendFile appends a local file (or stdin for "-") to remote, creating
+// it if needed, as records of up to 1 MiB (client.File.Append: each lands
+// whole, in order, but not necessarily right after the previous one: a
+// record that does not fit in the rest of a chunk goes to the next, and
+// other appenders' records may come between). It prints the offset of
+// the first record (nothing for empty input).
+func (r *fsRunner) appendFile(ctx context.Context, local, remote string, verify bool) error {
+	in, size, closeIn, err := openLocal(local)
+	if err != nil {
+		return fmt.Errorf("fs append: %w", err)
+	}
+	defer closeIn()
+	f, err := r.cl.Open(ctx, remote, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_APPEND, 0o644)
+	if err != nil {
+		return r.fail(remote, err)
+	}
+	defer f.Close()
+	maxRec, err := r.cl.MaxRecord(ctx)
+	if err != nil {
+		return r.fail(remote, err)
+	}
+	sum := sha256.New()
+	bar := startProgress(r.progress, "append "+remote, size)
+	defer bar.Finish()
+	buf := make([]byte, min(appendRecord, maxRec))
+	var total int64
+	first := true
+	for {
+		n, rerr := io.ReadFull(in, buf)
+		if n > 0 {
+			off, err := f.Append(ctx, buf[:n])
+			if err != nil {
+				return r.fail(remote, fmt.Errorf("after %d bytes: %w", total, err))
+			}
+			if first {
+				fmt.Fprintln(r.out, off)
+				first = false
+			}
+			sum.Write(buf[:n])
+			total += int64(n)
+			bar.add(int64(n))
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("fs append: read %s: %w", local, rerr)
+		}
+	}
+	if verify {
+		fmt.Fprintf(r.out, "%s  %s (%d bytes)\n", hex.EncodeToString(sum.Sum(nil)), remote, total)
 	}
 	return nil
 }
