@@ -244,12 +244,24 @@ func TestRunData(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 	var out bytes.Buffer
-	rep, err := RunData(ctx, DataConfig{MetaAddrs: c.Addrs(), Size: 3<<20 + 100}, &out)
+	rep, err := RunData(ctx, DataConfig{MetaAddrs: c.Addrs(), Size: 3<<20 + 100, Clients: 3, Ops: 40}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Phases) != 2 || rep.Phases[0].MBPerSec <= 0 || rep.Phases[1].LocalMBPerSec <= 0 {
-		t.Fatalf("report %+v", rep)
+	var names []string
+	for _, p := range rep.Phases {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, []string{PhaseSeqWrite, PhaseSeqRead, PhaseRandRead, PhaseRandWrite}) {
+		t.Fatalf("phases %v", names)
+	}
+	if p := rep.Phases[0]; p.MBPerSec <= 0 || p.LocalMBPerSec <= 0 {
+		t.Fatalf("seq_write %+v", p)
+	}
+	for _, p := range rep.Phases[2:] {
+		if p.Ops != 40 || p.Clients != 3 || p.IOPS <= 0 || p.LocalIOPS <= 0 || p.P50 <= 0 || p.P99 < p.P50 || p.LocalP99 < p.LocalP50 {
+			t.Fatalf("%s %+v", p.Name, p)
+		}
 	}
 	line, err := rep.JSON()
 	if err != nil {
@@ -259,7 +271,23 @@ func TestRunData(t *testing.T) {
 		Workload string                        `json:"workload"`
 		Phases   map[string]map[string]float64 `json:"phases"`
 	}
-	if err := json.Unmarshal(line, &parsed); err != nil || parsed.Workload != "data" || parsed.Phases["seq_read"]["ratio"] <= 0 {
+	if err := json.Unmarshal(line, &parsed); err != nil || parsed.Workload != "data" {
 		t.Fatalf("JSON %s: %v", line, err)
+	}
+	for phase, keys := range map[string][]string{
+		PhaseSeqWrite:  {"mb_per_s", "local_mb_per_s", "ratio"},
+		PhaseSeqRead:   {"mb_per_s", "local_mb_per_s", "ratio"},
+		PhaseRandRead:  {"iops", "local_iops", "ratio", "p50_us", "p99_us"},
+		PhaseRandWrite: {"iops", "local_iops", "ratio", "p50_us", "p99_us"},
+	} {
+		for _, k := range keys {
+			if parsed.Phases[phase][k] <= 0 {
+				t.Errorf("JSON %s: %s.%s missing or not positive", line, phase, k)
+			}
+		}
+	}
+	// The human report has a line per random phase.
+	if !strings.Contains(out.String(), "rand_read_4k  IOPS=") || !strings.Contains(out.String(), "rand_write_4k IOPS=") {
+		t.Errorf("human output lacks rand_write_4k:\n%s", out.String())
 	}
 }

@@ -19,7 +19,8 @@ const benchUsage = `Usage: govfs bench <workload> [flags]
 
 Workloads:
   meta   metadata operations: mkdir, create, stat, readdir, rename, unlink
-  data   sequential write and read of a large file (random 4 KiB phases: not built yet)
+  data   sequential write and read of a large file, then random 4 KiB reads
+         and writes of it by several clients, each against a local file
 
 Run 'govfs bench meta -h' or 'govfs bench data -h' for their flags.`
 
@@ -206,11 +207,19 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	meta := f.String("meta", "", "metadata node addresses (default: start a local cluster with 3 chunk servers)")
 	size := f.Int64("size", 1<<30, "file size in bytes")
 	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
+	clients := f.Int("clients", bench.DefaultDataClients, "clients running the random 4 KiB phases in parallel")
+	ops := f.Int("ops", bench.DefaultDataOps, "operations of each random 4 KiB phase, split over the clients")
 	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
-	if *size <= 0 {
-		return fmt.Errorf("bench data: --size %d must be positive", *size)
+	if *size < 4096 {
+		return fmt.Errorf("bench data: --size %d must be at least 4096", *size)
+	}
+	if *clients <= 0 || *ops <= 0 {
+		return fmt.Errorf("bench data: --clients %d and --ops %d must be positive", *clients, *ops)
 	}
 	var addrs []string
 	for _, a := range strings.Split(*meta, ",") {
@@ -226,7 +235,8 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer stop()
 		addrs = local
 	}
-	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir}, stdout)
+	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir,
+		Clients: *clients, Ops: *ops}, stdout)
 	if err != nil {
 		return err
 	}
