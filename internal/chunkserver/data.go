@@ -71,7 +71,9 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
+		s.load.begin(f)
 		reply := s.handle(f)
+		s.load.end(f, reply)
 		if err := dataproto.WriteFrame(w, reply); err != nil {
 			return
 		}

@@ -99,6 +99,7 @@ type Server struct {
 	// repairs are the chunks being repaired (guarded by mu).
 	repairs map[uint64]bool
 	appends appendTable
+	load    loadMeter
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64
@@ -343,8 +344,10 @@ func (s *Server) heartbeat() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err = s.president(ctx, func(ctx context.Context, mc wire.MetaClient) (*wire.Status, error) {
+		inFlight, readRate, writeRate := s.load.sample()
 		resp, err := mc.ChunkHeartbeat(ctx, &wire.ChunkHeartbeatRequest{ClusterId: s.clusterID, ServerId: s.id,
-			Capacity: capacity, Used: used, Chunks: uint64(len(chunks))})
+			Capacity: capacity, Used: used, Chunks: uint64(len(chunks)),
+			BytesInFlight: inFlight, ReadBytesPerS: readRate, WriteBytesPerS: writeRate})
 		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK {
 			s.groups.set(resp.GetGroups(), resp.GetMemberAddrs())
 		}

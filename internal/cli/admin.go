@@ -144,6 +144,10 @@ type chunkServerReport struct {
 	Chunks   uint64 `json:"chunks"`
 	// LastHeartbeatMsAgo is -1 when no heartbeat was seen.
 	LastHeartbeatMsAgo int64 `json:"last_heartbeat_ms_ago"`
+	// Load from the last heartbeat.
+	BytesInFlight  int64 `json:"bytes_in_flight"`
+	ReadBytesPerS  int64 `json:"read_bytes_per_s"`
+	WriteBytesPerS int64 `json:"write_bytes_per_s"`
 }
 
 type memberReport struct {
@@ -200,7 +204,7 @@ func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.S
 		srv := cs.GetServer()
 		cr := chunkServerReport{ID: srv.GetId(), Addr: srv.GetAddr(), Host: srv.GetHost(), Rack: srv.GetRack(), Pod: srv.GetPod(),
 			Alive: cs.GetAlive(), Known: cs.GetKnown(), Capacity: srv.GetCapacity(), Used: cs.GetUsed(), Chunks: cs.GetChunks(),
-			LastHeartbeatMsAgo: -1}
+			LastHeartbeatMsAgo: -1, BytesInFlight: cs.GetBytesInFlight(), ReadBytesPerS: cs.GetReadBytesPerS(), WriteBytesPerS: cs.GetWriteBytesPerS()}
 		if cs.GetKnown() && (cs.GetAlive() || cs.GetLastHeartbeatMsAgo() > 0) {
 			cr.LastHeartbeatMsAgo = cs.GetLastHeartbeatMsAgo()
 		}
@@ -319,7 +323,7 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 	tw.Flush()
 	if len(rep.ChunkServers) > 0 {
 		fmt.Fprintln(w)
-		fmt.Fprintln(tw, "CHUNK SERVER\tADDR\tHOST\tRACK\tPOD\tSTATE\tCHUNKS\tUSED\tCAPACITY")
+		fmt.Fprintln(tw, "CHUNK SERVER\tADDR\tHOST\tRACK\tPOD\tSTATE\tCHUNKS\tUSED\tCAPACITY\tREAD MB/s\tWRITE MB/s")
 		for _, c := range rep.ChunkServers {
 			state := "unknown"
 			switch {
@@ -332,7 +336,8 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 			if pod == "" {
 				pod = "-"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks, c.Used, c.Capacity)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks, c.Used, c.Capacity,
+				float64(c.ReadBytesPerS)/1e6, float64(c.WriteBytesPerS)/1e6)
 		}
 		tw.Flush()
 	}

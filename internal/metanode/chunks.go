@@ -58,9 +58,12 @@ func (l *chunkLiveness) state(id uint64, now time.Time) (alive, dead bool) {
 }
 
 type chunkBeat struct {
-	at     time.Time
-	used   int64
-	chunks uint64
+	at        time.Time
+	used      int64
+	chunks    uint64
+	inFlight  int64
+	readRate  int64
+	writeRate int64
 }
 
 func (l *chunkLiveness) note(id uint64, b chunkBeat) {
@@ -99,7 +102,8 @@ func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbe
 	if !known {
 		return &wire.ChunkHeartbeatResponse{Status: statusOf(wire.Code_INVALID, "chunk server %d is not registered: register first", req.GetServerId())}, nil
 	}
-	s.n.chunks.note(req.GetServerId(), chunkBeat{at: s.n.cfg.Clock.Now(), used: req.GetUsed(), chunks: req.GetChunks()})
+	s.n.chunks.note(req.GetServerId(), chunkBeat{at: s.n.cfg.Clock.Now(), used: req.GetUsed(), chunks: req.GetChunks(),
+		inFlight: req.GetBytesInFlight(), readRate: req.GetReadBytesPerS(), writeRate: req.GetWriteBytesPerS()})
 	resp := &wire.ChunkHeartbeatResponse{Status: &wire.Status{}, IntervalMs: uint64(chunkHeartbeatInterval / time.Millisecond),
 		MemberAddrs: map[uint64]string{}}
 	err = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
@@ -252,6 +256,7 @@ func (s *metaService) chunkStatus() ([]*wire.ChunkServerStatus, []*wire.ReplicaG
 			st.Alive = ago < chunkDeadAfter
 			st.LastHeartbeatMsAgo = ago.Milliseconds()
 			st.Used, st.Chunks = b.used, b.chunks
+			st.BytesInFlight, st.ReadBytesPerS, st.WriteBytesPerS = b.inFlight, b.readRate, b.writeRate
 		}
 		out = append(out, st)
 	}

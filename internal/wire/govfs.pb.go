@@ -3900,15 +3900,20 @@ func (x *StatusResponse) GetReplicaGroups() []*ReplicaGroup {
 // ChunkHeartbeatRequest is a chunk server's periodic report to the
 // president (soft state: liveness and load, not logged).
 type ChunkHeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	ServerId      uint64                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
-	Capacity      int64                  `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
-	Chunks        uint64                 `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
-	BytesInFlight int64                  `protobuf:"varint,6,opt,name=bytes_in_flight,json=bytesInFlight,proto3" json:"bytes_in_flight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ServerId  uint64                 `protobuf:"varint,2,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
+	Capacity  int64                  `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	Used      int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
+	Chunks    uint64                 `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// Payload bytes of data requests being served right now.
+	BytesInFlight int64 `protobuf:"varint,6,opt,name=bytes_in_flight,json=bytesInFlight,proto3" json:"bytes_in_flight,omitempty"`
+	// Bytes read and written (as primary or member) per second, averaged
+	// over the last heartbeat interval.
+	ReadBytesPerS  int64 `protobuf:"varint,7,opt,name=read_bytes_per_s,json=readBytesPerS,proto3" json:"read_bytes_per_s,omitempty"`
+	WriteBytesPerS int64 `protobuf:"varint,8,opt,name=write_bytes_per_s,json=writeBytesPerS,proto3" json:"write_bytes_per_s,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChunkHeartbeatRequest) Reset() {
@@ -3979,6 +3984,20 @@ func (x *ChunkHeartbeatRequest) GetChunks() uint64 {
 func (x *ChunkHeartbeatRequest) GetBytesInFlight() int64 {
 	if x != nil {
 		return x.BytesInFlight
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetReadBytesPerS() int64 {
+	if x != nil {
+		return x.ReadBytesPerS
+	}
+	return 0
+}
+
+func (x *ChunkHeartbeatRequest) GetWriteBytesPerS() int64 {
+	if x != nil {
+		return x.WriteBytesPerS
 	}
 	return 0
 }
@@ -4065,8 +4084,12 @@ type ChunkServerStatus struct {
 	LastHeartbeatMsAgo int64  `protobuf:"varint,4,opt,name=last_heartbeat_ms_ago,json=lastHeartbeatMsAgo,proto3" json:"last_heartbeat_ms_ago,omitempty"`
 	Used               int64  `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
 	Chunks             uint64 `protobuf:"varint,6,opt,name=chunks,proto3" json:"chunks,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Load from the last heartbeat.
+	BytesInFlight  int64 `protobuf:"varint,7,opt,name=bytes_in_flight,json=bytesInFlight,proto3" json:"bytes_in_flight,omitempty"`
+	ReadBytesPerS  int64 `protobuf:"varint,8,opt,name=read_bytes_per_s,json=readBytesPerS,proto3" json:"read_bytes_per_s,omitempty"`
+	WriteBytesPerS int64 `protobuf:"varint,9,opt,name=write_bytes_per_s,json=writeBytesPerS,proto3" json:"write_bytes_per_s,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChunkServerStatus) Reset() {
@@ -4137,6 +4160,27 @@ func (x *ChunkServerStatus) GetUsed() int64 {
 func (x *ChunkServerStatus) GetChunks() uint64 {
 	if x != nil {
 		return x.Chunks
+	}
+	return 0
+}
+
+func (x *ChunkServerStatus) GetBytesInFlight() int64 {
+	if x != nil {
+		return x.BytesInFlight
+	}
+	return 0
+}
+
+func (x *ChunkServerStatus) GetReadBytesPerS() int64 {
+	if x != nil {
+		return x.ReadBytesPerS
+	}
+	return 0
+}
+
+func (x *ChunkServerStatus) GetWriteBytesPerS() int64 {
+	if x != nil {
+		return x.WriteBytesPerS
 	}
 	return 0
 }
@@ -4735,7 +4779,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\rnext_free_ino\x18\b \x01(\x04R\vnextFreeIno\x12B\n" +
 	"\rchunk_servers\x18\t \x03(\v2\x1d.govfs.wire.ChunkServerStatusR\fchunkServers\x12?\n" +
 	"\x0ereplica_groups\x18\n" +
-	" \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\"\xc3\x01\n" +
+	" \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\"\x97\x02\n" +
 	"\x15ChunkHeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
@@ -4743,7 +4787,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\bcapacity\x18\x03 \x01(\x03R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x16\n" +
 	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12&\n" +
-	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\"\xaf\x02\n" +
+	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\x12'\n" +
+	"\x10read_bytes_per_s\x18\a \x01(\x03R\rreadBytesPerS\x12)\n" +
+	"\x11write_bytes_per_s\x18\b \x01(\x03R\x0ewriteBytesPerS\"\xaf\x02\n" +
 	"\x16ChunkHeartbeatResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x04R\n" +
@@ -4752,14 +4798,17 @@ const file_govfs_proto_rawDesc = "" +
 	"\fmember_addrs\x18\x04 \x03(\v23.govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntryR\vmemberAddrs\x1a>\n" +
 	"\x10MemberAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x02\n" +
 	"\x11ChunkServerStatus\x12/\n" +
 	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\x12\x14\n" +
 	"\x05known\x18\x02 \x01(\bR\x05known\x12\x14\n" +
 	"\x05alive\x18\x03 \x01(\bR\x05alive\x121\n" +
 	"\x15last_heartbeat_ms_ago\x18\x04 \x01(\x03R\x12lastHeartbeatMsAgo\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x03R\x04used\x12\x16\n" +
-	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\"{\n" +
+	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
+	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
+	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
