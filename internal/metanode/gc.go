@@ -64,8 +64,9 @@ const (
 	// gcScanPage is how many chunk records one read of a ministry visits,
 	// so that no single read holds up the group's applies for long.
 	gcScanPage = 10000
-	// gcCallTimeout bounds one list or delete call.
-	gcCallTimeout = 30 * time.Second
+	// gcCallTimeout bounds one list or delete call (and so how long a
+	// stopping node may wait for a round in flight).
+	gcCallTimeout = 10 * time.Second
 	// gcReadTimeout bounds a linearizable read of one group.
 	gcReadTimeout = 10 * time.Second
 )
