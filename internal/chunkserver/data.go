@@ -299,15 +299,15 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 	}
 	fw := &dataproto.Frame{Type: dataproto.TypeReplicate, Handle: f.Handle, Group: f.Group, Epoch: f.Epoch, Version: v, Offset: f.Offset, Payload: f.Payload}
 	full := false
-	var err error
+	var apply func() error
 	switch f.Type {
 	case dataproto.TypeWrite:
 		fw.Status = dataproto.MutationWrite
-		err = s.store.Write(h, f.Offset, f.Payload, v)
+		apply = func() error { return s.store.Write(h, f.Offset, f.Payload, v) }
 	case dataproto.TypeTruncate:
 		fw.Status = dataproto.MutationTruncate
 		fw.Payload = nil
-		err = s.store.Truncate(h, f.Offset, v)
+		apply = func() error { return s.store.Truncate(h, f.Offset, v) }
 	case dataproto.TypeAppend:
 		if int64(len(f.Payload)) > s.store.ChunkSize()/4 {
 			return failf(reply, dataproto.StatusInvalid, "record of %d bytes is larger than a quarter chunk (%d bytes)", len(f.Payload), s.store.ChunkSize()/4)
@@ -317,30 +317,48 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 			// agree it is full, and send the appender to the next chunk.
 			full = true
 			fw.Status, fw.Payload, fw.Offset = dataproto.MutationPad, nil, 0
-			err = s.store.Pad(h, v)
+			apply = func() error { return s.store.Pad(h, v) }
 			break
 		}
 		fw.Offset = cur
 		fw.Status = mutationAppend
 		fw.Payload = binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(f.Payload)), f.Version)
 		fw.Payload = append(fw.Payload, f.Payload...)
-		if err = s.store.Write(h, cur, f.Payload, v); err == nil && f.Version != 0 {
-			s.appends.note(f.Handle, f.Version, cur)
+		apply = func() error {
+			err := s.store.Write(h, cur, f.Payload, v)
+			if err == nil && f.Version != 0 {
+				s.appends.note(f.Handle, f.Version, cur)
+			}
+			return err
 		}
 	}
-	if err != nil {
+	// The local write and the forwards run at the same time (one disk
+	// write of latency instead of two). If the local one fails while
+	// members succeed, the members are ahead: not acknowledged, and the
+	// next mutation's reconcile takes their copy.
+	localDone := make(chan error, 1)
+	go func() { localDone <- apply() }()
+	var localErr error
+	var once sync.Once
+	waitLocal := func() error {
+		once.Do(func() { localErr = <-localDone })
+		return localErr
+	}
+	ferr := s.forward(g, addrs, fw, waitLocal)
+	if err := waitLocal(); err != nil {
+		s.unreconciled(f.Handle)
 		reply.Status, reply.Payload = status(err)
 		return reply
 	}
-	if err := s.forward(g, addrs, fw); err != nil {
+	if ferr != nil {
 		// Not acknowledged. The members may now differ; the next
 		// mutation of the chunk reconciles them first.
 		s.unreconciled(f.Handle)
 		st := dataproto.StatusInternal
-		if errors.Is(err, errMemberNoSpace) {
+		if errors.Is(ferr, errMemberNoSpace) {
 			st = dataproto.StatusNoSpace // not worth retrying: a disk is full
 		}
-		return failf(reply, st, "%v", err)
+		return failf(reply, st, "%v", ferr)
 	}
 	if full {
 		return failf(reply, dataproto.StatusChunkFull, "chunk %d is full: append to the next chunk", f.Handle)
@@ -354,9 +372,10 @@ var errMemberNoSpace = errors.New("no space left on the member's disk")
 
 // forward sends an ordered mutation to every other member in parallel. A
 // full member that missed an earlier mutation gets the primary's whole
-// copy instead. Every full member must succeed; syncing members are
-// best effort (their copy pass notices a miss).
-func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *dataproto.Frame) error {
+// copy instead, once the local mutation is done (waitLocal). Every full
+// member must succeed; syncing members are best effort (their copy pass
+// notices a miss).
+func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *dataproto.Frame, waitLocal func() error) error {
 	others := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(m uint64) bool { return m == s.id })
 	errs := make([]error, len(others))
 	var wg sync.WaitGroup
@@ -364,7 +383,9 @@ func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *data
 		wg.Go(func() {
 			rf, err := s.peers.Call(addrs[m], fw)
 			if err == nil && rf.Status == dataproto.StatusStaleVersion {
-				err = s.installOn(g, addrs, m, fw.Handle)
+				if err = waitLocal(); err == nil {
+					err = s.installOn(g, addrs, m, fw.Handle)
+				}
 				rf = nil
 			}
 			switch {

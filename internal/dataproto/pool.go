@@ -115,8 +115,11 @@ func (p *Pool) call(addr string, pc *poolConn, f *Frame, timeout time.Duration) 
 		_ = pc.c.Close()
 		return nil, fmt.Errorf("dataproto: %s: %w", addr, err)
 	}
+	// A copy: callers may send one frame to several addresses at once.
+	req := *f
 	pc.n++
-	f.RequestID = pc.n
+	req.RequestID = pc.n
+	f = &req
 	_ = pc.c.SetDeadline(time.Now().Add(timeout))
 	if err := WriteFrame(pc.w, f); err != nil {
 		return fail(err)
