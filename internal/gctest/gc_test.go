@@ -36,9 +36,9 @@ func quiet() *slog.Logger {
 // collector's settings changed by tweak.
 type cluster struct {
 	t     *testing.T
+	nodes []*metanode.Node
 	addrs []string
 	metas []wire.MetaClient
-	cid   string
 }
 
 func freeAddr(t *testing.T) string {
@@ -72,6 +72,7 @@ func startCluster(t *testing.T, n int, tweak func(*metanode.Config)) *cluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cc.Close() })
+		c.nodes = append(c.nodes, node)
 		c.addrs = append(c.addrs, node.Addr())
 		c.metas = append(c.metas, wire.NewMetaClient(cc))
 	}
@@ -311,4 +312,74 @@ func describe(r *dataproto.Frame, err error) string {
 		return err.Error()
 	}
 	return fmt.Sprintf("status %d: %s (%d bytes)", r.Status, r.Payload, len(r.Payload))
+}
+
+// TestNewLeaderWaitsAFullGrace: the marks are the president leader's
+// memory, so after a leader change an unreferenced copy is deleted no
+// earlier than a full grace period after the change, however long the old
+// leader had seen it as garbage.
+func TestNewLeaderWaitsAFullGrace(t *testing.T) {
+	const grace = 1500 * time.Millisecond
+	c := startCluster(t, 3, func(cfg *metanode.Config) {
+		cfg.GCInterval = 100 * time.Millisecond
+		cfg.GCGrace = grace
+	})
+	var servers []*chunkserver.Server
+	for i := 0; i < 3; i++ {
+		servers = append(servers, startChunk(t, c.addrs, t.TempDir()))
+	}
+	var grp *wire.ReplicaGroup
+	waitFor(t, "a replica group", func() bool {
+		if gs := c.info().GetReplicaGroups(); len(gs) == 1 && len(gs[0].GetMembers()) == 3 {
+			grp = gs[0]
+		}
+		return grp != nil
+	})
+	addr := map[uint64]string{}
+	for _, s := range servers {
+		addr[s.ID()] = s.Addr()
+	}
+	alloc := c.mutate(ids.PresidentGroup, &wire.Command{Op: &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 1}}})
+	h, err := dataproto.MakeHandle(grp.GetId(), alloc.GetStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &dataproto.Pool{Timeout: 5 * time.Second}
+	defer pool.Close()
+	waitFor(t, "a write", func() bool {
+		r, err := pool.Call(addr[grp.GetPrimary()], &dataproto.Frame{Type: dataproto.TypeWrite, Handle: h, Group: grp.GetId(),
+			Epoch: grp.GetEpoch(), Payload: []byte("never recorded")})
+		return err == nil && r.Status == dataproto.StatusOK
+	})
+	written := time.Now()
+	// Let the first leader see the copy as garbage for most of the grace
+	// period (the wall-clock wait is the point of the test).
+	<-time.After(grace - 300*time.Millisecond)
+	for _, m := range grp.GetMembers() {
+		if got := held(t, pool, addr[m]); !slices.Equal(got, []uint64{h}) && time.Since(written) < grace {
+			t.Fatalf("server %d holds %x within the grace period", m, got)
+		}
+	}
+	var leader *metanode.Node
+	for _, n := range c.nodes {
+		if _, me := n.Host().Leader(ids.PresidentGroup); me {
+			leader = n
+		}
+	}
+	if leader == nil {
+		t.Fatal("no president leader")
+	}
+	leader.Stop()
+	stopped := time.Now()
+	waitFor(t, "the copy to be deleted by the new leader", func() bool {
+		for _, m := range grp.GetMembers() {
+			if len(held(t, pool, addr[m])) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if since := time.Since(stopped); since < grace {
+		t.Fatalf("deleted %v after the leader change, before a full grace period of %v", since, grace)
+	}
 }

@@ -326,31 +326,8 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 		return err
 	}
 	// (2) Only now read the groups and the references, linearizably.
-	if err := c.linearizable(ctx, ids.PresidentGroup); err != nil {
+	if err := c.readState(ctx, v, ministries); err != nil {
 		return err
-	}
-	if err := c.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
-		gs, err := clustermap.ReplicaGroups(r)
-		for _, g := range gs {
-			v.groups[g.GetId()] = g
-		}
-		return err
-	}); err != nil {
-		return fmt.Errorf("read replica groups: %w", err)
-	}
-	heldHandles := map[uint64]bool{}
-	for _, hs := range v.held {
-		for _, h := range hs {
-			heldHandles[h] = true
-		}
-	}
-	for c2 := range c.marksSnapshot() {
-		heldHandles[c2.handle] = true
-	}
-	for _, g := range ministries {
-		if err := c.readRefs(ctx, g, heldHandles, v.refs); err != nil {
-			return err
-		}
 	}
 	// (3) Decide.
 	now := c.n.cfg.Clock.Now()
@@ -371,6 +348,39 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 		"servers", len(v.held), "unreachable", listErrs, "held", sum.held,
 		"unreferenced", sum.unreferenced, "misplaced", sum.misplaced, "due", sum.due,
 		"deleted", deleted, "delete_errors", failed, "took", c.n.cfg.Clock.Now().Sub(start).Round(time.Millisecond))
+	return nil
+}
+
+// readState fills v's groups and references, reading group 0 and each
+// ministry linearizably. Only handles listed in this round or marked
+// before are looked up, so refs stays as small as what servers hold.
+func (c *collector) readState(ctx context.Context, v *gcView, ministries []ids.GroupID) error {
+	if err := c.linearizable(ctx, ids.PresidentGroup); err != nil {
+		return err
+	}
+	if err := c.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		gs, err := clustermap.ReplicaGroups(r)
+		for _, g := range gs {
+			v.groups[g.GetId()] = g
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("read replica groups: %w", err)
+	}
+	wanted := map[uint64]bool{}
+	for _, hs := range v.held {
+		for _, h := range hs {
+			wanted[h] = true
+		}
+	}
+	for cp := range c.marksSnapshot() {
+		wanted[cp.handle] = true
+	}
+	for _, g := range ministries {
+		if err := c.readRefs(ctx, g, wanted, v.refs); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
