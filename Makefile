@@ -15,7 +15,7 @@ build:
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
-	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./client
+	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./internal/gctest ./client
 
 # Regenerates internal/wire from internal/wire/govfs.proto. Installs protoc
 # (Debian package) and the Go plugins when missing.

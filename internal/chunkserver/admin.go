@@ -36,6 +36,13 @@ func (s *Server) deleteChunk(f *dataproto.Frame, reply *dataproto.Frame) *datapr
 	if f.Handle == 0 {
 		return failf(reply, dataproto.StatusInvalid, "delete: no chunk handle given")
 	}
+	// The collector decided at the group epoch the frame names. If this
+	// server has joined the chunk's group since (a member being filled
+	// again), the copy may be one the primary just installed: refuse.
+	if g, _ := s.groups.get(dataproto.HandleGroup(f.Handle)); g != nil && g.GetEpoch() > f.Epoch {
+		return failf(reply, dataproto.StatusStaleEpoch, "delete chunk %d: decided at epoch %d of group %d, which is now at %d with this server a member",
+			f.Handle, f.Epoch, g.GetId(), g.GetEpoch())
+	}
 	unlock := s.locks.lock(f.Handle)
 	defer unlock()
 	if err := s.store.Delete(chunkstore.Handle(f.Handle)); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {

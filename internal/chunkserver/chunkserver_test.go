@@ -220,6 +220,21 @@ func TestReplicatedChunks(t *testing.T) {
 	if r := dial(t, primary.Addr()).call(readReq(grp, ep, h7, 0, 10)); r.Status != dataproto.StatusOK {
 		t.Errorf("after garbage: %v", r.Status)
 	}
+	// The collector's delete is refused when it was decided at an older
+	// epoch of a group this server is now a member of; else it deletes.
+	h9 := handle(grp, 9)
+	if r := d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h9, Group: grp, Epoch: ep, Payload: []byte("gc me")}); r.Status != dataproto.StatusOK {
+		t.Fatalf("write: %v", r.Status)
+	}
+	if r := sd.call(&dataproto.Frame{Type: dataproto.TypeDelete, Handle: h9, Group: grp, Epoch: ep - 1}); r.Status != dataproto.StatusStaleEpoch {
+		t.Errorf("delete decided at an older epoch: %v", r.Status)
+	}
+	if r := sd.call(&dataproto.Frame{Type: dataproto.TypeDelete, Handle: h9, Group: grp, Epoch: ep}); r.Status != dataproto.StatusOK {
+		t.Errorf("delete: %v %s", r.Status, r.Payload)
+	}
+	if r := sd.call(readReq(grp, ep, h9, 0, 10)); r.Status != dataproto.StatusNotFound {
+		t.Errorf("read after delete: %v", r.Status)
+	}
 	// A member that is down fails the write (never acknowledged without
 	// every full member).
 	secondary.Stop()
