@@ -74,29 +74,32 @@ func (c *Config) Validate() error {
 // Step names a point in a mutation at which TestingKnobs.BeforeStep runs.
 type Step string
 
-// The steps of a mutation, in the order they happen. A fresh-area write
-// goes Reserve, DataWrite, DataSync, MetaWrite, MetaSync, MetaRename,
-// DirSync. A write over existing bytes goes Reserve, JournalWrite,
-// JournalSync, MetaWrite, MetaSync, JournalCommit, ApplyWrite, ApplySync,
-// MetaRename, DirSync, JournalRemove. Pad and SetVersion go MetaWrite,
-// MetaSync, MetaRename, DirSync; so does a Truncate that grows. A
-// Truncate that shrinks goes MetaWrite, MetaSync, MetaRename, DirSync,
-// DataTruncate, DataSync.
+// The steps of a mutation, in the order they happen. An append or other
+// fresh-area write goes Reserve, DataWrite, DataSync, SlotWrite, SlotSync.
+// A write over existing bytes goes Reserve, JournalWrite, JournalSync,
+// ApplyWrite, ApplySync, SlotWrite, SlotSync. Pad, SetVersion and a
+// growing Truncate go SlotWrite, SlotSync; a shrinking Truncate goes
+// SlotWrite, SlotSync, DataTruncate, DataSync. The mutation that creates
+// a chunk commits with MetaWrite, MetaSync, MetaRename, DirSync instead of
+// the slot steps, and the first mutation of a format-1 chunk runs those
+// four first, rewriting its metadata file in format 2.
 const (
 	StepReserve       Step = "reserve"        // fallocate the target range of the data file
 	StepDataWrite     Step = "data-write"     // pwrite into a never-committed area of the data file
-	StepDataSync      Step = "data-sync"      // fsync the data file
-	StepJournalWrite  Step = "journal-write"  // write the journal temp file
-	StepJournalSync   Step = "journal-sync"   // fsync the journal temp file
-	StepMetaWrite     Step = "meta-write"     // write the metadata temp file
+	StepDataSync      Step = "data-sync"      // fdatasync (fsync after a cut) the data file
+	StepJournalWrite  Step = "journal-write"  // write the journal record over the chunk's journal
+	StepJournalSync   Step = "journal-sync"   // fdatasync the journal
+	StepMetaWrite     Step = "meta-write"     // write a new metadata file as a temp file
 	StepMetaSync      Step = "meta-sync"      // fsync the metadata temp file
-	StepJournalCommit Step = "journal-commit" // rename the journal into place and fsync the directory
+	StepJournalCommit Step = "journal-commit" // format 1 only: no longer reached
 	StepApplyWrite    Step = "apply-write"    // pwrite the journaled bytes into the data file
-	StepApplySync     Step = "apply-sync"     // fsync the data file after applying
+	StepApplySync     Step = "apply-sync"     // fdatasync the data file after applying
 	StepMetaRename    Step = "meta-rename"    // rename the metadata temp file into place
 	StepDirSync       Step = "dir-sync"       // fsync the chunk directory
-	StepJournalRemove Step = "journal-remove" // unlink the applied journal
+	StepJournalRemove Step = "journal-remove" // format 1 only: no longer reached
 	StepDataTruncate  Step = "data-truncate"  // cut the data file to a shrunk chunk's committed length
+	StepSlotWrite     Step = "slot-write"     // write the new metadata over the older slot of the metadata file
+	StepSlotSync      Step = "slot-sync"      // fdatasync the metadata file
 )
 
 // TestingKnobs are failure hooks; nil in production.

@@ -3,8 +3,10 @@ package chunkstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,6 +35,14 @@ func scenarios() []scenario {
 		return func(s *Store) error { return s.Write(1, off, p, v) }
 	}
 	none := func(*Store) error { return nil }
+	format1 := func(p []byte) func(*Store) error {
+		return func(s *Store) error {
+			if err := s.Write(1, 0, p, 1); err != nil {
+				return err
+			}
+			return toFormat1(s, 1)
+		}
+	}
 	truncate := func(n int64, v uint64) func(*Store) error {
 		return func(s *Store) error { return s.Truncate(1, n, v) }
 	}
@@ -56,6 +66,23 @@ func scenarios() []scenario {
 			}
 			return s.Write(1, 100, pattern(18, BlockSize), 2)
 		}, truncate(BlockSize/2, 3)},
+		{"second overwrite", func(s *Store) error {
+			if err := s.Write(1, 0, pattern(19, 3*BlockSize), 1); err != nil {
+				return err
+			}
+			return s.Write(1, 10, pattern(20, 2*BlockSize), 2) // leaves a longer journal record
+		}, write(BlockSize+3, pattern(21, 100), 3)},
+		{"append to a chunk without a data file", func(s *Store) error {
+			if err := s.Pad(1, 1); err != nil {
+				return err
+			}
+			return s.Truncate(1, 0, 2)
+		}, func(s *Store) error { _, err := s.Append(1, pattern(22, 1000), 3); return err }},
+		{"format-1 append", format1(pattern(23, BlockSize+7)),
+			func(s *Store) error { _, err := s.Append(1, pattern(24, BlockSize), 2); return err }},
+		{"format-1 overwrite", format1(pattern(25, 2*BlockSize)), write(BlockSize-5, pattern(26, 50), 2)},
+		{"format-1 truncate", format1(pattern(27, 2*BlockSize)), truncate(BlockSize/3, 2)},
+		{"format-1 set version", format1(pattern(28, 10)), func(s *Store) error { return s.SetVersion(1, 5) }},
 	}
 }
 
@@ -159,12 +186,15 @@ func referenceStates(t *testing.T, sc scenario) (before, after state, steps []St
 }
 
 // committedAfter reports whether a failure at step i of steps must leave
-// the new state: the commit point is the journal rename for overwrites,
-// the metadata rename otherwise.
+// the new state. The commit point is the journal write for overwrites
+// (a whole record is committed, a torn one is not), otherwise the last
+// metadata write: the slot write, or for a new chunk the rename of its
+// metadata file. (A format-1 chunk's upgrade renames a metadata file
+// with unchanged content before the mutation's own commit.)
 func committedAfter(steps []Step, i int) bool {
-	commit := slices.Index(steps, StepJournalCommit)
+	commit := slices.Index(steps, StepJournalWrite)
 	if commit < 0 {
-		commit = slices.Index(steps, StepMetaRename)
+		commit = max(slices.Index(steps, StepSlotWrite), slices.Index(steps, StepMetaRename))
 	}
 	return i > commit
 }
@@ -179,7 +209,7 @@ func checkRecovered(t *testing.T, dir string, want state) {
 	}
 	ents, _ := os.ReadDir(filepath.Join(dir, "chunks"))
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), sufMeta) && !strings.HasSuffix(e.Name(), sufData) {
+		if !strings.HasSuffix(e.Name(), sufMeta) && !strings.HasSuffix(e.Name(), sufData) && !strings.HasSuffix(e.Name(), sufJournal) {
 			t.Errorf("leftover file %s after recovery", e.Name())
 		}
 		if !want.exists {
@@ -329,52 +359,64 @@ func TestDiskFull(t *testing.T) {
 	}
 }
 
-// TestStaleJournal covers a journal whose unlink was lost: once the
-// metadata has passed it, recovery drops it instead of replaying old
-// bytes; an unreadable one marks the chunk damaged.
+// buildJournal returns a journal file image writing p at off over base.
+func buildJournal(h Handle, base uint64, off int64, p []byte, m meta) []byte {
+	mb := encodeMeta(h, m)
+	b := journalHeader(h, base, off, len(p), len(mb))
+	b = append(append(b, mb...), p...)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// TestStaleJournal covers journals left in place: once the metadata has
+// passed one, recovery ignores it instead of replaying old bytes; a torn
+// one (an uncommitted overwrite) is ignored; one that follows neither the
+// metadata nor a version it passed marks the chunk damaged.
 func TestStaleJournal(t *testing.T) {
 	dir := t.TempDir()
-	var saved []byte
 	cfg := testConfig(dir)
 	s := openT(t, cfg)
-	s.cfg.Knobs = &TestingKnobs{BeforeStep: func(h Handle, st Step) error {
-		if st == StepJournalRemove {
-			saved, _ = os.ReadFile(s.path(h, sufJournal))
-		}
-		return nil
-	}}
+	jp := filepath.Join(dir, "chunks", Handle(1).String()+sufJournal)
 	m := newModel()
+	var saved []byte
 	steps := []struct {
 		off int64
 		p   []byte
-	}{{0, pattern(1, 2*BlockSize)}, {10, []byte("journaled")}, {2 * BlockSize, []byte("fresh")}}
+	}{{0, pattern(1, 2*BlockSize)}, {10, []byte("journaled")}, {2 * BlockSize, []byte("fresh")}, {20, []byte("again")}}
 	for i, w := range steps {
 		if err := s.Write(1, w.off, w.p, uint64(i+1)); err != nil {
 			t.Fatal(err)
 		}
 		m.write(1, w.off, w.p, uint64(i+1))
+		if i == 1 {
+			saved, _ = os.ReadFile(jp)
+		}
 	}
 	if saved == nil {
 		t.Fatal("the overwrite did not go through the journal")
 	}
 	s.Close()
-	jp := filepath.Join(dir, "chunks", Handle(1).String()+sufJournal)
-	os.WriteFile(jp, saved, 0o644) // version 2 over 1; the metadata is at 3
-	s = openT(t, cfg)
-	m.check(t, s)
-	if _, err := os.Stat(jp); !os.IsNotExist(err) {
-		t.Fatalf("stale journal kept: %v", err)
+	reopen := func(journal []byte) *Store {
+		t.Helper()
+		if err := os.WriteFile(jp, journal, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return openT(t, cfg)
 	}
-
-	// A journal that no longer parses (it was fsynced before its rename,
-	// so this is rot, not a torn write) may have been partly applied:
-	// the chunk is reported damaged rather than guessed at.
+	s = reopen(saved) // version 2 over 1; the metadata is at 4
+	m.check(t, s)
 	s.Close()
-	bad := bytes.Clone(saved)
-	os.WriteFile(jp, bad[:len(bad)-1], 0o644) // truncated: unreadable
-	s = openT(t, cfg)
+	s = reopen(saved[:len(saved)-1]) // torn
+	m.check(t, s)
+	s.Close()
+	// Longer than its record (a longer, older record's tail follows it).
+	s = reopen(append(bytes.Clone(saved), pattern(9, 3000)...))
+	m.check(t, s)
+	s.Close()
+
+	// Version 9 over 8 while the metadata is at 4: not from this history.
+	s = reopen(buildJournal(1, 8, 0, []byte("x"), meta{version: 9, length: 2*BlockSize + 5, crcs: make([]uint32, 3)}))
 	var ce *CorruptError
 	if _, err := s.Stat(1); !errors.As(err, &ce) || ce.Block != -1 {
-		t.Fatalf("Stat with an unreadable journal = %v", err)
+		t.Fatalf("Stat with a journal from another history = %v", err)
 	}
 }

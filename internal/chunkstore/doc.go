@@ -30,8 +30,10 @@
 //     after verifying the old bytes (a corrupt block refuses the cut).
 //   - A full disk fails the mutation with an error wrapping
 //     syscall.ENOSPC before its commit point, so stored data and versions
-//     are untouched: space for new bytes is reserved with fallocate(2)
-//     and the metadata temp file is written before the commit.
+//     are untouched: space for new bytes is reserved with fallocate(2),
+//     journals and new metadata files are written before the commit, and
+//     metadata slots are preallocated, so nothing after a commit point
+//     needs new disk space.
 //   - Bad input (negative offsets, zero-length writes: EINVAL; ranges past
 //     the chunk size: EFBIG; stale versions; unknown handles: ErrNotFound)
 //     gets an error and changes nothing.
@@ -39,61 +41,105 @@
 //     size, is refused at Open; a directory is used by one process at a
 //     time (flock on LOCK).
 //
-// # On-disk format
+// # On-disk format (format 2)
 //
 //	Dir/LOCK                      flock'd while a Store is open
-//	Dir/store.json                {"format":1,"cluster_id":..,"chunk_size":..,"store_id":..}
+//	Dir/CLEAN                     written by Close when every write is synced; removed by Open
+//	Dir/store.json                {"format":2,"cluster_id":..,"chunk_size":..,"store_id":..}
 //	Dir/chunks/<h>.data           chunk bytes at their offsets (sparse)
-//	Dir/chunks/<h>.meta           committed metadata; a chunk exists iff this exists
-//	Dir/chunks/<h>.jnl            committed overwrite not yet known to be applied
-//	Dir/chunks/<h>.meta.tmp, .jnl.tmp   uncommitted; removed by recovery
+//	Dir/chunks/<h>.meta           two metadata slots; a chunk exists iff this exists
+//	Dir/chunks/<h>.jnl            the chunk's last overwrite (redo record), kept for the next
+//	Dir/chunks/<h>.meta.tmp       a new metadata file before its rename; removed by recovery
 //
 // <h> is the handle in 16 lower-case hex digits. Integers are
-// little-endian. A .meta file is "GVCM" | format u16 | 0 u16 | handle u64
-// | version u64 | length u64 | nblocks u32 | nblocks CRC32C u32 | CRC32C of
-// everything before it. A .jnl file is "GVCJ" | format u16 | 0 u16 |
+// little-endian. A metadata record is "GVCM" | format u16 | 0 u16 |
+// handle u64 | version u64 | length u64 | nblocks u32 | nblocks CRC32C u32
+// | CRC32C of everything before it. A .meta file is two slots of S bytes
+// each, S the largest record for the chunk size rounded up to 4 KiB (4 KiB
+// for 1 MiB chunks, 8 KiB for 64 MiB): each slot holds a record followed
+// by padding. The valid record with the higher version is the committed
+// metadata; the other slot holds the one before it, or a torn write. A
+// .jnl file starts with a journal record: "GVCJ" | format u16 | 0 u16 |
 // handle u64 | base version u64 | offset u64 | data length u64 | meta
-// length u32 | the new .meta image | the data | CRC32C of everything
-// before it.
+// length u32 | the new metadata record | the data | CRC32C of everything
+// before it; bytes of an earlier, longer record may follow it.
 //
 // INVARIANT: bytes of a data file at or beyond the chunk's committed
-// length are zero (or absent). Writes that leave a gap and Pad rely on it
-// to write nothing for the gap; recovery restores it by truncating the
-// data file to the length.
+// length are zero (or absent). Writes that leave a gap, Pad and growing
+// Truncates rely on it to write nothing for the gap; recovery restores it
+// by truncating the data file to the length.
 //
 // # Atomicity
 //
 // A write whose bytes all lie at or above the committed length (appends,
 // first writes: the common case) writes them straight into the data file,
-// where no reader looks, fsyncs it, and commits by writing <h>.meta.tmp,
-// fsyncing, renaming it over <h>.meta and fsyncing the directory. A write
-// that overwrites committed bytes is a redo log of one record: data and
-// new metadata go to <h>.jnl.tmp (fsync), the metadata to <h>.meta.tmp
-// (fsync), and renaming the journal to <h>.jnl (directory fsync) commits;
-// then the data file is patched and fsynced, the metadata renamed into
-// place (directory fsync) and the journal unlinked. Open recovers every
-// chunk: temp files are deleted, a journal whose base version is the
-// metadata's is replayed (idempotently) and one the metadata has passed
-// is dropped, and the data file is truncated to the committed length,
-// which discards an uncommitted fresh write. The same recovery runs in
-// process when a step fails, so the error path and the crash path are one.
+// where no reader looks, fdatasyncs it, and commits by writing the new
+// record over the older metadata slot and fdatasyncing the metadata file:
+// two syncs, and no directory operation, so neither sync needs more than
+// the data's own file-system journal commit. A write that overwrites
+// committed bytes is a redo log of one record: data and new metadata are
+// written over the chunk's journal in place and fdatasynced (a whole,
+// checksummed record is the commit point; a torn one is no commit), then
+// the data file is patched and fdatasynced and the metadata slot written
+// and fdatasynced: three syncs. Pad, SetVersion and a growing Truncate
+// write only a slot (one sync); a shrinking Truncate writes the slot, then
+// cuts the data file and fsyncs it. A new chunk (and a format-1 chunk's
+// first mutation, see below) gets its metadata file as a temp file that
+// is fsynced and renamed into place, with a directory fsync; a new journal
+// or data file of an existing chunk costs one directory fsync too, once.
+//
+// Open recovers every chunk: temp files are deleted, the committed slot
+// is chosen, a journal whose base version is the committed one is
+// replayed (idempotently), one the metadata has passed and a torn one
+// are ignored, one that follows neither marks the chunk damaged, and the
+// data file is truncated to the committed length, which discards an
+// uncommitted fresh write. Unless the store was closed cleanly (CLEAN),
+// Open then calls sync(2) once, so that what recovery accepted from the
+// page cache of a killed process (written but not yet fsynced) is durable
+// before it is served. The same recovery runs
+// in process when a step fails, so the error path and the crash path are
+// one; there it also rewrites the committed slot with the same bytes and
+// fdatasyncs it, because after a failed fsync the kernel may keep a page
+// readable but never write it.
 //
 // Why these choices: a per-chunk journal keeps the common append path at
 // one data write (no double write) while overwrites pay a second copy;
 // copy-on-write blocks would avoid that copy but need a block map and
-// free-space management per chunk. One metadata file per chunk is
-// rewritten whole (at most 4 KiB for a 64 MiB chunk), which keeps the
-// format trivial at the cost of a rename and a directory fsync per
-// mutation. The CRC of a partial last block covers only its valid prefix
-// so that an append can extend it with crc32.Update, without reading the
-// block back; a partial overwrite reads and verifies the old block first,
-// so corruption is never laundered into a fresh, matching CRC.
+// free-space management per chunk. Two fixed metadata slots rewritten in
+// place replace format 1's temp file, rename and directory fsync per
+// mutation (each a file-system journal commit, which the three replicas
+// of a group on one disk serialize on) by one fdatasync of blocks that are
+// already allocated. Journals are likewise rewritten in place and kept
+// (cut to empty after an overwrite larger than 2 MiB, so whole-chunk
+// rewrites do not pin a chunk's worth of disk). Data must be durable
+// before the slot that covers it is written, hence two syncs for an
+// append: one sync would need every chunk's last write to be verified
+// against its checksums at Open to undo an append whose data did not
+// reach the disk. The CRC of a partial last block covers only its valid
+// prefix so that an append can extend it with crc32.Update, without
+// reading the block back; a partial overwrite reads and verifies the old
+// block first, so corruption is never laundered into a fresh, matching
+// CRC.
+//
+// Format 1 (one metadata record per file, replaced by rename; journals
+// renamed into place after their fsync and unlinked once applied) is
+// still read: Open of a format-1 store rewrites store.json as format 2
+// first (so an older binary, which reads only format 1, then refuses the
+// store with "has format 2" rather than misreading it), recovers format-1
+// chunks and journals with format-1 rules, and each chunk's metadata file
+// is rewritten in format 2, by rename, just before its next mutation.
+// Stores of a later format are refused with a message naming it.
 //
 // The crash tests simulate a process kill (TestingKnobs.BeforeStep
 // panicking at each step, with torn writes) and check that reopening
-// yields exactly the old or the new chunk. Power loss additionally relies
-// on fsync and rename semantics of the file system (ext4, xfs); on a
-// copy-on-write file system fallocate does not guarantee later writes.
+// yields exactly the old or the new chunk, for every step of every kind
+// of mutation, on format-2 and format-1 chunks. Power loss additionally
+// relies on fsync, fdatasync and rename semantics of the file system
+// (ext4, xfs): fdatasync persists a file's size and block map along with
+// its data, sector writes within a slot may tear but never touch the
+// other slot (slots are 4 KiB aligned), and a rename is durable after a
+// directory fsync. On a copy-on-write file system fallocate does not
+// guarantee later writes.
 //
 // # Concurrency
 //

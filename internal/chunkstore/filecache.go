@@ -48,26 +48,29 @@ func newFileCache(max int) *fileCache {
 }
 
 // get returns chunk h's data file (opened read-write), to be released
-// with put. Without create, a missing data file is nil, not an error.
-func (c *fileCache) get(path string, h Handle, create bool) (*openFile, error) {
+// with put, and whether this call created the file. Without create, a
+// missing data file is nil, not an error. Creating requires the chunk's
+// exclusive lock (no one else can be opening the file then).
+func (c *fileCache) get(path string, h Handle, create bool) (*openFile, bool, error) {
 	c.mu.Lock()
 	if of := c.mu.files[h]; of != nil {
 		of.refs++
 		c.mu.lru.MoveToFront(of.elem)
 		c.mu.Unlock()
-		return of, nil
+		return of, false, nil
 	}
 	c.mu.Unlock()
-	flag := os.O_RDWR
-	if create {
-		flag |= os.O_CREATE
-	}
-	f, err := os.OpenFile(path, flag, 0o644)
-	if errors.Is(err, os.ErrNotExist) && !create {
-		return nil, nil
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	created := false
+	if errors.Is(err, os.ErrNotExist) {
+		if !create {
+			return nil, false, nil
+		}
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		created = true
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open data: %w", err)
+		return nil, false, fmt.Errorf("open data: %w", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -76,13 +79,13 @@ func (c *fileCache) get(path string, h Handle, create bool) (*openFile, error) {
 		f.Close()
 		of.refs++
 		c.mu.lru.MoveToFront(of.elem)
-		return of, nil
+		return of, false, nil
 	}
 	of := &openFile{f: f, h: h, refs: 1}
 	of.elem = c.mu.lru.PushFront(of)
 	c.mu.files[h] = of
 	c.evictLocked()
-	return of, nil
+	return of, created, nil
 }
 
 // put releases a file returned by get; nil is allowed.

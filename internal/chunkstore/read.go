@@ -32,7 +32,7 @@ func (s *Store) Read(h Handle, off int64, n int) ([]byte, error) {
 	}
 	end := off + min(int64(n), m.length-off)
 	b0, b1 := int(off/BlockSize), int((end-1)/BlockSize)
-	of, err := s.dataFile(h, false)
+	of, _, err := s.dataFile(h, false)
 	if err != nil {
 		return nil, fmt.Errorf("chunkstore: read chunk %v: %w", h, err)
 	}
@@ -137,7 +137,7 @@ func (s *Store) RepairBlock(h Handle, b int, data []byte) error {
 		return fmt.Errorf("chunkstore: repair chunk %v block %d: %w (stored %08x, data %08x); replace the whole chunk",
 			h, b, ErrRepairMismatch, m.crcs[b], got)
 	}
-	of, err := s.dataFile(h, true)
+	of, _, err := s.dataFile(h, true)
 	if err != nil {
 		return fmt.Errorf("chunkstore: repair chunk %v: %w", h, err)
 	}
@@ -146,7 +146,7 @@ func (s *Store) RepairBlock(h Handle, b int, data []byte) error {
 	if _, err := f.WriteAt(data, bs); err != nil {
 		return fmt.Errorf("chunkstore: repair chunk %v block %d: %w", h, b, err)
 	}
-	if err := s.sync(f); err != nil {
+	if err := s.syncData(f); err != nil {
 		return fmt.Errorf("chunkstore: repair chunk %v block %d: sync: %w", h, b, err)
 	}
 	return nil

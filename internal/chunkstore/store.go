@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -69,8 +70,9 @@ type Store struct {
 	dirFile  *os.File // the chunks directory, for fsync after renames
 	lockFile *os.File
 	files    *fileCache
-	zero     []byte // BlockSize zero bytes; never written
-	zeroCRC  uint32 // CRC32C of a whole zero block
+	zero     []byte       // BlockSize zero bytes; never written
+	zeroCRC  uint32       // CRC32C of a whole zero block
+	syncs    atomic.Int64 // fsyncs and fdatasyncs issued, for tests and benchmarks
 	// blockPool holds *[]byte of smallReadBlocks blocks for small reads.
 	blockPool sync.Pool
 
@@ -91,6 +93,11 @@ type chunk struct {
 	mu     sync.RWMutex
 	exists bool
 	meta   meta
+	// format is the format of the metadata file (formatV1 files are
+	// rewritten in format 2 by the chunk's next mutation); slot is the
+	// slot holding meta in a format-2 file.
+	format uint16
+	slot   int
 	// pending: the files may not match meta after a failed mutation; the
 	// next operation runs recovery (under the exclusive lock) first.
 	pending bool
@@ -174,8 +181,9 @@ func (s *Store) identify() error {
 		return fmt.Errorf("chunkstore: parse %s: %w", path, err)
 	}
 	switch {
-	case sf.Format != formatVersion:
-		return fmt.Errorf("chunkstore: %s has format %d; this binary reads format %d", path, sf.Format, formatVersion)
+	case sf.Format != formatVersion && sf.Format != formatV1:
+		return fmt.Errorf("chunkstore: %s has format %d; this binary reads formats %d and %d (a newer binary wrote it: run that one)",
+			path, sf.Format, formatV1, formatVersion)
 	case sf.ClusterID != s.cfg.ClusterID:
 		return fmt.Errorf("%w: %s belongs to cluster %q, not %q; point the chunk server at this cluster's directory, or wipe the directory if that cluster is gone",
 			ErrForeignStore, s.cfg.Dir, sf.ClusterID, s.cfg.ClusterID)
@@ -184,7 +192,33 @@ func (s *Store) identify() error {
 			s.cfg.Dir, sf.ChunkSize, s.cfg.ChunkSize, sf.ChunkSize)
 	}
 	s.id = sf.StoreID
+	if sf.Format == formatV1 {
+		// Chunk files of format 1 stay readable; each is rewritten in
+		// format 2 by its next mutation. The store is marked format 2
+		// first, so a binary that reads only format 1 refuses it rather
+		// than meeting format-2 files.
+		sf.Format = formatVersion
+		if err := s.writeStoreFile(path, sf); err != nil {
+			return fmt.Errorf("chunkstore: upgrade %s to format %d: %w", path, formatVersion, err)
+		}
+		s.log.Info("store upgraded", "from_format", formatV1, "to_format", formatVersion)
+	}
 	return nil
+}
+
+// writeStoreFile replaces store.json atomically and durably.
+func (s *Store) writeStoreFile(path string, sf storeFile) error {
+	b, err := json.MarshalIndent(sf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := s.writeFile(path+".tmp", 0, "", "", b); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return err
+	}
+	return s.syncDir(s.cfg.Dir)
 }
 
 func (s *Store) initialize(path string) error {
@@ -203,17 +237,7 @@ func (s *Store) initialize(path string) error {
 		return fmt.Errorf("chunkstore: generate store id: %w", err)
 	}
 	sf := storeFile{Format: formatVersion, ClusterID: s.cfg.ClusterID, ChunkSize: s.cfg.ChunkSize, StoreID: hex.EncodeToString(id[:])}
-	b, err := json.MarshalIndent(sf, "", "  ")
-	if err != nil {
-		return fmt.Errorf("chunkstore: encode store.json: %w", err)
-	}
-	if err := s.writeFile(path+".tmp", 0, "", "", b); err != nil {
-		return fmt.Errorf("chunkstore: write store.json: %w", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return fmt.Errorf("chunkstore: install store.json: %w", err)
-	}
-	if err := s.syncDir(s.cfg.Dir); err != nil {
+	if err := s.writeStoreFile(path, sf); err != nil {
 		return fmt.Errorf("chunkstore: write store.json: %w", err)
 	}
 	s.id = sf.StoreID
@@ -243,8 +267,27 @@ func (s *Store) recoverAll() error {
 			s.mu.chunks[h] = c
 		}
 	}
+	// NB: a killed process may have left writes in the page cache that it
+	// never synced (a metadata slot, journal or data written before its
+	// fsync). Recovery just took them as the chunks' state, so they are
+	// made durable before anything is served: one sync(2), rather than an
+	// fsync of every file of every chunk. After a clean Close there are
+	// none. The marker's removal need not be durable: if a power loss
+	// undoes it, it also undid every unsynced write since.
+	clean := filepath.Join(s.cfg.Dir, cleanFile)
+	_, err = os.Stat(clean)
+	wasClean := err == nil
+	if err := removeIfExists(clean); err != nil {
+		return fmt.Errorf("chunkstore: %w", err)
+	}
+	if !s.cfg.NoSync && !wasClean {
+		syscall.Sync()
+	}
 	return s.syncDir(s.dir)
 }
+
+// cleanFile in Dir marks a store closed with every write synced.
+const cleanFile = "CLEAN"
 
 // recoverLocked brings the files of chunk h back to a committed state and
 // loads it into c: temp files are removed, a committed journal is applied
@@ -289,11 +332,13 @@ func (s *Store) recoverFiles(h Handle, c *chunk, durable bool) error {
 	if err != nil {
 		return fmt.Errorf("read metadata: %w", err)
 	}
-	m, err := decodeMeta(h, mb, s.cfg.ChunkSize)
+	m, format, slot, err := decodeMetaFile(h, mb, s.cfg.ChunkSize)
 	if err != nil {
 		return &CorruptError{Handle: h, Block: -1, Detail: err.Error()}
 	}
-	if m, err = s.replayJournal(h, m); err != nil {
+	c.exists, c.meta, c.format, c.slot = true, m, format, slot
+	replayed, err := s.replayJournal(h, c)
+	if err != nil {
 		return err
 	}
 	f, err := os.OpenFile(s.path(h, sufData), os.O_RDWR, 0)
@@ -304,10 +349,10 @@ func (s *Store) recoverFiles(h Handle, c *chunk, durable bool) error {
 		defer f.Close()
 		if fi, err := f.Stat(); err != nil {
 			return fmt.Errorf("stat data: %w", err)
-		} else if fi.Size() > m.length {
+		} else if fi.Size() > c.meta.length {
 			// INVARIANT: data-file bytes at or beyond length are zero, so
 			// Pad and gap-leaving writes need not write them.
-			if err := f.Truncate(m.length); err != nil {
+			if err := f.Truncate(c.meta.length); err != nil {
 				return fmt.Errorf("cut uncommitted data: %w", err)
 			}
 		}
@@ -317,50 +362,69 @@ func (s *Store) recoverFiles(h Handle, c *chunk, durable bool) error {
 			}
 		}
 	}
+	if durable && c.format == formatVersion && !replayed {
+		// The failed step may have been the fsync of this very slot: after
+		// a failed fsync the kernel may keep the page (so it reads back
+		// fine) without ever writing it. Rewriting the same bytes dirties
+		// it again, and a torn rewrite of identical bytes is harmless.
+		if err := s.rewriteSlot(h, c); err != nil {
+			return err
+		}
+	}
 	if durable {
 		if err := s.syncDir(s.dir); err != nil {
 			return err
 		}
 	}
-	c.exists, c.meta = true, m
 	return nil
 }
 
-// replayJournal applies a committed journal on top of m if it was not
-// applied yet, and removes it. It returns the resulting metadata.
-func (s *Store) replayJournal(h Handle, m meta) (meta, error) {
+// replayJournal applies a committed journal on top of c.meta if it was
+// not applied yet, and reports whether it did. A format-2 journal is
+// rewritten in place and stays; a format-1 one is removed once handled.
+func (s *Store) replayJournal(h Handle, c *chunk) (bool, error) {
 	jb, err := os.ReadFile(s.path(h, sufJournal))
 	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
+		return false, nil
 	}
 	if err != nil {
-		return m, fmt.Errorf("read journal: %w", err)
+		return false, fmt.Errorf("read journal: %w", err)
 	}
+	replayed := false
 	j, jm, err := decodeJournal(h, jb, s.cfg.ChunkSize)
 	switch {
+	case err != nil && c.format == formatV1:
+		// A format-1 journal was renamed into place only after its fsync,
+		// so it is not torn; it rotted. The data file may hold part of it.
+		return false, &CorruptError{Handle: h, Block: -1, Detail: "unreadable journal: " + err.Error()}
 	case err != nil:
-		// The journal was renamed into place only after its fsync, so it
-		// is not torn; it rotted. The data file may hold part of it.
-		return m, &CorruptError{Handle: h, Block: -1, Detail: "unreadable journal: " + err.Error()}
-	case m.version >= jm.version:
-		s.log.Info("dropping applied journal", "chunk", h.String(), "version", jm.version)
-	case m.version == j.base:
+		// A format-2 journal is written in place: one that does not check
+		// out is an overwrite torn before its commit, and the data file
+		// is patched only after the journal is durable, so it is intact.
+		s.log.Info("ignoring torn journal (uncommitted overwrite)", "chunk", h.String(), "err", err)
+		return false, nil
+	case c.meta.version >= jm.version:
+		// Applied already.
+	case c.meta.version == j.base:
 		s.log.Info("replaying journal", "chunk", h.String(), "version", jm.version)
-		if err := s.applyJournal(h, j); err != nil {
-			return m, err
+		if err := s.applyJournal(h, c, j, jm); err != nil {
+			return false, err
 		}
-		m = jm
+		replayed = true
 	default:
-		return m, &CorruptError{Handle: h, Block: -1,
-			Detail: fmt.Sprintf("journal for version %d over %d does not follow metadata version %d", jm.version, j.base, m.version)}
+		return false, &CorruptError{Handle: h, Block: -1,
+			Detail: fmt.Sprintf("journal for version %d over %d does not follow metadata version %d", jm.version, j.base, c.meta.version)}
 	}
-	return m, removeIfExists(s.path(h, sufJournal))
+	if j.format == formatV1 {
+		return replayed, removeIfExists(s.path(h, sufJournal))
+	}
+	return replayed, nil
 }
 
-// applyJournal rewrites the journaled bytes and installs the journaled
+// applyJournal rewrites the journaled bytes and commits the journaled
 // metadata. It is idempotent, so a crash during it is recovered by
 // running it again.
-func (s *Store) applyJournal(h Handle, j journal) error {
+func (s *Store) applyJournal(h Handle, c *chunk, j journal, jm meta) error {
 	f, err := os.OpenFile(s.path(h, sufData), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("open data: %w", err)
@@ -372,13 +436,11 @@ func (s *Store) applyJournal(h Handle, j journal) error {
 	if err := s.sync(f); err != nil {
 		return fmt.Errorf("sync data: %w", err)
 	}
-	if err := s.writeFile(s.path(h, sufMetaTmp), h, "", "", j.meta); err != nil {
-		return fmt.Errorf("write metadata: %w", err)
+	if err := s.commitMeta(h, c, jm); err != nil {
+		return err
 	}
-	if err := os.Rename(s.path(h, sufMetaTmp), s.path(h, sufMeta)); err != nil {
-		return fmt.Errorf("install metadata: %w", err)
-	}
-	return s.syncDir(s.dir)
+	c.meta = jm
+	return nil
 }
 
 // Close waits for operations in flight and releases the directory.
@@ -389,7 +451,25 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.life.closed = true
-	return s.closeFiles()
+	err := s.markClean()
+	return errors.Join(err, s.closeFiles())
+}
+
+// markClean writes the clean-shutdown marker unless a chunk awaits
+// recovery (whose files may hold unsynced writes).
+func (s *Store) markClean() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, c := range s.mu.chunks {
+		if c.pending {
+			return nil
+		}
+	}
+	f, err := os.Create(filepath.Join(s.cfg.Dir, cleanFile))
+	if err != nil {
+		return fmt.Errorf("chunkstore: mark clean shutdown: %w", err)
+	}
+	return f.Close()
 }
 
 func (s *Store) closeFiles() error {
@@ -520,7 +600,7 @@ func (s *Store) Delete(h Handle) error {
 	}
 	// INVARIANT: a re-created chunk gets a new data file, never this one.
 	s.files.invalidate(h)
-	c.exists, c.meta, c.bad = false, meta{}, nil
+	c.exists, c.meta, c.bad, c.format, c.slot = false, meta{}, nil, 0, 0
 	// NB: the directory is synced between the metadata removal and the
 	// others so that a crash can never leave metadata without its data.
 	err = s.syncDir(s.dir)
@@ -549,9 +629,10 @@ func (s *Store) Usage() (used, capacity int64, err error) {
 	return capacity - int64(st.Bavail)*int64(st.Bsize), capacity, nil
 }
 
-// dataFile returns chunk h's data file from the cache; release it with
-// s.files.put. Without create, a missing file is nil.
-func (s *Store) dataFile(h Handle, create bool) (*openFile, error) {
+// dataFile returns chunk h's data file from the cache, and whether this
+// call created it; release it with s.files.put. Without create, a missing
+// file is nil.
+func (s *Store) dataFile(h Handle, create bool) (*openFile, bool, error) {
 	return s.files.get(s.path(h, sufData), h, create)
 }
 
@@ -563,13 +644,25 @@ func (s *Store) sync(f *os.File) error {
 	if s.cfg.NoSync {
 		return nil
 	}
+	s.syncs.Add(1)
 	return f.Sync()
+}
+
+// syncData is fdatasync: for files whose contents, not names or times,
+// changed.
+func (s *Store) syncData(f *os.File) error {
+	if s.cfg.NoSync {
+		return nil
+	}
+	s.syncs.Add(1)
+	return fdatasync(f)
 }
 
 func (s *Store) syncDir(dir string) error {
 	if s.cfg.NoSync {
 		return nil
 	}
+	s.syncs.Add(1)
 	if dir == s.dir && s.dirFile != nil {
 		if err := s.dirFile.Sync(); err != nil {
 			return fmt.Errorf("sync %s: %w", dir, err)
@@ -599,13 +692,24 @@ func (s *Store) writeFile(path string, h Handle, step, syncStep Step, parts ...[
 			err = cerr
 		}
 	}()
+	if err := s.writeParts(f, h, step, parts...); err != nil {
+		return err
+	}
+	if err := s.step(h, syncStep); err != nil {
+		return err
+	}
+	return s.sync(f)
+}
+
+// writeParts writes the concatenation of parts at the start of f. The
+// knob for step runs once, halfway through.
+func (s *Store) writeParts(f *os.File, h Handle, step Step, parts ...[]byte) error {
 	var total int64
 	for _, p := range parts {
 		total += int64(len(p))
 	}
 	var off int64
 	for _, p := range parts {
-		// The knob runs once per file, in the part holding the midpoint.
 		st := Step("")
 		if off <= total/2 && total/2 < off+int64(len(p)) {
 			st = step
@@ -615,10 +719,7 @@ func (s *Store) writeFile(path string, h Handle, step, syncStep Step, parts ...[
 		}
 		off += int64(len(p))
 	}
-	if err := s.step(h, syncStep); err != nil {
-		return err
-	}
-	return s.sync(f)
+	return nil
 }
 
 // writeAt is f.WriteAt with the knob for step run after the first split

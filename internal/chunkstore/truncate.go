@@ -53,11 +53,14 @@ func (s *Store) Truncate(h Handle, length int64, newVersion uint64) error {
 // which recovery cuts (it restores that invariant for every chunk), so
 // the cut happens in every outcome where the new length committed.
 func (s *Store) shrinkLocked(h Handle, c *chunk, length int64, v uint64) error {
+	if err := s.upgradeLocked(h, c); err != nil {
+		return err
+	}
 	nm, err := s.shrunkMeta(h, c.meta, length, v)
 	if err != nil {
 		return err
 	}
-	if err := s.commitMeta(h, nm); err != nil {
+	if err := s.commitMeta(h, c, nm); err != nil {
 		return s.afterFailure(h, c, nm, err)
 	}
 	c.exists, c.meta = true, nm
@@ -69,7 +72,7 @@ func (s *Store) shrinkLocked(h Handle, c *chunk, length int64, v uint64) error {
 
 // cutData truncates the data file to length and makes that durable.
 func (s *Store) cutData(h Handle, length int64) error {
-	of, err := s.dataFile(h, false)
+	of, _, err := s.dataFile(h, false)
 	if err != nil || of == nil {
 		return err
 	}
@@ -101,7 +104,7 @@ func (s *Store) shrunkMeta(h Handle, old meta, length int64, v uint64) (meta, er
 	}
 	b := int(length / BlockSize)
 	bs := int64(b) * BlockSize
-	of, err := s.dataFile(h, false)
+	of, _, err := s.dataFile(h, false)
 	if err != nil {
 		return meta{}, err
 	}

@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -120,14 +121,18 @@ func (s *Store) checkMutable(h Handle, c *chunk, newVersion uint64) error {
 // version to v, all or nothing. If a step fails, recovery decides: the
 // mutation is reported done only if recovery finds it committed.
 func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen int64, v uint64) error {
+	if err := s.upgradeLocked(h, c); err != nil {
+		return err
+	}
 	var f *os.File
+	created := false
 	if len(data) > 0 {
-		of, err := s.dataFile(h, true)
+		of, isNew, err := s.dataFile(h, true)
 		if err != nil {
 			return err
 		}
 		defer s.files.put(of)
-		f = of.f
+		f, created = of.f, isNew
 	}
 	nm, err := s.nextMeta(h, c.meta, f, off, data, newLen, v)
 	if err != nil {
@@ -136,9 +141,9 @@ func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen 
 	// Bytes below the old length may be overwritten only through the
 	// journal; anything above it is invisible until the metadata commits.
 	if c.exists && len(data) > 0 && off < c.meta.length {
-		err = s.commitJournaled(h, c.meta.version, f, off, data, nm)
+		err = s.commitJournaled(h, c, f, created, off, data, nm)
 	} else {
-		err = s.commitFresh(h, f, off, data, nm)
+		err = s.commitFresh(h, c, f, created, off, data, nm)
 	}
 	if err == nil {
 		c.exists, c.meta = true, nm
@@ -162,10 +167,31 @@ func (s *Store) afterFailure(h Handle, c *chunk, nm meta, err error) error {
 	return err
 }
 
+// upgradeLocked rewrites the format-1 metadata file of an existing chunk
+// as a format-2 file holding the same metadata, before the chunk's first
+// mutation under this binary (which relies on the two slots, and on
+// journals being written in place). The content does not change, so a
+// failure or crash at any step leaves the chunk as it was.
+func (s *Store) upgradeLocked(h Handle, c *chunk) error {
+	if !c.exists || c.format != formatV1 {
+		return nil
+	}
+	if err := s.createMeta(h, c, c.meta); err != nil {
+		err = fmt.Errorf("upgrade metadata to format %d: %w", formatVersion, err)
+		if rerr := s.recoverLocked(h, c, true); rerr != nil {
+			return fmt.Errorf("%w; recovery: %v", err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
 // commitFresh writes data into a never-committed area of the data file
-// (above the old length, where readers see zeros whatever it holds) and
-// then commits by renaming the new metadata into place.
-func (s *Store) commitFresh(h Handle, f *os.File, off int64, data []byte, nm meta) error {
+// (above the old length, where readers see zeros whatever it holds),
+// makes it durable and then commits the metadata. Appends and first
+// writes of an existing chunk thus cost two fdatasyncs and no directory
+// operation.
+func (s *Store) commitFresh(h Handle, c *chunk, f *os.File, created bool, off int64, data []byte, nm meta) error {
 	if len(data) > 0 {
 		if err := s.reserve(h, f, off, len(data)); err != nil {
 			return err
@@ -176,50 +202,133 @@ func (s *Store) commitFresh(h Handle, f *os.File, off int64, data []byte, nm met
 		if err := s.step(h, StepDataSync); err != nil {
 			return fmt.Errorf("sync data: %w", err)
 		}
-		if err := s.sync(f); err != nil {
+		if err := s.syncData(f); err != nil {
 			return fmt.Errorf("sync data: %w", err)
 		}
+		if created && c.exists {
+			// The data file is new (the chunk had only holes): its name
+			// must be durable before metadata that counts on its bytes.
+			// A new chunk's metadata commit syncs the directory anyway.
+			if err := s.syncDir(s.dir); err != nil {
+				return fmt.Errorf("sync data: %w", err)
+			}
+		}
 	}
-	return s.commitMeta(h, nm)
+	return s.commitMeta(h, c, nm)
 }
 
-// commitMeta makes nm the committed metadata of chunk h.
-func (s *Store) commitMeta(h Handle, nm meta) error {
-	if err := s.writeFile(s.path(h, sufMetaTmp), h, StepMetaWrite, StepMetaSync, encodeMeta(h, nm)); err != nil {
+// commitMeta makes nm the committed metadata of chunk h: a new chunk (or
+// one whose metadata file is still format 1) gets a new metadata file by
+// rename; an existing one gets nm written over its older slot.
+func (s *Store) commitMeta(h Handle, c *chunk, nm meta) error {
+	if !c.exists || c.format != formatVersion {
+		return s.createMeta(h, c, nm)
+	}
+	return s.writeSlot(h, c, nm)
+}
+
+// createMeta writes a format-2 metadata file holding nm in slot 0 to a
+// temp file and renames it into place: the rename is the commit.
+func (s *Store) createMeta(h Handle, c *chunk, nm meta) error {
+	if err := s.writeFile(s.path(h, sufMetaTmp), h, StepMetaWrite, StepMetaSync, encodeMetaFile(h, nm, s.cfg.ChunkSize)); err != nil {
 		return fmt.Errorf("write metadata: %w", err)
 	}
-	return s.installMeta(h)
+	if err := s.installMeta(h); err != nil {
+		return err
+	}
+	c.format, c.slot = formatVersion, 0
+	return nil
 }
 
+// writeSlot writes nm over the slot that does not hold the committed
+// metadata and fdatasyncs it: once the record is whole in the file, it is
+// the newer valid slot and so the committed metadata (the commit point).
+// A torn record fails its checksum and the other slot stays in force.
+func (s *Store) writeSlot(h Handle, c *chunk, nm meta) error {
+	f, err := os.OpenFile(s.path(h, sufMeta), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open metadata: %w", err)
+	}
+	defer f.Close()
+	slot := 1 - c.slot
+	rec := encodeMeta(h, nm)
+	if err := s.writeAt(f, h, StepSlotWrite, rec, int64(slot*slotSize(s.cfg.ChunkSize)), int64(len(rec)/2)); err != nil {
+		return fmt.Errorf("write metadata: %w", err)
+	}
+	if err := s.step(h, StepSlotSync); err != nil {
+		return fmt.Errorf("sync metadata: %w", err)
+	}
+	if err := s.syncData(f); err != nil {
+		return fmt.Errorf("sync metadata: %w", err)
+	}
+	c.slot = slot
+	return nil
+}
+
+// rewriteSlot writes the committed metadata again over the slot that
+// holds it (the same bytes) and fdatasyncs it.
+func (s *Store) rewriteSlot(h Handle, c *chunk) error {
+	f, err := os.OpenFile(s.path(h, sufMeta), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open metadata: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(encodeMeta(h, c.meta), int64(c.slot*slotSize(s.cfg.ChunkSize))); err != nil {
+		return fmt.Errorf("rewrite metadata: %w", err)
+	}
+	if err := s.syncData(f); err != nil {
+		return fmt.Errorf("sync metadata: %w", err)
+	}
+	return nil
+}
+
+// journalKeep is the largest journal file kept allocated after an
+// overwrite: smaller ones are rewritten in place by the next overwrite
+// (no allocation, so its fdatasync is a cache flush), larger ones are cut
+// so that a whole-chunk overwrite does not pin a chunk's worth of disk.
+const journalKeep = 2 << 20
+
 // commitJournaled overwrites committed bytes: the data and the new
-// metadata go to a journal whose rename is the commit point; only then is
-// the data file changed in place. Recovery replays a committed journal.
-func (s *Store) commitJournaled(h Handle, base uint64, f *os.File, off int64, data []byte, nm meta) error {
+// metadata go to the chunk's journal, written in place over the previous
+// (applied) record; once the record is whole it is committed, and only
+// after it is durable is the data file changed in place. Recovery replays
+// a committed journal the metadata has not caught up with. Three
+// fdatasyncs (journal, data, metadata slot), no directory operation
+// except when the journal or data file is new.
+func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, created bool, off int64, data []byte, nm meta) error {
 	// Reserving first makes a full disk fail here, before the commit,
 	// rather than while applying, after it.
 	if err := s.reserve(h, f, off, len(data)); err != nil {
 		return err
 	}
+	jf, err := os.OpenFile(s.path(h, sufJournal), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		jf, err = os.OpenFile(s.path(h, sufJournal), os.O_RDWR|os.O_CREATE, 0o644)
+		created = true
+	}
+	if err != nil {
+		return fmt.Errorf("open journal: %w", err)
+	}
+	defer jf.Close()
 	mb := encodeMeta(h, nm)
-	hdr := journalHeader(h, base, off, len(data), len(mb))
+	hdr := journalHeader(h, c.meta.version, off, len(data), len(mb))
 	sum := crc32.Update(crc32.Update(crc32.Checksum(hdr, castagnoli), castagnoli, mb), castagnoli, data)
 	tail := binary.LittleEndian.AppendUint32(nil, sum)
-	if err := s.writeFile(s.path(h, sufJournalTmp), h, StepJournalWrite, StepJournalSync, hdr, mb, data, tail); err != nil {
+	if err := s.writeParts(jf, h, StepJournalWrite, hdr, mb, data, tail); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
-	// The metadata temp file is written before the commit too, so that
-	// nothing after the commit needs new disk space.
-	if err := s.writeFile(s.path(h, sufMetaTmp), h, StepMetaWrite, StepMetaSync, mb); err != nil {
-		return fmt.Errorf("write metadata: %w", err)
+	if err := s.step(h, StepJournalSync); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
 	}
-	if err := s.step(h, StepJournalCommit); err != nil {
-		return fmt.Errorf("commit journal: %w", err)
+	if err := s.syncData(jf); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
 	}
-	if err := os.Rename(s.path(h, sufJournalTmp), s.path(h, sufJournal)); err != nil {
-		return fmt.Errorf("commit journal: %w", err)
-	}
-	if err := s.syncDir(s.dir); err != nil {
-		return fmt.Errorf("commit journal: %w", err)
+	if created {
+		// A new journal (or data) file's name must be durable before the
+		// data file is patched on the journal's word.
+		if err := s.syncDir(s.dir); err != nil {
+			return fmt.Errorf("sync journal: %w", err)
+		}
 	}
 	if err := s.writeAt(f, h, StepApplyWrite, data, off, int64(len(data)/2)); err != nil {
 		return fmt.Errorf("apply journal: %w", err)
@@ -227,17 +336,16 @@ func (s *Store) commitJournaled(h Handle, base uint64, f *os.File, off int64, da
 	if err := s.step(h, StepApplySync); err != nil {
 		return fmt.Errorf("sync data: %w", err)
 	}
-	if err := s.sync(f); err != nil {
+	if err := s.syncData(f); err != nil {
 		return fmt.Errorf("sync data: %w", err)
 	}
-	if err := s.installMeta(h); err != nil {
+	if err := s.commitMeta(h, c, nm); err != nil {
 		return err
 	}
-	if err := s.step(h, StepJournalRemove); err == nil {
-		err = os.Remove(s.path(h, sufJournal))
-		if err != nil {
-			// Harmless: recovery drops a journal the metadata has passed.
-			s.log.Warn("cannot remove applied journal", "chunk", h.String(), "err", err)
+	if len(data) > journalKeep {
+		// Harmless if lost: an applied record is ignored.
+		if err := jf.Truncate(0); err != nil {
+			s.log.Warn("cannot cut applied journal", "chunk", h.String(), "err", err)
 		}
 	}
 	return nil
