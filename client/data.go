@@ -221,7 +221,8 @@ func splitSpans(pos, n, chunkSize int64) []span {
 }
 
 // readWindow is how many read requests are in flight at once per call;
-// writeWindow the same for writes.
+// writeWindow how many chunks are written at once (one request at a time
+// per chunk, see storeSpans).
 const (
 	readWindow  = 4
 	writeWindow = 4
@@ -303,38 +304,53 @@ func (c *Client) fetchSpans(ctx context.Context, spans []span, refs map[uint64]*
 	return nil
 }
 
-// storeSpans writes spans, writeWindow at a time in parallel, through
-// each chunk's primary: bytes(sp) are a span's bytes, refs must hold the
-// record of every chunk written. It returns how many bytes from the start
-// of spans were written without a gap: on an error, later spans may have
-// been written too, but only that prefix counts.
+// storeSpans writes spans through each chunk's primary: bytes(sp) are a
+// span's bytes, refs must hold the record of every chunk written. The
+// spans of one chunk go one at a time, in order: a chunk server stores a
+// write at the end of a chunk cheaply but journals one inside it (an
+// overwrite), which is what parallel writes into one chunk would mostly
+// be. Different chunks go in parallel, writeWindow at a time. It returns
+// how many bytes from the start of spans were written without a gap: on
+// an error, later spans may have been written too, but only that prefix
+// counts.
 func (c *Client) storeSpans(ctx context.Context, spans []span, refs map[uint64]*wire.ChunkRef, bytes func(sp span) []byte) (int64, error) {
-	if len(spans) == 1 {
-		if err := c.writeChunk(ctx, refs[spans[0].index], spans[0].off, bytes(spans[0])); err != nil {
-			return 0, err
-		}
-		return spans[0].n, nil
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(spans))
+	// run writes spans[lo:hi], all of one chunk, stopping at the first
+	// failure (the rest are marked cancelled).
+	run := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if errs[i] = ctx.Err(); errs[i] == nil {
+				errs[i] = c.writeChunk(ctx, refs[spans[i].index], spans[i].off, bytes(spans[i]))
+			}
+			if errs[i] != nil {
+				cancel()
+				for j := i + 1; j < hi; j++ {
+					errs[j] = context.Canceled
+				}
+				return
+			}
+		}
+	}
 	window := make(chan struct{}, writeWindow)
 	var wg sync.WaitGroup
-	for i, sp := range spans {
-		select {
-		case window <- struct{}{}:
-		case <-ctx.Done():
+	for lo := 0; lo < len(spans); {
+		hi := lo + 1
+		for hi < len(spans) && spans[hi].index == spans[lo].index {
+			hi++
 		}
-		if ctx.Err() != nil {
-			errs[i] = ctx.Err()
-			continue
+		if lo == 0 && hi == len(spans) {
+			run(lo, hi) // one chunk: no goroutine
+			break
 		}
+		window <- struct{}{}
+		first := lo
 		wg.Go(func() {
 			defer func() { <-window }()
-			if errs[i] = c.writeChunk(ctx, refs[sp.index], sp.off, bytes(sp)); errs[i] != nil {
-				cancel()
-			}
+			run(first, hi)
 		})
+		lo = hi
 	}
 	wg.Wait()
 	var done int64
@@ -366,7 +382,7 @@ func firstCause(errs []error) error {
 }
 
 // WriteFile creates path (or truncates it) with the given mode and
-// writes everything r yields to it, a few requests at a time in parallel:
+// writes everything r yields to it, in 1 MiB requests (see storeSpans):
 // each chunk gets a handle from the president and a replica group, is
 // recorded in the ministry, and is written through the group's primary,
 // which replicates it to every member before acknowledging. The size is

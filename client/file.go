@@ -377,8 +377,9 @@ func (f *File) checkWrite(off, n int64) error {
 }
 
 // WriteAt writes p at off, as os.File.WriteAt: it returns len(p) or an
-// error. Chunks are created as needed, requests of up to 1 MiB go a few
-// at a time in parallel through each chunk's primary, and when all are
+// error. Chunks are created as needed, requests of up to 1 MiB go through
+// each chunk's primary (in order within a chunk, a few chunks at a time
+// in parallel), and when all are
 // acknowledged one ministry command grows the size to off+len(p) if that
 // is larger (SETATTR_SIZE_GROW, so concurrent writers never shrink the
 // file) and sets mtime. A zero-length write returns 0 and changes
