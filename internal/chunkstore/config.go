@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 )
 
 const (
@@ -109,4 +110,8 @@ type TestingKnobs struct {
 	// steps, after half of the bytes were written, as a disk filling up
 	// mid-write does); panicking simulates the process being killed there.
 	BeforeStep func(h Handle, s Step) error
+	// AfterSync runs after every fsync or fdatasync of a chunk file or of
+	// the chunks directory (also with NoSync), so that a test can model
+	// what survives a power loss: synced contents and synced names only.
+	AfterSync func(f *os.File)
 }

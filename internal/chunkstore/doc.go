@@ -133,7 +133,13 @@
 // The crash tests simulate a process kill (TestingKnobs.BeforeStep
 // panicking at each step, with torn writes) and check that reopening
 // yields exactly the old or the new chunk, for every step of every kind
-// of mutation, on format-2 and format-1 chunks. Power loss additionally
+// of mutation, on format-2 and format-1 chunks. The power-loss tests cut
+// the power before every step and after the call returns, keeping only
+// what was synced (file contents as of each file's last fsync or
+// fdatasync, names as of the directory's last fsync; TestingKnobs.
+// AfterSync), and check the old or the new chunk, the new one once its
+// commit was synced, always the new one once the call returned; they
+// fail if any of the syncs is left out. Real power loss additionally
 // relies on fsync, fdatasync and rename semantics of the file system
 // (ext4, xfs): fdatasync persists a file's size and block map along with
 // its data, sector writes within a slot may tear but never touch the

@@ -641,34 +641,50 @@ func (s *Store) path(h Handle, suffix string) string {
 }
 
 func (s *Store) sync(f *os.File) error {
-	if s.cfg.NoSync {
-		return nil
+	if !s.cfg.NoSync {
+		s.syncs.Add(1)
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
-	s.syncs.Add(1)
-	return f.Sync()
+	s.afterSync(f)
+	return nil
 }
 
 // syncData is fdatasync: for files whose contents, not names or times,
 // changed.
 func (s *Store) syncData(f *os.File) error {
-	if s.cfg.NoSync {
-		return nil
+	if !s.cfg.NoSync {
+		s.syncs.Add(1)
+		if err := fdatasync(f); err != nil {
+			return err
+		}
 	}
-	s.syncs.Add(1)
-	return fdatasync(f)
+	s.afterSync(f)
+	return nil
+}
+
+func (s *Store) afterSync(f *os.File) {
+	if s.cfg.Knobs != nil && s.cfg.Knobs.AfterSync != nil {
+		s.cfg.Knobs.AfterSync(f)
+	}
 }
 
 func (s *Store) syncDir(dir string) error {
+	if dir == s.dir && s.dirFile != nil {
+		if !s.cfg.NoSync {
+			s.syncs.Add(1)
+			if err := s.dirFile.Sync(); err != nil {
+				return fmt.Errorf("sync %s: %w", dir, err)
+			}
+		}
+		s.afterSync(s.dirFile)
+		return nil
+	}
 	if s.cfg.NoSync {
 		return nil
 	}
 	s.syncs.Add(1)
-	if dir == s.dir && s.dirFile != nil {
-		if err := s.dirFile.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", dir, err)
-		}
-		return nil
-	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
