@@ -250,3 +250,42 @@ func TestCleanMarker(t *testing.T) {
 		t.Fatalf("CLEAN after a crash: %v", err)
 	}
 }
+
+// TestJournalKept: the journal stays allocated for small overwrites (so
+// the next one rewrites it in place) and is cut after large ones.
+func TestJournalKept(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.ChunkSize = 4 << 20
+	s := openT(t, cfg)
+	m := newModel()
+	do := func(off int64, p []byte, v uint64) {
+		t.Helper()
+		if err := s.Write(1, off, p, v); err != nil {
+			t.Fatal(err)
+		}
+		m.write(1, off, p, v)
+	}
+	size := func() int64 {
+		fi, err := os.Stat(s.path(1, sufJournal))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	do(0, pattern(1, 4<<20), 1)
+	do(100, pattern(2, 1000), 2)
+	if n := size(); n < 1000 {
+		t.Fatalf("journal after a small overwrite is %d bytes", n)
+	}
+	do(5, pattern(3, journalKeep+1), 3)
+	if n := size(); n != 0 {
+		t.Fatalf("journal after a %d-byte overwrite is %d bytes, want it cut", journalKeep+1, n)
+	}
+	do(7, pattern(4, 10), 4)
+	s.Close()
+	s = openT(t, cfg)
+	got, err := s.Read(1, 0, 4<<20)
+	if err != nil || !bytes.Equal(got, m.data[1]) {
+		t.Fatalf("chunk after reopen differs: %v", err)
+	}
+}
