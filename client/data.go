@@ -224,7 +224,7 @@ func splitSpans(pos, n, chunkSize int64) []span {
 // writeWindow how many chunks are written at once (one request at a time
 // per chunk, see storeSpans).
 const (
-	readWindow  = 4
+	readWindow  = 8
 	writeWindow = 4
 )
 
