@@ -98,6 +98,10 @@ type chunk struct {
 	// slot holding meta in a format-2 file.
 	format uint16
 	slot   int
+	// newName: a file of the chunk was created and the directory has not
+	// been synced since; the next commit that relies on the file syncs it
+	// (sticky, so a mutation that fails in between cannot lose it).
+	newName bool
 	// pending: the files may not match meta after a failed mutation; the
 	// next operation runs recovery (under the exclusive lock) first.
 	pending bool
@@ -375,6 +379,7 @@ func (s *Store) recoverFiles(h Handle, c *chunk, durable bool) error {
 		if err := s.syncDir(s.dir); err != nil {
 			return err
 		}
+		c.newName = false
 	}
 	return nil
 }
@@ -456,7 +461,9 @@ func (s *Store) Close() error {
 }
 
 // markClean writes the clean-shutdown marker unless a chunk awaits
-// recovery (whose files may hold unsynced writes).
+// recovery (whose files may hold unsynced writes). It syncs the chunks
+// directory first: a mutation that failed early may have created a file
+// whose name is not durable yet, which the next session would not know.
 func (s *Store) markClean() error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -464,6 +471,9 @@ func (s *Store) markClean() error {
 		if c.pending {
 			return nil
 		}
+	}
+	if err := s.syncDir(s.dir); err != nil {
+		return fmt.Errorf("chunkstore: mark clean shutdown: %w", err)
 	}
 	f, err := os.Create(filepath.Join(s.cfg.Dir, cleanFile))
 	if err != nil {

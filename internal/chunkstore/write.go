@@ -125,14 +125,14 @@ func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen 
 		return err
 	}
 	var f *os.File
-	created := false
 	if len(data) > 0 {
-		of, isNew, err := s.dataFile(h, true)
+		of, created, err := s.dataFile(h, true)
 		if err != nil {
 			return err
 		}
 		defer s.files.put(of)
-		f, created = of.f, isNew
+		f = of.f
+		c.newName = c.newName || created
 	}
 	nm, err := s.nextMeta(h, c.meta, f, off, data, newLen, v)
 	if err != nil {
@@ -141,9 +141,9 @@ func (s *Store) mutateLocked(h Handle, c *chunk, off int64, data []byte, newLen 
 	// Bytes below the old length may be overwritten only through the
 	// journal; anything above it is invisible until the metadata commits.
 	if c.exists && len(data) > 0 && off < c.meta.length {
-		err = s.commitJournaled(h, c, f, created, off, data, nm)
+		err = s.commitJournaled(h, c, f, off, data, nm)
 	} else {
-		err = s.commitFresh(h, c, f, created, off, data, nm)
+		err = s.commitFresh(h, c, f, off, data, nm)
 	}
 	if err == nil {
 		c.exists, c.meta = true, nm
@@ -191,7 +191,7 @@ func (s *Store) upgradeLocked(h Handle, c *chunk) error {
 // makes it durable and then commits the metadata. Appends and first
 // writes of an existing chunk thus cost two fdatasyncs and no directory
 // operation.
-func (s *Store) commitFresh(h Handle, c *chunk, f *os.File, created bool, off int64, data []byte, nm meta) error {
+func (s *Store) commitFresh(h Handle, c *chunk, f *os.File, off int64, data []byte, nm meta) error {
 	if len(data) > 0 {
 		if err := s.reserve(h, f, off, len(data)); err != nil {
 			return err
@@ -205,11 +205,11 @@ func (s *Store) commitFresh(h Handle, c *chunk, f *os.File, created bool, off in
 		if err := s.syncData(f); err != nil {
 			return fmt.Errorf("sync data: %w", err)
 		}
-		if created && c.exists {
-			// The data file is new (the chunk had only holes): its name
-			// must be durable before metadata that counts on its bytes.
-			// A new chunk's metadata commit syncs the directory anyway.
-			if err := s.syncDir(s.dir); err != nil {
+		if c.exists {
+			// A new data file (the chunk had only holes) must have a
+			// durable name before metadata counts on its bytes. A new
+			// chunk's metadata commit syncs the directory anyway.
+			if err := s.syncNamesLocked(c); err != nil {
 				return fmt.Errorf("sync data: %w", err)
 			}
 		}
@@ -236,7 +236,7 @@ func (s *Store) createMeta(h Handle, c *chunk, nm meta) error {
 	if err := s.installMeta(h); err != nil {
 		return err
 	}
-	c.format, c.slot = formatVersion, 0
+	c.format, c.slot, c.newName = formatVersion, 0, false
 	return nil
 }
 
@@ -295,7 +295,7 @@ const journalKeep = 2 << 20
 // a committed journal the metadata has not caught up with. Three
 // fdatasyncs (journal, data, metadata slot), no directory operation
 // except when the journal or data file is new.
-func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, created bool, off int64, data []byte, nm meta) error {
+func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, off int64, data []byte, nm meta) error {
 	// Reserving first makes a full disk fail here, before the commit,
 	// rather than while applying, after it.
 	if err := s.reserve(h, f, off, len(data)); err != nil {
@@ -304,7 +304,7 @@ func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, created bool, of
 	jf, err := os.OpenFile(s.path(h, sufJournal), os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		jf, err = os.OpenFile(s.path(h, sufJournal), os.O_RDWR|os.O_CREATE, 0o644)
-		created = true
+		c.newName = true
 	}
 	if err != nil {
 		return fmt.Errorf("open journal: %w", err)
@@ -323,12 +323,10 @@ func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, created bool, of
 	if err := s.syncData(jf); err != nil {
 		return fmt.Errorf("sync journal: %w", err)
 	}
-	if created {
-		// A new journal (or data) file's name must be durable before the
-		// data file is patched on the journal's word.
-		if err := s.syncDir(s.dir); err != nil {
-			return fmt.Errorf("sync journal: %w", err)
-		}
+	// A new journal (or data) file's name must be durable before the
+	// data file is patched on the journal's word.
+	if err := s.syncNamesLocked(c); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
 	}
 	if err := s.writeAt(f, h, StepApplyWrite, data, off, int64(len(data)/2)); err != nil {
 		return fmt.Errorf("apply journal: %w", err)
@@ -348,6 +346,19 @@ func (s *Store) commitJournaled(h Handle, c *chunk, f *os.File, created bool, of
 			s.log.Warn("cannot cut applied journal", "chunk", h.String(), "err", err)
 		}
 	}
+	return nil
+}
+
+// syncNamesLocked syncs the chunks directory if a file of chunk c was
+// created since it was last synced.
+func (s *Store) syncNamesLocked(c *chunk) error {
+	if !c.newName {
+		return nil
+	}
+	if err := s.syncDir(s.dir); err != nil {
+		return err
+	}
+	c.newName = false
 	return nil
 }
 
