@@ -15,18 +15,36 @@ import (
 // touches is verified; the first bad one is returned as a *CorruptError
 // so that the caller can read that range from another replica.
 func (s *Store) Read(h Handle, off int64, n int) ([]byte, error) {
+	b, _, err := s.ReadVersion(h, off, n)
+	return b, err
+}
+
+// ReadVersion is Read that also returns the version and length of the
+// chunk the bytes were read from: a Read followed by a Stat may report
+// the version of a mutation that committed in between.
+func (s *Store) ReadVersion(h Handle, off int64, n int) ([]byte, ChunkInfo, error) {
 	if off < 0 || n < 0 {
-		return nil, fmt.Errorf("chunkstore: read chunk %v: negative offset %d or count %d: %w", h, off, n, syscall.EINVAL)
+		return nil, ChunkInfo{}, fmt.Errorf("chunkstore: read chunk %v: negative offset %d or count %d: %w", h, off, n, syscall.EINVAL)
 	}
 	c, release, err := s.acquire(h, false, true)
 	if err != nil {
-		return nil, fmt.Errorf("chunkstore: read: %w", err)
+		return nil, ChunkInfo{}, fmt.Errorf("chunkstore: read: %w", err)
 	}
 	defer release()
 	if err := usable(h, c); err != nil {
-		return nil, fmt.Errorf("chunkstore: read: %w", err)
+		return nil, ChunkInfo{}, fmt.Errorf("chunkstore: read: %w", err)
 	}
-	m := c.meta
+	info := ChunkInfo{Handle: h, Version: c.meta.version, Length: c.meta.length}
+	b, err := s.readLocked(h, c.meta, off, n)
+	if err != nil {
+		return nil, ChunkInfo{}, err
+	}
+	return b, info, nil
+}
+
+// readLocked reads and verifies [off, off+n) of chunk h, whose committed
+// metadata is m, under the chunk's lock.
+func (s *Store) readLocked(h Handle, m meta, off int64, n int) ([]byte, error) {
 	if n == 0 || off >= m.length {
 		return []byte{}, nil
 	}

@@ -619,3 +619,17 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("Scrub of an empty closed store = %v", err)
 	}
 }
+
+func TestReadVersion(t *testing.T) {
+	s := openT(t, testConfig(t.TempDir()))
+	if err := s.Write(1, 0, []byte("hello"), 4); err != nil {
+		t.Fatal(err)
+	}
+	b, info, err := s.ReadVersion(1, 1, 10)
+	if err != nil || string(b) != "ello" || info != (ChunkInfo{Handle: 1, Version: 4, Length: 5}) {
+		t.Fatalf("ReadVersion = %q, %+v, %v", b, info, err)
+	}
+	if _, _, err := s.ReadVersion(2, 0, 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ReadVersion of a missing chunk = %v", err)
+	}
+}
