@@ -15,12 +15,12 @@
 //     above the chunk's (ErrStaleVersion otherwise, nothing changed).
 //   - Atomic, durable mutations: Write, Append, Pad, Truncate and
 //     SetVersion either happen completely (bytes, length and version) or
-//     not at all, even if the process is killed at any point; they return
-//     after fsync. An
-//     error return means "not applied": if a step fails after the commit
-//     point, recovery runs at once and the call succeeds if it completed
-//     the mutation. Only if recovery itself fails is the outcome unknown
-//     (the error says so) until a later operation's recovery succeeds.
+//     not at all, even if the process is killed or the power fails at any
+//     point; they return only once the result is durable. An error return
+//     means "not applied": if a step fails after the commit point,
+//     recovery runs at once and the call succeeds if it completed the
+//     mutation. Only if recovery itself fails is the outcome unknown (the
+//     error says so) until a later operation's recovery succeeds.
 //   - Truncate cuts for good: bytes cut by a shrinking Truncate never
 //     reappear, not through a later write that leaves a gap, not through
 //     Pad, not after a crash at any step. The shorter metadata commits
@@ -50,6 +50,7 @@
 //	Dir/chunks/<h>.meta           two metadata slots; a chunk exists iff this exists
 //	Dir/chunks/<h>.jnl            the chunk's last overwrite (redo record), kept for the next
 //	Dir/chunks/<h>.meta.tmp       a new metadata file before its rename; removed by recovery
+//	Dir/chunks/<h>.jnl.tmp        format 1 only: an uncommitted journal; removed by recovery
 //
 // <h> is the handle in 16 lower-case hex digits. Integers are
 // little-endian. A metadata record is "GVCM" | format u16 | 0 u16 |
@@ -86,7 +87,8 @@
 // cuts the data file and fsyncs it. A new chunk (and a format-1 chunk's
 // first mutation, see below) gets its metadata file as a temp file that
 // is fsynced and renamed into place, with a directory fsync; a new journal
-// or data file of an existing chunk costs one directory fsync too, once.
+// or data file of an existing chunk costs one directory fsync too, once
+// (owed by the chunk until paid, even across a failed mutation).
 //
 // Open recovers every chunk: temp files are deleted, the committed slot
 // is chosen, a journal whose base version is the committed one is
@@ -96,11 +98,11 @@
 // uncommitted fresh write. Unless the store was closed cleanly (CLEAN),
 // Open then calls sync(2) once, so that what recovery accepted from the
 // page cache of a killed process (written but not yet fsynced) is durable
-// before it is served. The same recovery runs
-// in process when a step fails, so the error path and the crash path are
-// one; there it also rewrites the committed slot with the same bytes and
-// fdatasyncs it, because after a failed fsync the kernel may keep a page
-// readable but never write it.
+// before it is served. The same recovery runs in process when a step
+// fails, so the error path and the crash path are one; there it also
+// rewrites the committed slot with the same bytes and fdatasyncs it,
+// because after a failed fsync the kernel may keep a page readable but
+// never write it.
 //
 // Why these choices: a per-chunk journal keeps the common append path at
 // one data write (no double write) while overwrites pay a second copy;
