@@ -51,6 +51,9 @@ type File struct {
 		// one an Append of this File used); hasAppend says it is set.
 		appendIndex uint64
 		hasAppend   bool
+		// touched: a write inside the known size stored data without a
+		// ministry command; Sync (and Close) set mtime then.
+		touched bool
 	}
 }
 
@@ -142,15 +145,44 @@ func (f *File) Path() string { return f.path }
 // Ino returns the File's inode number.
 func (f *File) Ino() ids.Ino { return f.ino }
 
-// Close releases the File; later calls fail with EBADF. Nothing is
-// buffered, so there is nothing to flush.
+// Close releases the File after Sync; later calls fail with EBADF. Data
+// is never buffered: every acknowledged write is already durable on all
+// replicas, and Sync only records the modification time.
 func (f *File) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.mu.closed {
-		return opErr("close", f.path, syscall.EBADF)
+	if err := f.usable(true); err != nil {
+		return opErr("close", f.path, err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.c.cfg.OpTimeout)
+	defer cancel()
+	err := f.Sync(ctx)
+	f.mu.Lock()
 	f.mu.closed = true
+	f.mu.Unlock()
+	return err
+}
+
+// Sync records the modification time of writes that landed inside the
+// file's known size (those skip the ministry, so an overwrite costs one
+// data round trip, not two). Writes that grow the file set mtime with the
+// size at once. As with NFS and JuiceFS, other clients see the mtime of
+// such overwrites after Sync or Close (close-to-open).
+func (f *File) Sync(ctx context.Context) error {
+	if err := f.usable(true); err != nil {
+		return opErr("sync", f.path, err)
+	}
+	f.mu.Lock()
+	touched := f.mu.touched
+	f.mu.touched = false
+	f.mu.Unlock()
+	if !touched {
+		return nil
+	}
+	if _, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_MTIME_NOW)}); err != nil {
+		f.mu.Lock()
+		f.mu.touched = true
+		f.mu.Unlock()
+		return opErr("sync", f.path, err)
+	}
 	return nil
 }
 
@@ -379,10 +411,10 @@ func (f *File) checkWrite(off, n int64) error {
 // WriteAt writes p at off, as os.File.WriteAt: it returns len(p) or an
 // error. Chunks are created as needed, requests of up to 1 MiB go through
 // each chunk's primary (in order within a chunk, a few chunks at a time
-// in parallel), and when all are
-// acknowledged one ministry command grows the size to off+len(p) if that
-// is larger (SETATTR_SIZE_GROW, so concurrent writers never shrink the
-// file) and sets mtime. A zero-length write returns 0 and changes
+// in parallel), and when all are acknowledged, if off+len(p) passes the
+// size this File knows, one ministry command grows the size
+// (SETATTR_SIZE_GROW, so concurrent writers never shrink the file) and
+// sets mtime; a write inside the known size leaves mtime to Sync/Close. A zero-length write returns 0 and changes
 // nothing. On an error the bytes counted in n are stored and the size
 // covers them.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -401,7 +433,13 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	done, err := f.store(ctx, p, off)
-	if done > 0 {
+	switch {
+	case done > 0 && off+done <= f.cachedSize():
+		// Inside the known size: no ministry command; Sync sets mtime.
+		f.mu.Lock()
+		f.mu.touched = true
+		f.mu.Unlock()
+	case done > 0:
 		if gerr := f.grow(ctx, off+done); err == nil {
 			err = gerr
 		}

@@ -552,3 +552,36 @@ func TestFileBadInput(t *testing.T) {
 		t.Fatalf("after O_TRUNC: %v %v", a, err)
 	}
 }
+
+// An overwrite inside the known size skips the ministry; Sync records its
+// mtime, and Close does too.
+func TestOverwriteMtimeOnSync(t *testing.T) {
+	m := openModel(t, "mtime", syscall.O_RDWR)
+	ctx := t.Context()
+	m.write(0, bytes.Repeat([]byte("a"), 5000))
+	before, err := m.f.Stat(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	m.write(100, []byte("overwrite"))
+	mid, err := m.f.Stat(ctx)
+	if err != nil || mid.GetMtimeNs() != before.GetMtimeNs() || mid.GetSize() != 5000 {
+		t.Fatalf("before Sync: mtime %d (was %d), size %d, %v", mid.GetMtimeNs(), before.GetMtimeNs(), mid.GetSize(), err)
+	}
+	if err := m.f.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := m.f.Stat(ctx)
+	if err != nil || after.GetMtimeNs() <= before.GetMtimeNs() {
+		t.Fatalf("after Sync: mtime %d, was %d (%v)", after.GetMtimeNs(), before.GetMtimeNs(), err)
+	}
+	m.check(4096)
+	m.write(200, []byte("again"))
+	if err := m.f.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := m.f.Close(); !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("second Close: %v, want EBADF", err)
+	}
+}
