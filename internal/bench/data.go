@@ -45,6 +45,21 @@ type DataConfig struct {
 	// duration, so GovFS and the local baseline do exactly the same
 	// operations at the same offsets.
 	Ops int
+	// Cold drops the page cache (as root: sync, then 3 >
+	// /proc/sys/vm/drop_caches) before every read phase, GovFS's and the
+	// local one alike, so both read from the disk; otherwise both read
+	// warm, right after the file was written.
+	Cold bool
+}
+
+// DropCaches empties the kernel's page cache (root only), so the next
+// read comes from the disk.
+func DropCaches() error {
+	syscall.Sync()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0); err != nil {
+		return fmt.Errorf("bench data: drop the page cache (needs root; or use --cache warm): %w", err)
+	}
+	return nil
 }
 
 // Data phase names, in the order they run.
@@ -84,6 +99,15 @@ func (p DataPhase) Ratio() float64 {
 type DataReport struct {
 	Phases []DataPhase
 	Size   int64
+	// Cache is "cold" or "warm" (DataConfig.Cold).
+	Cache string
+}
+
+func (c *DataConfig) maybeDrop() error {
+	if !c.Cold {
+		return nil
+	}
+	return DropCaches()
 }
 
 // RunData measures, through the client (3 replicas, every write
@@ -101,10 +125,11 @@ type DataReport struct {
 //
 // Each GovFS phase is followed at once by its local baseline on a file of
 // the same size in cfg.LocalDir, so both see the same machine load.
-// Cache state: both random read phases run warm, right after the file was
-// written and read sequentially, so the chunk servers' chunk files and
-// the local file are in the page cache alike (as much as memory holds);
-// nothing is dropped for either.
+// Cache state: with cfg.Cold the page cache is dropped before each read
+// phase and each local read baseline, so both read from the disk (the
+// chunk servers' files and the local file alike). Without it every read
+// phase runs warm, right after the file was written and read, with both
+// in the page cache as far as memory holds.
 func RunData(ctx context.Context, cfg DataConfig, out io.Writer) (*DataReport, error) {
 	if cfg.Size <= 0 {
 		cfg.Size = DefaultDataSize
@@ -133,7 +158,10 @@ func RunData(ctx context.Context, cfg DataConfig, out io.Writer) (*DataReport, e
 		return nil, err
 	}
 	defer local.remove()
-	rep := &DataReport{Size: cfg.Size}
+	rep := &DataReport{Size: cfg.Size, Cache: "warm"}
+	if cfg.Cold {
+		rep.Cache = "cold"
+	}
 	report := func(p DataPhase) {
 		rep.Phases = append(rep.Phases, p)
 		if p.random() {
@@ -156,6 +184,9 @@ func RunData(ctx context.Context, cfg DataConfig, out io.Writer) (*DataReport, e
 	}
 	report(DataPhase{Name: PhaseSeqWrite, MBPerSec: mbps(write), LocalMBPerSec: mbps(lw)})
 
+	if err := cfg.maybeDrop(); err != nil {
+		return nil, err
+	}
 	start = time.Now()
 	n, err := cl.ReadFile(ctx, path, io.Discard)
 	if err != nil {
@@ -165,6 +196,9 @@ func RunData(ctx context.Context, cfg DataConfig, out io.Writer) (*DataReport, e
 		return nil, fmt.Errorf("bench data: read %d bytes of %d", n, cfg.Size)
 	}
 	read := time.Since(start)
+	if err := cfg.maybeDrop(); err != nil {
+		return nil, err
+	}
 	lr, err := local.readSeq()
 	if err != nil {
 		return nil, err
@@ -202,6 +236,11 @@ func randomPhase(ctx context.Context, name string, cfg DataConfig, newClient fun
 		}
 		defer files[w].Close()
 	}
+	if !write {
+		if err := cfg.maybeDrop(); err != nil {
+			return DataPhase{}, err
+		}
+	}
 	govfs, err := runRandom(ctx, cfg, cfg.Size, func(w int, off int64, buf []byte) error {
 		if write {
 			_, err := files[w].WriteAt(ctx, buf, off)
@@ -215,6 +254,11 @@ func randomPhase(ctx context.Context, name string, cfg DataConfig, newClient fun
 	})
 	if err != nil {
 		return DataPhase{}, fmt.Errorf("bench data: %s: %w", name, err)
+	}
+	if !write {
+		if err := cfg.maybeDrop(); err != nil {
+			return DataPhase{}, err
+		}
 	}
 	loc, err := runRandom(ctx, cfg, cfg.Size, func(_ int, off int64, buf []byte) error {
 		if write {
@@ -365,7 +409,7 @@ func (p *pattern) Read(b []byte) (int, error) {
 // JSON is the report as one line:
 //
 //	{"workload":"data","phases":{"seq_write":{"mb_per_s":N,"local_mb_per_s":N,"ratio":N},"seq_read":{...},
-//	 "rand_read_4k":{"iops":N,"local_iops":N,"ratio":N,...},"rand_write_4k":{...}},"size_bytes":N}
+//	 "rand_read_4k":{"iops":N,"local_iops":N,"ratio":N,...},"rand_write_4k":{...}},"size_bytes":N,"cache":"cold"}
 //
 // Random phases also carry p50_us, p99_us, local_p50_us, local_p99_us,
 // ops and clients.
@@ -404,7 +448,7 @@ func (r *DataReport) JSON() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "%q:%s", p.Name, enc)
 	}
-	fmt.Fprintf(&b, `},"size_bytes":%d}`, r.Size)
+	fmt.Fprintf(&b, `},"size_bytes":%d,"cache":%q}`, r.Size, r.Cache)
 	if !json.Valid(b.Bytes()) {
 		return nil, errors.New("bench data: built invalid JSON")
 	}

@@ -209,6 +209,11 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
 	clients := f.Int("clients", bench.DefaultDataClients, "clients running the random 4 KiB phases in parallel")
 	ops := f.Int("ops", bench.DefaultDataOps, "operations of each random 4 KiB phase, split over the clients")
+	cacheDefault := "warm"
+	if os.Geteuid() == 0 {
+		cacheDefault = "cold"
+	}
+	cache := f.String("cache", cacheDefault, "cold: drop the page cache before every read phase (GovFS's and the local baseline's; needs root); warm: read right after writing")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -217,6 +222,9 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *size < 4096 {
 		return fmt.Errorf("bench data: --size %d must be at least 4096", *size)
+	}
+	if *cache != "cold" && *cache != "warm" {
+		return fmt.Errorf("bench data: --cache %q: want cold or warm", *cache)
 	}
 	if *clients <= 0 || *ops <= 0 {
 		return fmt.Errorf("bench data: --clients %d and --ops %d must be positive", *clients, *ops)
@@ -236,7 +244,7 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		addrs = local
 	}
 	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir,
-		Clients: *clients, Ops: *ops}, stdout)
+		Clients: *clients, Ops: *ops, Cold: *cache == "cold"}, stdout)
 	if err != nil {
 		return err
 	}
