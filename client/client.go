@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -38,6 +37,7 @@ type Client struct {
 	clientID  uint64
 	clusterID string // set once in New, read-only afterwards
 	retry     retrier
+	load      replicaLoad
 
 	mu struct {
 		sync.Mutex
@@ -65,11 +65,12 @@ type Client struct {
 		// server data addresses by id, the cluster's chunk size.
 		rgroups    map[uint64]*wire.ReplicaGroup
 		chunkAddrs map[uint64]string
-		chunkSize  int64
+		// chunkServers are the registered chunk servers by id (for their
+		// place: host, rack, pod).
+		chunkServers map[uint64]*wire.ChunkServer
+		chunkSize    int64
 	}
 	data dataproto.Pool
-	// spread rotates the member a chunk read starts at.
-	spread atomic.Uint64
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some
@@ -265,7 +266,9 @@ func (c *Client) applyClusterInfo(info *wire.ClusterInfoResponse) {
 		c.mu.rgroups[g.GetId()] = g
 	}
 	c.mu.chunkAddrs = map[uint64]string{}
+	c.mu.chunkServers = map[uint64]*wire.ChunkServer{}
 	for _, s := range info.GetChunkServers() {
+		c.mu.chunkServers[s.GetId()] = s
 		c.mu.chunkAddrs[s.GetId()] = s.GetAddr()
 	}
 	c.mu.chunkSize = info.GetChunkSize()

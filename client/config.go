@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// Clock is the time source for timestamps, backoff and the retry
 	// budget; nil means the wall clock.
 	Clock clock.Clock
+	// Host, Rack and Pod say where this client runs, so reads prefer a
+	// replica on the same host, then rack, then pod. Host defaults to the
+	// machine's host name; empty Rack/Pod match nothing.
+	Host, Rack, Pod string
 }
 
 // Defaults used by DefaultConfig and for zero fields passed to New.
@@ -88,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = d.Clock
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
 	}
 	return c
 }

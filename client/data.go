@@ -102,10 +102,11 @@ func (c *Client) staleDataPlane(ctx context.Context, cause error) error {
 	return cause
 }
 
-// readChunk reads [off, off+n) of a chunk from one member, starting at
-// member seq % len (spreading parallel requests) and moving on when a
-// member fails, is stale or returns a corrupt block.
-func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64, seq int) ([]byte, error) {
+// readChunk reads [off, off+n) of a chunk from one member, the one with
+// the least expected completion time first (readOrder; parallel requests
+// spread as their bytes in flight add up), moving on when a member fails,
+// is stale or returns a corrupt block (which that member then repairs).
+func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64) ([]byte, error) {
 	var out []byte
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
 		groups, addrs, _ := c.dataPlane()
@@ -113,16 +114,14 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		if g == nil {
 			return true, c.staleDataPlane(ctx, fmt.Errorf("replica group %d unknown", ref.GetGroup()))
 		}
-		ms := g.GetMembers()
-		members := make([]uint64, 0, len(ms))
-		for i := range ms {
-			members = append(members, ms[(seq+i)%len(ms)])
-		}
+		members := c.readOrder(g, n)
 		var errs []error
 		notFound := 0
 		for _, m := range members {
+			done := c.load.begin(m, n, c.cfg.Clock.Now)
 			rf, err := c.data.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeRead, Handle: ref.GetHandle(),
 				Group: g.GetId(), Epoch: g.GetEpoch(), Offset: off, Payload: binary.BigEndian.AppendUint32(nil, uint32(n))})
+			done(err == nil && (rf.Status == dataproto.StatusOK || rf.Status == dataproto.StatusNotFound))
 			switch {
 			case err != nil:
 				errs = append(errs, err)
@@ -239,7 +238,7 @@ func (c *Client) fetchSpans(ctx context.Context, spans []span, refs map[uint64]*
 		if ref == nil {
 			return nil, nil
 		}
-		return c.readChunk(ctx, ref, sp.off, sp.n, int(c.spread.Add(1)))
+		return c.readChunk(ctx, ref, sp.off, sp.n)
 	}
 	if len(spans) == 1 { // a small read: no goroutines
 		data, err := read(spans[0])
