@@ -67,7 +67,7 @@ type Store struct {
 	dir      string // the chunks directory
 	id       string
 	log      *slog.Logger
-	dirFile  *os.File // the chunks directory, for fsync after renames
+	dirFile  *os.File // the chunks directory, for fsync after renames and new files
 	lockFile *os.File
 	files    *fileCache
 	zero     []byte       // BlockSize zero bytes; never written
