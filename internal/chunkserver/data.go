@@ -74,6 +74,7 @@ func (s *Server) serveConn(c net.Conn) {
 		s.load.begin(f)
 		reply := s.handle(f)
 		s.load.end(f, reply)
+		s.met.served(f, reply)
 		if err := dataproto.WriteFrame(w, reply); err != nil {
 			return
 		}
@@ -89,6 +90,13 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 	fail := func(st dataproto.Status, format string, args ...any) *dataproto.Frame {
 		reply.Status, reply.Payload = st, []byte(fmt.Sprintf(format, args...))
 		return reply
+	}
+	s.mu.Lock()
+	since := time.Since(s.lastBeat)
+	s.mu.Unlock()
+	if since > leaseTimeout {
+		return fail(dataproto.StatusStaleEpoch, "chunk server %d has not reached the president for %v: it may have been replaced, so it serves nothing until a heartbeat succeeds",
+			s.id, since.Truncate(time.Second))
 	}
 	switch f.Type {
 	case dataproto.TypeList:

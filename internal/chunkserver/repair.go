@@ -180,6 +180,9 @@ func (s *Server) installOn(g *wire.ReplicaGroup, addrs map[uint64]string, m uint
 		return fmt.Errorf("install chunk %d on member %d: status %d: %s", h, m, rf.Status, rf.Payload)
 	}
 	s.syncInstalled(g.GetId(), m, h)
+	if s.met != nil {
+		s.met.installs.Inc()
+	}
 	return nil
 }
 
@@ -219,9 +222,11 @@ func (s *Server) repairLater(group uint64, h chunkstore.Handle) {
 			s.mu.Unlock()
 		}()
 		if err := s.repair(group, h); err != nil {
+			s.met.repaired("failed")
 			s.log.Warn("repair chunk", "chunk", uint64(h), "err", err)
 			return
 		}
+		s.met.repaired("ok")
 		s.log.Info("repaired chunk", "chunk", uint64(h))
 	}()
 }
@@ -330,6 +335,9 @@ func (s *Server) scrubLoop(every time.Duration) {
 		}()
 		err := s.store.Scrub(ctx, func(h chunkstore.Handle, block int, err error) {
 			s.log.Warn("scrub found a bad block", "chunk", uint64(h), "block", block, "err", err)
+			if s.met != nil {
+				s.met.scrubBad.Inc()
+			}
 			s.repairLater(dataproto.HandleGroup(uint64(h)), h)
 		})
 		cancel()

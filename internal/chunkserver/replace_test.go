@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/govfs/govfs/internal/dataproto"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/testcluster"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -102,4 +103,47 @@ func TestDeadPrimaryIsReplacedAndTheNewMemberFilled(t *testing.T) {
 	if r := np.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h1, Group: grp, Epoch: ng.GetEpoch(), Payload: []byte("after")}); r.Status != dataproto.StatusOK {
 		t.Fatalf("write through the new primary: %v %s", r.Status, r.Payload)
 	}
+}
+
+// A chunk server that cannot reach the president for leaseTimeout stops
+// serving (the president may be handing its groups to others), and
+// serves again once a heartbeat gets through.
+func TestServerCutOffFromThePresidentStopsServing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the 7 s lease")
+	}
+	c := testcluster.NewInProc(t, 3)
+	var servers []*Server
+	for i := 0; i < 3; i++ {
+		s := startServer(t, c.Addrs(), t.TempDir())
+		defer s.Stop()
+		servers = append(servers, s)
+	}
+	g := waitGroup(t, servers)
+	h := handle(g.GetId(), 1)
+	var primary *Server
+	for _, s := range servers {
+		if s.ID() == g.GetPrimary() {
+			primary = s
+		}
+	}
+	d := dial(t, primary.Addr())
+	waitFor(t, "a write", func() bool {
+		return d.call(&dataproto.Frame{Type: dataproto.TypeWrite, Handle: h, Group: g.GetId(), Epoch: g.GetEpoch(), Payload: []byte("x")}).Status == dataproto.StatusOK
+	})
+	c.StopAll()
+	cut := time.Now()
+	waitFor(t, "the server to stop serving", func() bool {
+		return d.call(readReq(g.GetId(), g.GetEpoch(), h, 0, 1)).Status == dataproto.StatusStaleEpoch
+	})
+	if since := time.Since(cut); since < leaseTimeout-2*time.Second {
+		t.Fatalf("stopped serving %v after the president went away, before its lease could run out", since)
+	}
+	for _, id := range []uint64{1, 2, 3} {
+		c.Start(ids.NodeID(id))
+	}
+	waitFor(t, "the server to serve again", func() bool {
+		r := d.call(readReq(g.GetId(), g.GetEpoch(), h, 0, 1))
+		return r.Status == dataproto.StatusOK && string(r.Payload) == "x"
+	})
 }

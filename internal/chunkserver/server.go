@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -34,6 +35,8 @@ type Config struct {
 	ChunkSize int64
 	// NoSync skips fsync (tests only).
 	NoSync bool
+	// HTTPListen, when set, serves /metrics, /healthz and /debug/pprof.
+	HTTPListen string
 	// RepairRate bounds, in bytes per second, how fast a primary copies
 	// chunks to a new member of its group (DefaultRepairRate when 0;
 	// negative for no limit).
@@ -43,6 +46,13 @@ type Config struct {
 	ScrubInterval time.Duration
 	Logger        *slog.Logger
 }
+
+// leaseTimeout is how long a chunk server serves without a successful
+// heartbeat. The president declares a server dead (and may hand its
+// groups to others) only after 10 s without one, so a server cut off from
+// the president stops answering before its replacement can exist: no
+// client reads data its group has since overwritten.
+const leaseTimeout = 7 * time.Second
 
 // Defaults for Config.
 const (
@@ -86,6 +96,9 @@ type Server struct {
 	// meta is the address of the metadata node that last answered as the
 	// president's leader.
 	meta string
+	// lastBeat is when a heartbeat last succeeded (guarded by mu); see
+	// leaseTimeout.
+	lastBeat time.Time
 
 	groups groupTable
 	peers  dataproto.Pool
@@ -100,6 +113,8 @@ type Server struct {
 	repairs map[uint64]bool
 	appends appendTable
 	load    loadMeter
+	met     *metrics // nil without HTTPListen
+	http    *http.Server
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64
@@ -157,6 +172,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.heartbeat()
+	if cfg.HTTPListen != "" {
+		if err := s.startHTTP(cfg.HTTPListen); err != nil {
+			return nil, err
+		}
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -201,6 +221,9 @@ func (s *Server) Stop() {
 	close(s.stop)
 	if s.lis != nil {
 		_ = s.lis.Close()
+	}
+	if s.http != nil {
+		_ = s.http.Close()
 	}
 	s.mu.Lock()
 	for c := range s.conns {
@@ -350,6 +373,9 @@ func (s *Server) heartbeat() {
 			BytesInFlight: inFlight, ReadBytesPerS: readRate, WriteBytesPerS: writeRate})
 		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK {
 			s.groups.set(resp.GetGroups(), resp.GetMemberAddrs())
+			s.mu.Lock()
+			s.lastBeat = time.Now()
+			s.mu.Unlock()
 		}
 		return resp.GetStatus(), err
 	})

@@ -22,6 +22,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	chunkSize := fs.Int64("chunk-size", 64<<20, "chunk size when the store is created (a multiple of 64 KiB)")
 	repairRate := fs.Int64("repair-rate", chunkserver.DefaultRepairRate>>20, "MiB/s a primary may spend copying chunks to a new member of its group (0: no limit)")
 	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
+	httpAddr := fs.String("http", "", "HOST:PORT to serve /metrics, /healthz and /debug/pprof on (optional)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -51,7 +52,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
-		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, Logger: log})
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, Logger: log})
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}
