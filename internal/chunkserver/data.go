@@ -156,18 +156,15 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 		if n > maxReadLength {
 			return fail(dataproto.StatusInvalid, "read: more than 8 MiB asked at once")
 		}
-		data, err := s.store.Read(h, f.Offset, int(n))
+		// The version the bytes were read at (fetchChunk and repair
+		// check it), not one a mutation may have set since.
+		data, info, err := s.store.ReadVersion(h, f.Offset, int(n))
 		if err != nil {
 			reply.Status, reply.Payload = status(err)
 			var ce *chunkstore.CorruptError
 			if errors.As(err, &ce) {
 				s.repairLater(g.GetId(), h)
 			}
-			return reply
-		}
-		info, err := s.store.Stat(h)
-		if err != nil {
-			reply.Status, reply.Payload = status(err)
 			return reply
 		}
 		reply.Version, reply.Payload = info.Version, data
