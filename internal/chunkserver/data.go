@@ -382,6 +382,7 @@ var errMemberNoSpace = errors.New("no space left on the member's disk")
 // notices a miss).
 func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *dataproto.Frame, waitLocal func() error) error {
 	others := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(m uint64) bool { return m == s.id })
+	fw.SealPayload() // one CRC for every copy sent
 	errs := make([]error, len(others))
 	var wg sync.WaitGroup
 	for i, m := range others {

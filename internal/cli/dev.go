@@ -40,8 +40,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	for i, a := range c.Addrs() {
 		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
 	}
+	chunkHTTP := c.ChunkHTTPAddrs()
 	for k, a := range c.ChunkAddrs() {
-		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (log %s)\n", k+1, k+1, a, c.LogPath(len(c.Addrs())+k))
+		metrics := ""
+		if k < len(chunkHTTP) {
+			metrics = fmt.Sprintf("metrics http://%s/metrics, ", chunkHTTP[k])
+		}
+		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (%slog %s)\n", k+1, k+1, a, metrics, c.LogPath(len(c.Addrs())+k))
 	}
 	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta)
 	// Report a node that dies under us; the others keep serving (a

@@ -143,6 +143,10 @@ type Frame struct {
 	Offset    int64
 	Status    Status
 	Payload   []byte
+
+	// crc is the CRC32C of crcOf, the payload it was computed for.
+	crc   uint32
+	crcOf []byte
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -158,6 +162,15 @@ var (
 
 // AppendFrame encodes f after dst and returns the extended slice.
 func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
+	dst, err := appendHeader(dst, f)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, f.Payload...), nil
+}
+
+// appendHeader encodes f's header (which covers the payload's CRC).
+func appendHeader(dst []byte, f *Frame) ([]byte, error) {
 	if f.Type == 0 || f.Type >= typeEnd {
 		return dst, fmt.Errorf("dataproto: encode: unknown frame type %d", uint8(f.Type))
 	}
@@ -178,18 +191,41 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(f.Offset))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(f.Payload)))
 	dst = binary.BigEndian.AppendUint32(dst, uint32(f.Status))
-	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(f.Payload, castagnoli))
+	dst = binary.BigEndian.AppendUint32(dst, f.payloadCRC())
 	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
-	return append(dst, f.Payload...), nil
+	return dst, nil
 }
 
-// WriteFrame encodes f to w in one Write call.
+// payloadCRC is the CRC32C of the payload, reused from when the frame was
+// read (or last sent) if the payload is the same slice: a primary
+// forwarding a write to two members computes it once, not twice.
+func (f *Frame) payloadCRC() uint32 {
+	if f.crcOf != nil && len(f.crcOf) == len(f.Payload) && (len(f.Payload) == 0 || &f.crcOf[0] == &f.Payload[0]) {
+		return f.crc
+	}
+	c := crc32.Checksum(f.Payload, castagnoli)
+	f.crc, f.crcOf = c, f.Payload
+	return c
+}
+
+// SealPayload computes the payload's CRC now, so copies of f sent at the
+// same time (one mutation to several members) reuse it. The payload must
+// not change afterwards.
+func (f *Frame) SealPayload() { f.payloadCRC() }
+
+// WriteFrame encodes f to w: the header, then the payload as it is (not
+// copied). Give it a buffered writer (bufio.Writer), which sends a large
+// payload straight through.
 func WriteFrame(w io.Writer, f *Frame) error {
-	b, err := AppendFrame(make([]byte, 0, HeaderSize+len(f.Payload)), f)
+	var hb [HeaderSize]byte
+	hdr, err := appendHeader(hb[:0], f)
 	if err != nil {
 		return err
 	}
-	if _, err := w.Write(b); err != nil {
+	if _, err := w.Write(hdr); err != nil {
+		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
+	}
+	if _, err := w.Write(f.Payload); err != nil {
 		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
 	}
 	return nil
@@ -271,5 +307,6 @@ func (r *Reader) Next() (*Frame, error) {
 	if got := crc32.Checksum(f.Payload, castagnoli); got != crc {
 		return nil, fmt.Errorf("%w: %v frame %d: CRC %#x, computed %#x", ErrBadPayload, f.Type, f.RequestID, crc, got)
 	}
+	f.crc, f.crcOf = crc, f.Payload
 	return &f, nil
 }

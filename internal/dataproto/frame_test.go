@@ -129,3 +129,24 @@ func BenchmarkWriteRead1MiB(b *testing.B) {
 		}
 	}
 }
+
+// The payload CRC computed once is reused only for the same payload.
+func TestPayloadCRCReuse(t *testing.T) {
+	f := &Frame{Type: TypeWrite, Payload: []byte("hello")}
+	f.SealPayload()
+	var a bytes.Buffer
+	if err := WriteFrame(&a, f); err != nil {
+		t.Fatal(err)
+	}
+	g := *f
+	g.Payload = []byte("other")
+	var b bytes.Buffer
+	if err := WriteFrame(&b, &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, buf := range []*bytes.Buffer{&a, &b} {
+		if _, err := NewReader(buf, 0).Next(); err != nil {
+			t.Fatalf("a frame with a changed payload carries a stale CRC: %v", err)
+		}
+	}
+}

@@ -32,7 +32,7 @@ type ProcConfig struct {
 	Nodes int
 	// Tick is the raft tick passed to each node (election timeout = 10).
 	Tick time.Duration
-	// HTTP gives each node a /metrics port too.
+	// HTTP gives each node (metadata and chunk) a /metrics port too.
 	HTTP bool
 	// ExtraArgs are appended to every metadata node's command line.
 	ExtraArgs []string
@@ -48,6 +48,7 @@ type layout struct {
 	Addrs      []string `json:"addrs"`
 	HTTP       []string `json:"http,omitempty"`
 	ChunkAddrs []string `json:"chunk_addrs,omitempty"`
+	ChunkHTTP  []string `json:"chunk_http,omitempty"`
 }
 
 // ProcCluster is a running process cluster.
@@ -103,6 +104,13 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 			}
 			c.layout.ChunkAddrs = append(c.layout.ChunkAddrs, a)
 		}
+		for cfg.HTTP && len(c.layout.ChunkHTTP) < cfg.Chunks {
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.layout.ChunkHTTP = append(c.layout.ChunkHTTP, a)
+		}
 		if err := c.saveLayout(lp); err != nil {
 			return nil, err
 		}
@@ -127,6 +135,13 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 				return nil, err
 			}
 			c.layout.ChunkAddrs = append(c.layout.ChunkAddrs, a)
+			if cfg.HTTP {
+				h, err := freePort()
+				if err != nil {
+					return nil, err
+				}
+				c.layout.ChunkHTTP = append(c.layout.ChunkHTTP, h)
+			}
 		}
 		if err := c.saveLayout(lp); err != nil {
 			return nil, err
@@ -170,6 +185,9 @@ func (c *ProcCluster) Peers() string {
 // Addrs are the gRPC addresses, node i+1 at index i.
 func (c *ProcCluster) Addrs() []string { return append([]string(nil), c.layout.Addrs...) }
 
+// ChunkHTTPAddrs are the chunk servers' /metrics addresses (with HTTP).
+func (c *ProcCluster) ChunkHTTPAddrs() []string { return append([]string(nil), c.layout.ChunkHTTP...) }
+
 // HTTPAddrs are the /metrics addresses (when configured).
 func (c *ProcCluster) HTTPAddrs() []string { return append([]string(nil), c.layout.HTTP...) }
 
@@ -189,6 +207,9 @@ func (c *ProcCluster) args(i int) []string {
 			"--meta", strings.Join(c.layout.Addrs, ","), "--rack", fmt.Sprintf("r%d", k+1),
 			// One machine: give each server its own host name for placement.
 			"--host", fmt.Sprintf("dev-chunk%d", k+1)}
+		if len(c.layout.ChunkHTTP) > k {
+			args = append(args, "--http", c.layout.ChunkHTTP[k])
+		}
 		args = append(args, c.cfg.ChunkArgs...)
 		return args
 	}
