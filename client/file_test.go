@@ -22,7 +22,8 @@ import (
 )
 
 func TestSplitSpans(t *testing.T) {
-	const cs = 3 << 20 // 3 MiB chunks: 1 MiB requests, some cut at chunk ends
+	const cs = 3 * requestSize // requests of requestSize, some cut at chunk ends
+	const rq = requestSize
 	for _, tc := range []struct {
 		pos, n int64
 		want   []span
@@ -30,7 +31,7 @@ func TestSplitSpans(t *testing.T) {
 		{0, 0, nil},
 		{5, 10, []span{{0, 5, 10, 5}}},
 		{cs - 2, 4, []span{{0, cs - 2, 2, cs - 2}, {1, 0, 2, cs}}},
-		{1 << 20, 2<<20 + 1, []span{{0, 1 << 20, 1 << 20, 1 << 20}, {0, 2 << 20, 1 << 20, 2 << 20}, {1, 0, 1, cs}}},
+		{rq, 2*rq + 1, []span{{0, rq, rq, rq}, {0, 2 * rq, rq, 2 * rq}, {1, 0, 1, cs}}},
 		{2*cs + 7, 1, []span{{2, 7, 1, 2*cs + 7}}},
 	} {
 		if got := splitSpans(tc.pos, tc.n, cs); !slices.Equal(got, tc.want) {
