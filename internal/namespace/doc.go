@@ -33,8 +33,8 @@
 //	                          the ministry root. Kept on mkdir, rename and
 //	                          rmdir; used by the rename loop check.
 //	"x" <ino> <name>          extended attribute value
-//	"c" <ino> <chunk index>   reserved for the chunk table (DESIGN §3); not
-//	                          written by this package yet
+//	"c" <ino> <chunk index>   chunk table (DESIGN §3): wire.ChunkRef (handle,
+//	                          replica group), see chunks.go
 //	"m" "inodes"              granted inode ranges, see below
 //	"r" <client> <seq>        wire.Result remembered for dedup
 //	"k" <client>              dedup client record: last use (8, time key
