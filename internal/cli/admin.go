@@ -113,6 +113,8 @@ type replicaGroupReport struct {
 	Syncing []uint64 `json:"syncing"`
 	// State is "ok", "syncing" or "under-replicated".
 	State string `json:"state"`
+	// PlacementNotes are the placement rules the members do not meet.
+	PlacementNotes []string `json:"placement_notes"`
 }
 
 // groupState summarises a replica group for operators.
@@ -213,7 +215,8 @@ func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.S
 	rep.ReplicaGroups = []replicaGroupReport{}
 	for _, g := range chunkSrc.GetReplicaGroups() {
 		rep.ReplicaGroups = append(rep.ReplicaGroups, replicaGroupReport{ID: g.GetId(), Epoch: g.GetEpoch(), Primary: g.GetPrimary(),
-			Members: g.GetMembers(), Syncing: append([]uint64{}, g.GetSyncing()...), State: groupState(g.GetMembers(), g.GetSyncing())})
+			Members: g.GetMembers(), Syncing: append([]uint64{}, g.GetSyncing()...), State: groupState(g.GetMembers(), g.GetSyncing()),
+			PlacementNotes: append([]string{}, g.GetPlacementNotes()...)})
 	}
 	type view struct {
 		node uint64
@@ -356,6 +359,11 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 			fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\n", g.ID, g.Epoch, g.Primary, strings.Join(ms, ","), g.State)
 		}
 		tw.Flush()
+		for _, g := range rep.ReplicaGroups {
+			for _, note := range g.PlacementNotes {
+				fmt.Fprintf(w, "replica group %d placement: %s\n", g.ID, note)
+			}
+		}
 	}
 	for _, m := range rep.Members {
 		if !m.Reachable && m.Error != "" {

@@ -116,7 +116,7 @@ func createReplicaGroup(rw engine.ReadWriter, op *wire.CreateReplicaGroupOp) (*w
 	if err != nil {
 		return nil, err
 	}
-	g := &wire.ReplicaGroup{Id: id, Members: m, Primary: m[0], Epoch: 1}
+	g := &wire.ReplicaGroup{Id: id, Members: m, Primary: m[0], Epoch: 1, PlacementNotes: op.GetPlacementNotes()}
 	b, err := proto.Marshal(g)
 	if err != nil {
 		return nil, err

@@ -93,6 +93,7 @@ func replaceMember(rw engine.ReadWriter, op *wire.ReplaceMemberOp) (*wire.Result
 			return errResult(syscall.EINVAL, "replica group %d would have no full member left", g.GetId()), nil
 		}
 	}
+	g.PlacementNotes = op.GetPlacementNotes()
 	g.Epoch++
 	if err := putGroup(rw, g); err != nil {
 		return nil, err

@@ -176,7 +176,8 @@ func (n *Node) planReplicaGroups(ctx context.Context) error {
 		return err
 	}
 	res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: now.UnixNano(),
-		Op: &wire.Command_CreateReplicaGroup{CreateReplicaGroup: &wire.CreateReplicaGroupOp{Members: plan.Members}}})
+		Op: &wire.Command_CreateReplicaGroup{CreateReplicaGroup: &wire.CreateReplicaGroupOp{Members: plan.Members,
+			PlacementNotes: placement.Describe(live, plan.Members)}}})
 	if err != nil {
 		return err
 	}
@@ -217,6 +218,11 @@ func (n *Node) repairReplicaGroups(ctx context.Context, groups []*wire.ReplicaGr
 		if op == nil {
 			continue
 		}
+		after := slices.DeleteFunc(slices.Clone(g.GetMembers()), func(x uint64) bool { return x == op.GetOld() })
+		if op.GetNew() != 0 {
+			after = append(after, op.GetNew())
+		}
+		op.PlacementNotes = placement.Describe(live, after)
 		res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: now.UnixNano(),
 			Op: &wire.Command_ReplaceMember{ReplaceMember: op}})
 		if err != nil {

@@ -178,3 +178,39 @@ func AddMember(servers []Server, current []uint64) (uint64, error) {
 	}
 	return best.ID, nil
 }
+
+// Describe says, in words an operator understands, which placement rules
+// a replica group with these members does not meet and why (nothing when
+// it meets them all): replicas in one pod, or sharing a rack, and whether
+// the cluster offers better. servers is every registered server.
+func Describe(servers []Server, members []uint64) []string {
+	byID := map[uint64]Server{}
+	pods, racks := map[string]bool{}, map[string]bool{}
+	for _, s := range servers {
+		byID[s.ID] = s
+		if s.Alive {
+			pods[s.Pod], racks[s.Pod+"/"+s.Rack] = true, true
+		}
+	}
+	mPods, mRacks := map[string]bool{}, map[string]bool{}
+	for _, id := range members {
+		s := byID[id]
+		mPods[s.Pod], mRacks[s.Pod+"/"+s.Rack] = true, true
+	}
+	var notes []string
+	if len(members) > 1 && len(mPods) == 1 {
+		if len(pods) <= 1 {
+			notes = append(notes, "all replicas in one pod (the cluster has only one)")
+		} else {
+			notes = append(notes, "all replicas in one pod although live servers exist in another")
+		}
+	}
+	if len(mRacks) < len(members) {
+		if len(racks) < len(members) {
+			notes = append(notes, fmt.Sprintf("replicas share a rack (the cluster has %d live racks for %d replicas)", len(racks), len(members)))
+		} else {
+			notes = append(notes, "replicas share a rack although enough racks have live servers")
+		}
+	}
+	return notes
+}

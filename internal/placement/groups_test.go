@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -131,5 +132,25 @@ func TestAddMember(t *testing.T) {
 	}
 	if _, err := AddMember(servers[:2], []uint64{1, 2}); !errors.Is(err, ErrNotEnoughServers) {
 		t.Fatalf("no candidate: %v", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	servers := []Server{
+		{ID: 1, Host: "h1", Rack: "r1", Pod: "p1", Alive: true},
+		{ID: 2, Host: "h2", Rack: "r2", Pod: "p1", Alive: true},
+		{ID: 3, Host: "h3", Rack: "r2", Pod: "p1", Alive: true},
+		{ID: 4, Host: "h4", Rack: "r9", Pod: "p2", Alive: true},
+	}
+	if got := Describe(servers, []uint64{1, 4, 2}); len(got) != 0 {
+		t.Errorf("ideal group described as %q", got)
+	}
+	got := Describe(servers, []uint64{1, 2, 3})
+	if len(got) != 2 || !strings.Contains(got[0], "although live servers exist in another") || !strings.Contains(got[1], "share a rack although") {
+		t.Errorf("one pod, shared rack: %q", got)
+	}
+	got = Describe(servers[:3], []uint64{1, 2, 3})
+	if len(got) != 2 || !strings.Contains(got[0], "the cluster has only one") || !strings.Contains(got[1], "2 live racks for 3 replicas") {
+		t.Errorf("small cluster: %q", got)
 	}
 }

@@ -2127,9 +2127,12 @@ type ReplicaGroup struct {
 	// Members still being filled by the primary after replacing a dead
 	// one: they receive mutations of the chunks already copied to them, but
 	// serve no reads and do not count towards acknowledgements.
-	Syncing       []uint64 `protobuf:"varint,5,rep,packed,name=syncing,proto3" json:"syncing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Syncing []uint64 `protobuf:"varint,5,rep,packed,name=syncing,proto3" json:"syncing,omitempty"`
+	// The placement rules the members do not meet, in words (empty when
+	// the placement is the ideal one); shown by admin status.
+	PlacementNotes []string `protobuf:"bytes,6,rep,name=placement_notes,json=placementNotes,proto3" json:"placement_notes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReplicaGroup) Reset() {
@@ -2197,18 +2200,27 @@ func (x *ReplicaGroup) GetSyncing() []uint64 {
 	return nil
 }
 
+func (x *ReplicaGroup) GetPlacementNotes() []string {
+	if x != nil {
+		return x.PlacementNotes
+	}
+	return nil
+}
+
 // ReplaceMemberOp swaps member `old` of group `group` for chunk server
 // `new` (which starts syncing) if the group is still at `epoch`; the
 // epoch grows, and a new primary is chosen among the full members when
 // `old` was the primary.
 type ReplaceMemberOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	Old           uint64                 `protobuf:"varint,2,opt,name=old,proto3" json:"old,omitempty"`
-	New           uint64                 `protobuf:"varint,3,opt,name=new,proto3" json:"new,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Old   uint64                 `protobuf:"varint,2,opt,name=old,proto3" json:"old,omitempty"`
+	New   uint64                 `protobuf:"varint,3,opt,name=new,proto3" json:"new,omitempty"`
+	Epoch uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// ReplicaGroup.placement_notes after the change.
+	PlacementNotes []string `protobuf:"bytes,5,rep,name=placement_notes,json=placementNotes,proto3" json:"placement_notes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReplaceMemberOp) Reset() {
@@ -2267,6 +2279,13 @@ func (x *ReplaceMemberOp) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *ReplaceMemberOp) GetPlacementNotes() []string {
+	if x != nil {
+		return x.PlacementNotes
+	}
+	return nil
 }
 
 // MemberSyncedOp records that syncing member `member` of `group` holds
@@ -2335,10 +2354,12 @@ func (x *MemberSyncedOp) GetEpoch() uint64 {
 // (chosen by the proposer's placement planner; the first is the primary).
 // Result.start is the group id.
 type CreateReplicaGroupOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []uint64               `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []uint64               `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	// ReplicaGroup.placement_notes of the new group.
+	PlacementNotes []string `protobuf:"bytes,2,rep,name=placement_notes,json=placementNotes,proto3" json:"placement_notes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CreateReplicaGroupOp) Reset() {
@@ -2374,6 +2395,13 @@ func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
 func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
 	if x != nil {
 		return x.Members
+	}
+	return nil
+}
+
+func (x *CreateReplicaGroupOp) GetPlacementNotes() []string {
+	if x != nil {
+		return x.PlacementNotes
 	}
 	return nil
 }
@@ -4640,24 +4668,27 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"chunk_size\x18\b \x01(\x03R\tchunkSize\"H\n" +
 	"\x15RegisterChunkServerOp\x12/\n" +
-	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"\x82\x01\n" +
+	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"\xab\x01\n" +
 	"\fReplicaGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x18\n" +
 	"\amembers\x18\x02 \x03(\x04R\amembers\x12\x18\n" +
 	"\aprimary\x18\x03 \x01(\x04R\aprimary\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12\x18\n" +
-	"\asyncing\x18\x05 \x03(\x04R\asyncing\"a\n" +
+	"\asyncing\x18\x05 \x03(\x04R\asyncing\x12'\n" +
+	"\x0fplacement_notes\x18\x06 \x03(\tR\x0eplacementNotes\"\x8a\x01\n" +
 	"\x0fReplaceMemberOp\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x10\n" +
 	"\x03old\x18\x02 \x01(\x04R\x03old\x12\x10\n" +
 	"\x03new\x18\x03 \x01(\x04R\x03new\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"T\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12'\n" +
+	"\x0fplacement_notes\x18\x05 \x03(\tR\x0eplacementNotes\"T\n" +
 	"\x0eMemberSyncedOp\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x16\n" +
 	"\x06member\x18\x02 \x01(\x04R\x06member\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"0\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"Y\n" +
 	"\x14CreateReplicaGroupOp\x12\x18\n" +
-	"\amembers\x18\x01 \x03(\x04R\amembers\"+\n" +
+	"\amembers\x18\x01 \x03(\x04R\amembers\x12'\n" +
+	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\"\xb2\x01\n" +
 	"\x06Result\x12\x14\n" +
