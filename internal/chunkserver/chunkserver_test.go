@@ -290,8 +290,14 @@ func TestMemberThatMissedAMutationIsBroughtUpToDate(t *testing.T) {
 	}
 	back := startServer(t, c.Addrs(), dir)
 	defer back.Stop()
-	// The next write reconciles (installing version 2 on the returning
-	// member), then applies version 3 everywhere.
+	// Without any further write, the primary's background reconcile
+	// installs version 2 on the returning member.
+	bd := dial(t, back.Addr())
+	waitFor(t, "the returning member to get the missed version", func() bool {
+		r := bd.call(readReq(grp, ep, h, 0, 100))
+		return r.Status == dataproto.StatusOK && string(r.Payload) == "first-second" && r.Version == 2
+	})
+	// The next write applies version 3 everywhere.
 	var r *dataproto.Frame
 	waitFor(t, "a write to succeed after the member returned", func() bool {
 		r = write(12, "-third")

@@ -351,14 +351,14 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 	}
 	ferr := s.forward(g, addrs, fw, waitLocal)
 	if err := waitLocal(); err != nil {
-		s.unreconciled(f.Handle)
+		s.reconcileLater(f.Group, f.Handle)
 		reply.Status, reply.Payload = status(err)
 		return reply
 	}
 	if ferr != nil {
-		// Not acknowledged. The members may now differ; the next
-		// mutation of the chunk reconciles them first.
-		s.unreconciled(f.Handle)
+		// Not acknowledged. The members may now differ: reconcile them
+		// in the background (and before the chunk's next mutation).
+		s.reconcileLater(f.Group, f.Handle)
 		st := dataproto.StatusInternal
 		if errors.Is(ferr, errMemberNoSpace) {
 			st = dataproto.StatusNoSpace // not worth retrying: a disk is full

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -32,6 +33,63 @@ func (s *Server) unreconciled(h uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.reconciled, h)
+}
+
+// reconcileLater forgets that chunk h's members agree and has the
+// background loop bring them into agreement as soon as it can (a member
+// that was down comes back, or is replaced), so a failed mutation does
+// not leave replicas that differ until the chunk's next mutation.
+func (s *Server) reconcileLater(group, h uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.reconciled, h)
+	if s.toReconcile == nil {
+		s.toReconcile = map[uint64]uint64{}
+	}
+	s.toReconcile[h] = group
+}
+
+// reconcileLoop retries the chunks reconcileLater noted, every second.
+func (s *Server) reconcileLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		todo := maps.Clone(s.toReconcile)
+		s.mu.Unlock()
+		for h, group := range todo {
+			done, err := s.reconcileNow(group, h)
+			if err != nil {
+				s.log.Debug("reconcile chunk", "chunk", h, "err", err)
+			}
+			if done {
+				s.mu.Lock()
+				delete(s.toReconcile, h)
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// reconcileNow reconciles chunk h if this server is still its group's
+// primary; done says whether nothing is left to do here (reconciled, or
+// no longer ours to reconcile).
+func (s *Server) reconcileNow(group, h uint64) (bool, error) {
+	unlock := s.locks.lock(h)
+	defer unlock()
+	g, addrs := s.groups.get(group)
+	if g == nil || g.GetPrimary() != s.id {
+		return true, nil // the new primary reconciles before mutating
+	}
+	if err := s.reconcile(g, addrs, h); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // reconcile makes the full members of g agree on chunk h; the caller

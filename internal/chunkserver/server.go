@@ -111,10 +111,13 @@ type Server struct {
 	syncs map[syncKey]*syncState
 	// repairs are the chunks being repaired (guarded by mu).
 	repairs map[uint64]bool
-	appends appendTable
-	load    loadMeter
-	met     *metrics // nil without HTTPListen
-	http    *http.Server
+	// toReconcile maps chunks whose members may differ after a failed
+	// mutation to their group (guarded by mu); see reconcileLater.
+	toReconcile map[uint64]uint64
+	appends     appendTable
+	load        loadMeter
+	met         *metrics // nil without HTTPListen
+	http        *http.Server
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64
@@ -191,6 +194,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	go func() {
 		defer s.wg.Done()
 		s.syncLoop()
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.reconcileLoop()
 	}()
 	if cfg.ScrubInterval >= 0 {
 		s.wg.Add(1)
