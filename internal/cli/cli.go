@@ -23,6 +23,7 @@ Commands:
   meta    run a metadata node
   chunk   run a chunk server (stores chunks; replication not built yet)
   fs      file operations: ls stat mkdir touch rm rmdir mv ln readlink
+  mount   mount the cluster with FUSE (foreground); umount unmounts it
   admin   cluster administration: status
   bench   benchmarks: meta
 
@@ -56,6 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runFS(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(ctx, args[1:], stdout, stderr)
+	case "mount":
+		return runMount(ctx, args[1:], stdout, stderr)
+	case "umount":
+		return runUmount(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":

@@ -1,0 +1,164 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Inode-level entry points for callers that hold inode numbers rather
+// than paths (the FUSE mount): opening a File by inode, and creating an
+// inode on behalf of a given user.
+
+// NodeSpec describes an inode for MakeNode.
+type NodeSpec struct {
+	// Type is REGULAR, DIRECTORY, SYMLINK or FIFO.
+	Type wire.FileType
+	// Mode holds the permission bits (& 07777) exactly as stored: no umask
+	// is applied here.
+	Mode uint32
+	// Target is a symlink's target.
+	Target string
+	// Exclusive, for a regular file: EEXIST if the name exists. Without
+	// it an existing regular file is returned unchanged.
+	Exclusive bool
+	// Cred owns the new inode; nil means Config.Cred.
+	Cred *wire.Cred
+}
+
+// MakeNode creates name in directory parent as spec says and returns its
+// attributes.
+func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec NodeSpec) (*wire.Attr, error) {
+	p := inoNamePath(uint64(parent), name)
+	switch spec.Type {
+	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO:
+	case wire.FileType_SYMLINK:
+		if err := checkTarget(spec.Target); err != nil {
+			return nil, opErr("symlink", p, err)
+		}
+	default:
+		return nil, opErr("mknod", p, fmt.Errorf("%w: file type %v", syscall.EINVAL, spec.Type))
+	}
+	if err := checkName(name); err != nil {
+		return nil, opErr("create", p, err)
+	}
+	cred := spec.Cred
+	if cred == nil {
+		cred = c.cfg.Cred
+	}
+	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
+		Mode: spec.Mode & 0o7777, Exclusive: spec.Exclusive,
+		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}}
+	if spec.Type == wire.FileType_SYMLINK {
+		op.Target = []byte(spec.Target)
+	}
+	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
+	res, err := c.mutate(ctx, parent, cmd)
+	if err != nil {
+		return nil, opErr("create", p, err)
+	}
+	if res.GetAttr() == nil {
+		return nil, opErr("create", p, syscall.EIO)
+	}
+	c.learnChild(ids.Ino(res.GetAttr().GetIno()), c.owner(parent), 0)
+	return res.GetAttr(), nil
+}
+
+// OpenIno opens regular file ino as Open opens a path (same flags, except
+// that O_CREAT and O_EXCL are ignored: the inode exists). The attributes
+// are read linearizably, so an OpenIno after another client's Close sees
+// its writes (close-to-open); they are returned with the File.
+//
+// Unlike Open, O_APPEND is not kept: WriteAt works, and the caller picks
+// the offsets (the FUSE kernel module passes the end of the file for
+// O_APPEND writes).
+func (c *Client) OpenIno(ctx context.Context, ino ids.Ino, flags int) (*File, *wire.Attr, error) {
+	f, a, err := c.openIno(ctx, ino, flags)
+	return f, a, opErr("open", inoPath(uint64(ino)), err)
+}
+
+func (c *Client) openIno(ctx context.Context, ino ids.Ino, flags int) (*File, *wire.Attr, error) {
+	if err := checkAccMode(flags); err != nil {
+		return nil, nil, err
+	}
+	attr, err := c.getAttr(ctx, ino, []ReadOption{Linearizable()})
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := c.fileOf(attr, flags)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.writable && flags&syscall.O_TRUNC != 0 {
+		a, err := c.setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0})
+		if err != nil {
+			return nil, nil, err
+		}
+		attr = a
+		f.mu.size = 0
+		f.mu.chunks = map[uint64]*wire.ChunkRef{}
+	}
+	return f, attr, nil
+}
+
+func checkAccMode(flags int) error {
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY, syscall.O_WRONLY, syscall.O_RDWR:
+		return nil
+	}
+	return fmt.Errorf("%w: access mode %#x", syscall.EINVAL, flags&syscall.O_ACCMODE)
+}
+
+// FileOf returns a File for the regular file whose attributes the caller
+// has just read or created (attr), without asking the ministry: the File
+// starts from attr's size. Flags are as for OpenIno, except that O_TRUNC
+// is ignored (the caller knows the size).
+func (c *Client) FileOf(attr *wire.Attr, flags int) (*File, error) {
+	f, err := c.fileOf(attr, flags)
+	return f, opErr("open", inoPath(attr.GetIno()), err)
+}
+
+func (c *Client) fileOf(attr *wire.Attr, flags int) (*File, error) {
+	ino := ids.Ino(attr.GetIno())
+	f := &File{c: c, path: inoPath(uint64(ino)), ino: ino}
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		f.readable = true
+	case syscall.O_WRONLY:
+		f.writable = true
+	case syscall.O_RDWR:
+		f.readable, f.writable = true, true
+	default:
+		return nil, fmt.Errorf("%w: access mode %#x", syscall.EINVAL, flags&syscall.O_ACCMODE)
+	}
+	switch attr.GetType() {
+	case wire.FileType_REGULAR:
+	case wire.FileType_DIRECTORY:
+		return nil, syscall.EISDIR
+	default:
+		return nil, fmt.Errorf("%w: not a regular file", syscall.EINVAL)
+	}
+	f.mu.size = int64(attr.GetSize())
+	return f, nil
+}
+
+// Size returns the file size this File knows (as of Open, its own writes,
+// and reads past the end it has done); it asks nothing.
+func (f *File) Size() int64 { return f.cachedSize() }
+
+// Reset makes the File start again from attributes a of its inode, just
+// read or returned by a change made elsewhere (another File's Truncate):
+// the size becomes a's, and the chunk table is read again when next
+// needed. Without it, a File that knows a larger size than the file has
+// would treat a write inside that size as an overwrite and not grow the
+// file.
+func (f *File) Reset(a *wire.Attr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.size = int64(a.GetSize())
+	f.mu.chunks = nil
+	f.mu.hasAppend = false
+}

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/fusefs"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const mountUsage = `Usage: govfs mount [flags] MOUNTPOINT
+
+Mounts the cluster on MOUNTPOINT with FUSE and serves it in the
+foreground until Ctrl-C, SIGTERM or 'govfs umount MOUNTPOINT'. As root it
+mounts with mount(2); otherwise it needs fusermount3 (apt-get install
+fuse3). Consistency is close-to-open; see docs/fuse.md.
+
+Flags:`
+
+// mountInvocation is a parsed `govfs mount` command line.
+type mountInvocation struct {
+	global   fsGlobal
+	dir      string
+	logLevel string
+	cfg      fusefs.Config
+}
+
+func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
+	inv := &mountInvocation{cfg: fusefs.DefaultConfig()}
+	f := flag.NewFlagSet("govfs mount", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	f.Usage = func() {
+		fmt.Fprintln(stderr, mountUsage)
+		f.PrintDefaults()
+	}
+	inv.global.register(f)
+	c := &inv.cfg
+	f.BoolVar(&c.AllowOther, "allow-other", false, "let other users use the mount (allow_other)")
+	f.BoolVar(&c.DefaultPermissions, "default-permissions", false, "let the kernel check permission bits and owners (default_permissions)")
+	f.DurationVar(&c.EntryTimeout, "entry-timeout", c.EntryTimeout, "how long the kernel trusts a name lookup")
+	f.DurationVar(&c.AttrTimeout, "attr-timeout", c.AttrTimeout, "how long the kernel trusts attributes")
+	f.DurationVar(&c.NegativeTimeout, "negative-timeout", c.NegativeTimeout, "how long the kernel remembers a missing name (0: not at all)")
+	f.IntVar(&c.WriteBuffer, "write-buffer", c.WriteBuffer, "bytes of writes buffered per open file before they are sent")
+	f.BoolVar(&c.DirectMount, "direct-mount", os.Geteuid() == 0, "mount with mount(2) rather than fusermount3 (needs root)")
+	f.BoolVar(&c.Debug, "debug", false, "log every FUSE request (with --log-level debug)")
+	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
+	if err := f.Parse(args); err != nil {
+		return nil, err
+	}
+	if f.NArg() != 1 {
+		f.Usage()
+		return nil, errors.New("mount: want exactly one MOUNTPOINT")
+	}
+	inv.dir = f.Arg(0)
+	return inv, nil
+}
+
+// runMount implements `govfs mount`.
+func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	inv, err := parseMount(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, inv.logLevel)
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(inv.dir)
+	if err != nil {
+		return err
+	}
+	if st, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("mount: %s is not a directory", dir)
+	}
+	addrs, err := metaAddrs(inv.global.meta, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if inv.global.timeout <= 0 {
+		return fmt.Errorf("--timeout %v must be positive", inv.global.timeout)
+	}
+	ccfg := client.DefaultConfig()
+	ccfg.MetaAddrs = addrs
+	ccfg.OpTimeout = inv.global.timeout
+	ccfg.CallTimeout = min(ccfg.CallTimeout, inv.global.timeout)
+	ccfg.ConnectTimeout = min(ccfg.ConnectTimeout, inv.global.timeout)
+	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	ccfg.Logger = log.With("component", "client")
+	cl, err := client.New(ctx, ccfg)
+	if err != nil {
+		return dialError("mount", err)
+	}
+	defer cl.Close()
+	inv.cfg.Client = cl
+	inv.cfg.Logger = log
+	inv.cfg.FsName = "govfs:" + cl.ClusterID()
+	m, err := fusefs.Mount(ctx, dir, inv.cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "GovFS cluster %s mounted on %s (Ctrl-C or 'govfs umount %s' to unmount)\n", cl.ClusterID(), dir, dir)
+	select {
+	case <-m.Done():
+		fmt.Fprintf(stdout, "%s was unmounted\n", dir)
+		return nil
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(stdout, "unmounting %s...\n", dir)
+	done := make(chan error, 1)
+	go func() { done <- m.Unmount() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		return fmt.Errorf("mount: %s detached, but files stayed open for a minute; exiting (their I/O fails now)", dir)
+	}
+}
+
+// runUmount implements `govfs umount`.
+func runUmount(_ context.Context, args []string, _, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs umount", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	lazy := f.Bool("lazy", false, "detach a busy mount now; it goes away when its files are closed")
+	f.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: govfs umount [--lazy] MOUNTPOINT\n\nUnmounts a govfs mount (umount2 as root, else fusermount3 -u); the\n'govfs mount' process then exits.\n\nFlags:")
+		f.PrintDefaults()
+	}
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() != 1 {
+		f.Usage()
+		return errors.New("umount: want exactly one MOUNTPOINT")
+	}
+	dir, err := filepath.Abs(f.Arg(0))
+	if err != nil {
+		return err
+	}
+	return fusefs.Unmount(dir, *lazy)
+}

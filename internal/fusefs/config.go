@@ -1,0 +1,79 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/govfs/govfs/client"
+)
+
+// Config configures a mount. Start from DefaultConfig and set Client.
+type Config struct {
+	// Client talks to the cluster; the mount does not close it.
+	Client *client.Client
+	// EntryTimeout and AttrTimeout are how long the kernel may trust a
+	// name lookup and an inode's attributes without asking again.
+	EntryTimeout, AttrTimeout time.Duration
+	// NegativeTimeout is how long the kernel may remember that a name
+	// does not exist (0: not at all, so another client's creates show at
+	// once).
+	NegativeTimeout time.Duration
+	// WriteBuffer is how many bytes of writes an open file buffers
+	// before pushing them to the chunk servers.
+	WriteBuffer int
+	// MaxWrite is the largest read or write request the kernel sends.
+	MaxWrite int
+	// AllowOther lets users other than the one mounting use the mount
+	// (allow_other; for a non-root user /etc/fuse.conf must allow it).
+	AllowOther bool
+	// DefaultPermissions makes the kernel check permission bits and
+	// ownership (default_permissions). Without it nobody checks them.
+	DefaultPermissions bool
+	// DirectMount mounts with mount(2) instead of fusermount3; needs root
+	// (CAP_SYS_ADMIN).
+	DirectMount bool
+	// FsName is the source shown by mount(8) and df(1).
+	FsName string
+	// Logger receives errors that have no errno and mount events.
+	Logger *slog.Logger
+	// Debug logs every FUSE request (go-fuse's debug output) to Logger.
+	Debug bool
+}
+
+// Defaults used by DefaultConfig.
+const (
+	DefaultTimeout     = time.Second
+	DefaultWriteBuffer = 8 << 20
+	DefaultMaxWrite    = 1 << 20
+)
+
+// DefaultConfig returns a Config with every field but Client set.
+func DefaultConfig() Config {
+	return Config{
+		EntryTimeout: DefaultTimeout,
+		AttrTimeout:  DefaultTimeout,
+		WriteBuffer:  DefaultWriteBuffer,
+		MaxWrite:     DefaultMaxWrite,
+		FsName:       "govfs",
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+}
+
+// Validate reports the first bad field and what to do about it.
+func (c Config) Validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("fusefs: Config.Client is nil; connect a client.Client first")
+	case c.EntryTimeout < 0 || c.AttrTimeout < 0 || c.NegativeTimeout < 0:
+		return fmt.Errorf("fusefs: timeouts must not be negative (entry %v, attr %v, negative %v)", c.EntryTimeout, c.AttrTimeout, c.NegativeTimeout)
+	case c.WriteBuffer < 4096:
+		return fmt.Errorf("fusefs: Config.WriteBuffer = %d is below 4096 bytes", c.WriteBuffer)
+	case c.MaxWrite < 4096 || c.MaxWrite > 1<<20:
+		return fmt.Errorf("fusefs: Config.MaxWrite = %d must be 4 KiB to 1 MiB", c.MaxWrite)
+	case c.Logger == nil:
+		return errors.New("fusefs: Config.Logger is nil; use slog.New(slog.DiscardHandler) to drop logs")
+	}
+	return nil
+}

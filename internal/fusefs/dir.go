@@ -1,0 +1,141 @@
+package fusefs
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// dirPage is how many entries a directory handle asks for at a time.
+const dirPage = 512
+
+// dirHandle is an open directory: it lists "." and "..", then the
+// entries page by page (the ministry's cookie is the last name, so a
+// listing continues correctly across concurrent changes). For
+// readdirplus the attributes come with the page, so no lookup per entry
+// is sent (Lookup below).
+type dirHandle struct {
+	n *node
+
+	mu struct {
+		sync.Mutex
+		pos    int // entries handed out, "." and ".." included
+		page   []*wire.DirEntry
+		next   int // index in page of the next entry
+		cookie []byte
+		eof    bool
+		// last is the entry handed out last (what Lookup is asked for).
+		last *wire.DirEntry
+	}
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileLookuper     = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
+	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+)
+
+func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// Check that it is a directory we may list now rather than at the
+	// first readdir.
+	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
+	if err != nil {
+		return nil, 0, n.fsys.errno("opendir", err)
+	}
+	if a.GetType() != wire.FileType_DIRECTORY {
+		return nil, 0, syscall.ENOTDIR
+	}
+	return &dirHandle{n: n}, 0, 0
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch d.mu.pos {
+	case 0:
+		d.mu.pos++
+		d.mu.last = nil
+		return &fuse.DirEntry{Name: ".", Ino: uint64(d.n.ino), Mode: syscall.S_IFDIR, Off: 1}, 0
+	case 1:
+		d.mu.pos++
+		d.mu.last = nil
+		ino := uint64(d.n.ino)
+		if _, p := d.n.Parent(); p != nil {
+			ino = p.StableAttr().Ino
+		}
+		return &fuse.DirEntry{Name: "..", Ino: ino, Mode: syscall.S_IFDIR, Off: 2}, 0
+	}
+	for {
+		if d.mu.next < len(d.mu.page) {
+			e := d.mu.page[d.mu.next]
+			d.mu.next++
+			if strings.HasPrefix(string(e.GetName()), hiddenPrefix) {
+				continue
+			}
+			d.mu.pos++
+			d.mu.last = e
+			return &fuse.DirEntry{Name: string(e.GetName()), Ino: e.GetIno(), Mode: typeBits(e.GetType()), Off: uint64(d.mu.pos)}, 0
+		}
+		if d.mu.eof {
+			return nil, 0
+		}
+		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage)
+		if err != nil {
+			return nil, d.n.fsys.errno("readdir", err)
+		}
+		if len(next) == 0 && len(ents) > 0 {
+			next = ents[len(ents)-1].GetName()
+		}
+		d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = ents, 0, next, eof || len(ents) == 0
+	}
+}
+
+// Lookup answers readdirplus for the entry just listed from the
+// attributes that came with the page, and asks the ministry otherwise.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	e := d.mu.last
+	d.mu.Unlock()
+	if e != nil && string(e.GetName()) == name && e.GetAttr() != nil && e.GetAttr().GetIno() == e.GetIno() {
+		return d.n.child(ctx, e.GetAttr(), out), 0
+	}
+	return d.n.Lookup(ctx, name, out)
+}
+
+// Seekdir supports rewinding (offset 0) and returning to where the
+// listing is; other offsets restart the listing and skip forward.
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.mu.Lock()
+	pos := d.mu.pos
+	d.mu.Unlock()
+	if off == uint64(pos) {
+		return 0
+	}
+	d.mu.Lock()
+	d.mu.pos, d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof, d.mu.last = 0, nil, 0, nil, false, nil
+	d.mu.Unlock()
+	for i := uint64(0); i < off; i++ {
+		e, errno := d.Readdirent(ctx)
+		if errno != 0 {
+			return errno
+		}
+		if e == nil {
+			break
+		}
+	}
+	return 0
+}
+
+func (d *dirHandle) Releasedir(context.Context, uint32) {}
+
+// Fsyncdir has nothing to do: every namespace change is durable when it
+// returns.
+func (d *dirHandle) Fsyncdir(context.Context, uint32) syscall.Errno { return 0 }

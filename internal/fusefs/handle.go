@@ -1,0 +1,295 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// handle is an open regular file: a client.File and the writes buffered
+// for it (one extent, see the package doc).
+type handle struct {
+	n *node
+	f *client.File
+	// dirtyEnd is the end offset of the buffered extent, 0 when nothing
+	// is buffered; read without mu by the node (getattr).
+	dirtyEnd atomic.Int64
+
+	mu struct {
+		sync.Mutex
+		buf []byte
+		off int64 // file offset of buf[0]
+		// err is a failed push not yet reported to the application.
+		err error
+	}
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileFsyncer  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+)
+
+// open reports whether the inode has open handles on this mount.
+func (n *node) open() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.mu.handles) > 0
+}
+
+// dirtyEndLocked is the end of the furthest buffered write of the inode
+// on this mount (0 if none).
+func (n *node) dirtyEndLocked() uint64 {
+	var end int64
+	for h := range n.mu.handles {
+		end = max(end, h.dirtyEnd.Load())
+	}
+	return uint64(end)
+}
+
+func (n *node) handlesLocked() []*handle {
+	hs := make([]*handle, 0, len(n.mu.handles))
+	for h := range n.mu.handles {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// flushAll pushes the buffered writes of every handle of the inode.
+func (n *node) flushAll(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	var first syscall.Errno
+	for _, h := range hs {
+		if e := h.push(ctx, false); e != 0 && first == 0 {
+			first = e
+		}
+	}
+	return first
+}
+
+func (n *node) addHandle(f *client.File) *handle {
+	h := &handle{n: n, f: f}
+	n.mu.Lock()
+	if n.mu.handles == nil {
+		n.mu.handles = map[*handle]struct{}{}
+	}
+	n.mu.handles[h] = struct{}{}
+	n.mu.Unlock()
+	return h
+}
+
+// openFlags are the flags the client File is opened with: always
+// read-write (the kernel enforces the caller's access mode), with O_TRUNC
+// when the caller may write.
+func openFlags(flags uint32) int {
+	f := syscall.O_RDWR
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY && flags&syscall.O_TRUNC != 0 {
+		f |= syscall.O_TRUNC
+	}
+	return f
+}
+
+// Open opens the file, revalidating its attributes (close-to-open): when
+// they changed since the kernel last saw them, its attribute cache is
+// invalidated, and the page cache is kept only when nothing changed.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = bg(ctx)
+	f, a, err := n.fsys.c.OpenIno(ctx, n.ino, openFlags(flags))
+	if err != nil {
+		return nil, 0, n.fsys.errno("open", err)
+	}
+	var fuseFlags uint32
+	n.mu.Lock()
+	old := n.mu.attr
+	if n.mu.openVersion == a.GetVersion() {
+		fuseFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	n.mu.attr, n.mu.openVersion = a, a.GetVersion()
+	n.mu.Unlock()
+	if old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs()) {
+		// Attributes only (offset < 0): the next read or write asks for
+		// them, so O_APPEND writes start at the current end.
+		n.NotifyContent(-1, 0)
+	}
+	return n.addHandle(f), fuseFlags, 0
+}
+
+// Create creates and opens name. O_EXCL gives EEXIST for any existing
+// name; without it an existing regular file is opened (and truncated with
+// O_TRUNC).
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = bg(ctx)
+	in, a, e := n.make(ctx, name, client.NodeSpec{Type: wire.FileType_REGULAR, Mode: mode, Exclusive: true}, out)
+	if e == syscall.EEXIST && flags&syscall.O_EXCL == 0 {
+		a, err := n.fsys.c.Lookup(ctx, n.ino, name)
+		if err != nil {
+			return nil, nil, 0, n.fsys.errno("create", err)
+		}
+		if a.GetType() == wire.FileType_DIRECTORY {
+			return nil, nil, 0, syscall.EISDIR
+		}
+		in = n.child(ctx, a, out)
+		ch := in.Operations().(*node)
+		f, a, err := n.fsys.c.OpenIno(ctx, ch.ino, openFlags(flags))
+		if err != nil {
+			return nil, nil, 0, n.fsys.errno("open", err)
+		}
+		ch.setAttr(a, &out.Attr)
+		return in, ch.addHandle(f), 0, 0
+	}
+	if e != 0 {
+		return nil, nil, 0, e
+	}
+	f, err := n.fsys.c.FileOf(a, syscall.O_RDWR)
+	if err != nil {
+		return nil, nil, 0, n.fsys.errno("create", err)
+	}
+	return in, in.Operations().(*node).addHandle(f), 0, 0
+}
+
+// Read pushes the inode's buffered writes first, so a process reads what
+// it wrote.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx = bg(ctx)
+	n := h.n
+	n.mu.Lock()
+	dirty := n.dirtyEndLocked() > 0
+	n.mu.Unlock()
+	if dirty {
+		if e := n.flushAll(ctx); e != 0 {
+			return nil, e
+		}
+	}
+	got, err := h.f.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, n.fsys.errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:got]), 0
+}
+
+// Write adds data to the buffered extent when it continues or overlaps
+// it, and otherwise pushes the extent and starts a new one; a full extent
+// is pushed at once.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = bg(ctx)
+	if off < 0 || off > client.MaxFileSize || int64(len(data)) > client.MaxFileSize-off {
+		return 0, syscall.EFBIG
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.mu.err; err != nil {
+		h.mu.err = nil
+		return 0, h.n.fsys.errno("write", err)
+	}
+	limit := h.n.fsys.cfg.WriteBuffer
+	start, end := h.mu.off, h.mu.off+int64(len(h.mu.buf))
+	switch {
+	case len(h.mu.buf) > 0 && off >= start && off <= end && off+int64(len(data)) <= start+int64(limit):
+		// Continues or overlaps the extent.
+		k := copy(h.mu.buf[off-start:], data)
+		h.mu.buf = append(h.mu.buf, data[k:]...)
+	default:
+		if e := h.pushLocked(ctx); e != 0 {
+			return 0, e
+		}
+		h.mu.off = off
+		h.mu.buf = append(h.mu.buf[:0], data...)
+	}
+	h.dirtyEnd.Store(h.mu.off + int64(len(h.mu.buf)))
+	if len(h.mu.buf) >= limit {
+		if e := h.pushLocked(ctx); e != 0 {
+			return 0, e
+		}
+	}
+	return uint32(len(data)), 0
+}
+
+// push sends the buffered extent. With report (the application's own
+// flush or fsync), a failure kept from an earlier push is returned, once,
+// if this one succeeds; without, a failure is kept for the handle's next
+// write, flush or fsync.
+func (h *handle) push(ctx context.Context, report bool) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.pushLocked(ctx)
+	switch {
+	case e != 0 && !report:
+		h.mu.err = &client.Error{Op: "write", Path: "buffered data", Err: e}
+	case e == 0 && report && h.mu.err != nil:
+		e = h.n.fsys.errno("write", h.mu.err)
+		h.mu.err = nil
+	}
+	return e
+}
+
+// pushLocked writes the extent through the client; on failure the
+// extent is dropped (its bytes are lost, and the error is what the
+// application hears).
+func (h *handle) pushLocked(ctx context.Context) syscall.Errno {
+	if len(h.mu.buf) == 0 {
+		return 0
+	}
+	_, err := h.f.WriteAt(ctx, h.mu.buf, h.mu.off)
+	h.mu.buf = h.mu.buf[:0]
+	if cap(h.mu.buf) > h.n.fsys.cfg.WriteBuffer {
+		h.mu.buf = nil
+	}
+	h.dirtyEnd.Store(0)
+	if err != nil {
+		return h.n.fsys.errno("write", err)
+	}
+	return 0
+}
+
+// Flush runs on every close(2) of a descriptor: push the extent and
+// record the mtime of overwrites (client.File.Sync). Its error is what
+// close returns.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx = bg(ctx)
+	if e := h.push(ctx, true); e != 0 {
+		return e
+	}
+	return h.n.fsys.errno("flush", h.f.Sync(ctx))
+}
+
+func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno { return h.Flush(ctx) }
+
+// Release runs after the last close: push what is left (nobody can hear
+// an error now, so it is logged), close the File and, for a file
+// unlinked while open, remove its hidden name.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	ctx = bg(ctx)
+	n := h.n
+	if e := h.push(ctx, true); e != 0 {
+		n.fsys.log.Warn("write lost at release", slog.Uint64("ino", uint64(n.ino)), slog.Any("errno", e))
+	}
+	_ = h.f.Close()
+	n.mu.Lock()
+	delete(n.mu.handles, h)
+	last := len(n.mu.handles) == 0
+	hidden, parent := n.mu.hidden, n.mu.hiddenParent
+	if last {
+		n.mu.hidden = ""
+	}
+	n.mu.Unlock()
+	if last && hidden != "" {
+		if err := n.fsys.c.UnlinkAt(ctx, parent, hidden); err != nil {
+			n.fsys.log.Warn("remove an unlinked file's hidden name", slog.String("name", hidden), slog.Any("err", err))
+		}
+	}
+	return 0
+}

@@ -1,0 +1,137 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/govfs/govfs/internal/ids"
+)
+
+// Mounted is a served mount.
+type Mounted struct {
+	dir  string
+	srv  *fuse.Server
+	log  *slog.Logger
+	done chan struct{}
+}
+
+// Mount mounts the cluster of cfg.Client on dir and serves it until it
+// is unmounted (Unmount, `govfs umount`, fusermount3 -u, umount(8)).
+func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
+	fsys, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Fail early, with the cluster's error, rather than at the first
+	// request.
+	rootAttr, err := cfg.Client.GetAttr(ctx, ids.RootIno)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: read the root directory: %w", dir, err)
+	}
+	root := &node{fsys: fsys, ino: ids.RootIno}
+	root.mu.attr = rootAttr
+	entry, attr, neg := cfg.EntryTimeout, cfg.AttrTimeout, cfg.NegativeTimeout
+	opts := &fs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &neg,
+		// Modes are reported as stored, even 0.
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: uint64(ids.RootIno)},
+		MountOptions: fuse.MountOptions{
+			AllowOther:   cfg.AllowOther,
+			MaxWrite:     cfg.MaxWrite,
+			MaxReadAhead: cfg.MaxWrite,
+			// Reads and writes wait on the network: let the kernel keep
+			// more of them in flight than the default 12.
+			MaxBackground: 64,
+			FsName:        cfg.FsName,
+			Name:          "govfs",
+			DirectMount:   cfg.DirectMount,
+			// security.capability is asked for on every write; GovFS
+			// stores no capabilities, so go-fuse answers it.
+			IgnoreSecurityLabels: true,
+			Debug:                cfg.Debug,
+			Logger:               slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		},
+	}
+	if cfg.DefaultPermissions {
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
+	}
+	srv, err := fuse.NewServer(fs.NewNodeFS(root, opts), dir, &opts.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	m := &Mounted{dir: dir, srv: srv, log: cfg.Logger, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		srv.Serve()
+	}()
+	if err := srv.WaitMount(); err != nil {
+		_ = srv.Unmount()
+		<-m.done
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// Done is closed when the mount is gone and serving has stopped.
+func (m *Mounted) Done() <-chan struct{} { return m.done }
+
+// Unmount unmounts and waits for serving to stop. When files are still
+// open (EBUSY) it detaches the mount (lazy unmount): the mount point is
+// free at once, and serving stops when the last open file is closed.
+func (m *Mounted) Unmount() error {
+	err := m.srv.Unmount()
+	if err != nil {
+		m.log.Info("unmount failed; detaching lazily (serving until open files close)", slog.String("dir", m.dir), slog.Any("err", err))
+		if lerr := Unmount(m.dir, true); lerr != nil {
+			return fmt.Errorf("unmount %s: %w (lazy: %v)", m.dir, err, lerr)
+		}
+	}
+	<-m.done
+	return nil
+}
+
+// Unmount unmounts the GovFS mount on dir (as `govfs umount`): with
+// umount2(2) as root, else with fusermount3 -u (or fusermount -u). lazy
+// detaches a busy mount.
+func Unmount(dir string, lazy bool) error {
+	if os.Geteuid() == 0 {
+		flags := 0
+		if lazy {
+			flags = syscall.MNT_DETACH
+		}
+		if err := syscall.Unmount(dir, flags); err != nil {
+			return fmt.Errorf("umount %s: %w", dir, err)
+		}
+		return nil
+	}
+	args := []string{"-u"}
+	if lazy {
+		args = append(args, "-z")
+	}
+	args = append(args, dir)
+	var errs []error
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out, err := exec.Command(path, args...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("umount %s: %s: %w: %s", dir, bin, err, out)
+		}
+		return nil
+	}
+	return fmt.Errorf("umount %s: not root and no fusermount3 (apt-get install fuse3): %w", dir, errors.Join(errs...))
+}

@@ -1,0 +1,442 @@
+package fusefs
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// hiddenPrefix starts the names that unlinked-but-open files get (see
+// Unlink); readdir does not list them.
+const hiddenPrefix = ".govfs-hidden-"
+
+// FS is one mount's file system: the root node and what every node
+// shares.
+type FS struct {
+	cfg Config
+	c   *client.Client
+	log *slog.Logger
+
+	statfs statfsCache
+}
+
+// New returns the file system of a mount; Mount serves it.
+func New(cfg Config) (*FS, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger}, nil
+}
+
+// node is one GovFS inode as go-fuse knows it.
+type node struct {
+	fs.Inode
+	fsys *FS
+	ino  ids.Ino
+
+	mu struct {
+		sync.Mutex
+		// attr is the last attributes read or returned (for a parent's
+		// setgid bit and gid, and open's change check).
+		attr *wire.Attr
+		// openVersion is the inode version at the last open: the page
+		// cache is kept only when an open finds it unchanged.
+		openVersion uint64
+		// handles are this inode's open files on this mount.
+		handles map[*handle]struct{}
+		// hidden is the name the file was renamed to when it was
+		// unlinked while open ("" if not); the last release removes it.
+		hidden       string
+		hiddenParent ids.Ino
+	}
+}
+
+var (
+	_ fs.InodeEmbedder      = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+)
+
+// Root returns the root node of the mount, ready for fs.NewNodeFS.
+func (f *FS) Root() fs.InodeEmbedder { return &node{fsys: f, ino: ids.RootIno} }
+
+// bg detaches ctx from the kernel's interrupts (see the package doc); the
+// client bounds every call by its OpTimeout.
+func bg(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// errno converts a client error to the errno the kernel gets, logging
+// those that carry none.
+func (f *FS) errno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	e := client.Errno(err)
+	if e == syscall.EIO {
+		f.log.Warn("fuse operation failed", slog.String("op", op), slog.Any("err", err))
+	}
+	return e
+}
+
+// caller returns the credentials of the process behind a request.
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+// typeBits maps a GovFS file type to S_IF* bits.
+func typeBits(t wire.FileType) uint32 {
+	switch t {
+	case wire.FileType_DIRECTORY:
+		return syscall.S_IFDIR
+	case wire.FileType_SYMLINK:
+		return syscall.S_IFLNK
+	case wire.FileType_FIFO:
+		return syscall.S_IFIFO
+	}
+	return syscall.S_IFREG
+}
+
+func splitNs(ns int64) (uint64, uint32) {
+	if ns < 0 {
+		return 0, 0
+	}
+	return uint64(ns / 1e9), uint32(ns % 1e9)
+}
+
+// fillAttr converts GovFS attributes for the kernel.
+func fillAttr(a *wire.Attr, out *fuse.Attr) {
+	out.Ino = a.GetIno()
+	out.Size = a.GetSize()
+	out.Blocks = (a.GetSize() + 511) / 512
+	out.Blksize = 1 << 20
+	out.Mode = typeBits(a.GetType()) | a.GetMode()&0o7777
+	out.Nlink = a.GetNlink()
+	out.Uid, out.Gid = a.GetUid(), a.GetGid()
+	out.Atime, out.Atimensec = splitNs(a.GetAtimeNs())
+	out.Mtime, out.Mtimensec = splitNs(a.GetMtimeNs())
+	out.Ctime, out.Ctimensec = splitNs(a.GetCtimeNs())
+}
+
+// setAttr remembers a and fills out, covering the end of writes still
+// buffered on this mount.
+func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
+	n.mu.Lock()
+	n.mu.attr = a
+	end := n.dirtyEndLocked()
+	n.mu.Unlock()
+	fillAttr(a, out)
+	if end > out.Size {
+		out.Size = end
+		out.Blocks = (end + 511) / 512
+	}
+}
+
+func (n *node) cachedAttr() *wire.Attr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.attr
+}
+
+// child returns the Inode for attributes a (an existing one for a known
+// inode: hard links share it) and fills out.
+func (n *node) child(ctx context.Context, a *wire.Attr, out *fuse.EntryOut) *fs.Inode {
+	ch := &node{fsys: n.fsys, ino: ids.Ino(a.GetIno())}
+	in := n.NewInode(ctx, ch, fs.StableAttr{Mode: typeBits(a.GetType()), Ino: a.GetIno()})
+	if cn, ok := in.Operations().(*node); ok {
+		cn.setAttr(a, &out.Attr)
+	} else {
+		fillAttr(a, &out.Attr)
+	}
+	out.NodeId = 0 // set by go-fuse
+	return in
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Lookup(bg(ctx), n.ino, name)
+	if err != nil {
+		return nil, n.fsys.errno("lookup", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
+	if err != nil {
+		return n.fsys.errno("getattr", err)
+	}
+	n.setAttr(a, &out.Attr)
+	return 0
+}
+
+// newCred returns the owner of a new inode under n: the caller, with
+// n's group when n has the setgid bit (and then a new directory inherits
+// the bit, which it reports in mode).
+func (n *node) newCred(ctx context.Context, mode uint32, dir bool) (*wire.Cred, uint32) {
+	uid, gid := caller(ctx)
+	if p := n.cachedAttr(); p != nil && p.GetMode()&syscall.S_ISGID != 0 {
+		gid = p.GetGid()
+		if dir {
+			mode |= syscall.S_ISGID
+		}
+	}
+	return &wire.Cred{Uid: uid, Gid: gid}, mode
+}
+
+func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out *fuse.EntryOut) (*fs.Inode, *wire.Attr, syscall.Errno) {
+	spec.Cred, spec.Mode = n.newCred(ctx, spec.Mode&0o7777, spec.Type == wire.FileType_DIRECTORY)
+	a, err := n.fsys.c.MakeNode(bg(ctx), n.ino, name, spec)
+	if err != nil {
+		return nil, nil, n.fsys.errno("create", err)
+	}
+	return n.child(ctx, a, out), a, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	in, _, e := n.make(ctx, name, client.NodeSpec{Type: wire.FileType_DIRECTORY, Mode: mode}, out)
+	return in, e
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	in, _, e := n.make(ctx, name, client.NodeSpec{Type: wire.FileType_SYMLINK, Mode: 0o777, Target: target}, out)
+	return in, e
+}
+
+// Mknod makes fifos and regular files; GovFS stores no devices or
+// sockets (EPERM).
+func (n *node) Mknod(ctx context.Context, name string, mode, _ uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var t wire.FileType
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFIFO:
+		t = wire.FileType_FIFO
+	case syscall.S_IFREG, 0:
+		t = wire.FileType_REGULAR
+	default:
+		return nil, syscall.EPERM
+	}
+	in, _, e := n.make(ctx, name, client.NodeSpec{Type: t, Mode: mode, Exclusive: true}, out)
+	return in, e
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.fsys.c.ReadlinkIno(bg(ctx), n.ino)
+	if err != nil {
+		return nil, n.fsys.errno("readlink", err)
+	}
+	return []byte(t), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	a, err := n.fsys.c.LinkAt(bg(ctx), t.ino, n.ino, name)
+	if err != nil {
+		return nil, n.fsys.errno("link", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.fsys.errno("rmdir", n.fsys.c.RmdirAt(bg(ctx), n.ino, name))
+}
+
+// Unlink removes name; a regular file that is open on this mount with one
+// link left is renamed to a hidden name instead, removed at its last
+// release (see the package doc).
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = bg(ctx)
+	if ch, ok := n.GetChild(name).Operations().(*node); ok && ch.open() {
+		a, err := n.fsys.c.GetAttr(ctx, ch.ino)
+		if err == nil && a.GetType() == wire.FileType_REGULAR && a.GetNlink() == 1 {
+			hidden := hiddenPrefix + strconv.FormatUint(uint64(ch.ino), 10)
+			err = n.fsys.c.RenameAt(ctx, n.ino, name, n.ino, hidden, client.RenameNoReplace)
+			if err == nil {
+				ch.mu.Lock()
+				ch.mu.hidden, ch.mu.hiddenParent = hidden, n.ino
+				ch.mu.Unlock()
+				return 0
+			}
+			n.fsys.log.Warn("hide an unlinked open file", slog.Uint64("ino", uint64(ch.ino)), slog.Any("err", err))
+		}
+	}
+	return n.fsys.errno("unlink", n.fsys.c.UnlinkAt(ctx, n.ino, name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	return n.fsys.errno("rename", n.fsys.c.RenameAt(bg(ctx), n.ino, name, np.ino, newName, flags))
+}
+
+// ---- attributes ----
+
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = bg(ctx)
+	var a *wire.Attr
+	if size, ok := in.GetSize(); ok {
+		h, _ := fh.(*handle)
+		var e syscall.Errno
+		if a, e = n.truncate(ctx, h, int64(size)); e != 0 {
+			return e
+		}
+	}
+	op := &wire.SetattrOp{}
+	if m, ok := in.GetMode(); ok {
+		op.Valid |= uint32(wire.SetattrField_SETATTR_MODE)
+		op.Mode = m
+	}
+	if uid, ok := in.GetUID(); ok {
+		op.Valid |= uint32(wire.SetattrField_SETATTR_UID)
+		op.Uid = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		op.Valid |= uint32(wire.SetattrField_SETATTR_GID)
+		op.Gid = gid
+	}
+	switch {
+	case in.Valid&fuse.FATTR_ATIME_NOW != 0:
+		op.Valid |= uint32(wire.SetattrField_SETATTR_ATIME_NOW)
+	case in.Valid&fuse.FATTR_ATIME != 0:
+		op.Valid |= uint32(wire.SetattrField_SETATTR_ATIME)
+		op.AtimeNs = time.Unix(int64(in.Atime), int64(in.Atimensec)).UnixNano()
+	}
+	switch {
+	case in.Valid&fuse.FATTR_MTIME_NOW != 0:
+		op.Valid |= uint32(wire.SetattrField_SETATTR_MTIME_NOW)
+	case in.Valid&fuse.FATTR_MTIME != 0:
+		op.Valid |= uint32(wire.SetattrField_SETATTR_MTIME)
+		op.MtimeNs = time.Unix(int64(in.Mtime), int64(in.Mtimensec)).UnixNano()
+	}
+	if op.Valid != 0 {
+		var err error
+		if a, err = n.fsys.c.Setattr(ctx, n.ino, op); err != nil {
+			return n.fsys.errno("setattr", err)
+		}
+	}
+	if a == nil {
+		var err error
+		if a, err = n.fsys.c.GetAttr(ctx, n.ino); err != nil {
+			return n.fsys.errno("getattr", err)
+		}
+	}
+	n.setAttr(a, &out.Attr)
+	return 0
+}
+
+// truncate sets the size after pushing every buffered write of the inode
+// (so none lands after the cut), through the caller's handle h if any.
+func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr, syscall.Errno) {
+	if e := n.flushAll(ctx); e != 0 {
+		return nil, e
+	}
+	var f *client.File
+	if h != nil {
+		f = h.f
+	} else {
+		var err error
+		if f, _, err = n.fsys.c.OpenIno(ctx, n.ino, syscall.O_RDWR); err != nil {
+			return nil, n.fsys.errno("truncate", err)
+		}
+		defer f.Close()
+	}
+	if err := f.Truncate(ctx, size); err != nil {
+		return nil, n.fsys.errno("truncate", err)
+	}
+	a, err := n.fsys.c.GetAttr(ctx, n.ino)
+	if err != nil {
+		return nil, n.fsys.errno("getattr", err)
+	}
+	// Every open File of the inode learns the new size (a File that
+	// knew a larger one would not grow the file on its next write).
+	n.mu.Lock()
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	for _, oh := range hs {
+		if oh != h {
+			oh.f.Reset(a)
+		}
+	}
+	return a, 0
+}
+
+// ---- extended attributes ----
+
+// xattrAllowed refuses the system.* namespace (POSIX ACLs are not
+// supported; the kernel would not apply stored ones).
+func xattrAllowed(name string) bool { return !strings.HasPrefix(name, "system.") }
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if !xattrAllowed(attr) {
+		return 0, syscall.ENODATA
+	}
+	v, err := n.fsys.c.GetXattrIno(bg(ctx), n.ino, attr)
+	if err != nil {
+		return 0, n.fsys.errno("getxattr", err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if !xattrAllowed(attr) {
+		return syscall.EOPNOTSUPP
+	}
+	return n.fsys.errno("setxattr", n.fsys.c.SetXattrIno(bg(ctx), n.ino, attr, data, flags))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if !xattrAllowed(attr) {
+		return syscall.ENODATA
+	}
+	return n.fsys.errno("removexattr", n.fsys.c.RemoveXattrIno(bg(ctx), n.ino, attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fsys.c.ListXattrIno(bg(ctx), n.ino)
+	if err != nil {
+		return 0, n.fsys.errno("listxattr", err)
+	}
+	var b []byte
+	for _, nm := range names {
+		b = append(append(b, nm...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
