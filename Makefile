@@ -3,16 +3,16 @@
 GO ?= go
 BIN := bin/govfs
 
-.PHONY: dev test build proto bench-meta vet clean
+.PHONY: dev test build proto bench-meta vet clean fuse3
 
-dev: build
+dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
 
 build:
 	$(GO) build -o $(BIN) ./cmd/govfs
 
 # Every test, then the concurrent cores again under the race detector.
-test:
+test: fuse3
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./internal/gctest ./client
@@ -27,6 +27,14 @@ proto:
 		--go_out=internal/wire --go_opt=paths=source_relative \
 		--go-grpc_out=internal/wire --go-grpc_opt=paths=source_relative \
 		internal/wire/govfs.proto
+
+# FUSE mounts (govfs mount, dev --mount, the mount tests): root mounts with
+# mount(2) and needs only /dev/fuse; other users need fusermount3, from the
+# Debian package fuse3, installed here when missing.
+fuse3:
+	@[ "$$(id -u)" = 0 ] || command -v fusermount3 >/dev/null || \
+		sudo apt-get install -y fuse3 || \
+		echo "warning: fusermount3 missing and fuse3 not installed: FUSE tests will be skipped"
 
 bench-meta: build
 	./$(BIN) bench meta

@@ -17,6 +17,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("govfs dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "./govfs-dev", "directory for the nodes' data and logs")
+	mountDir := fs.String("mount", "", "also mount the cluster with FUSE on this directory (see govfs mount)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,6 +50,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (%slog %s)\n", k+1, k+1, a, metrics, c.LogPath(len(c.Addrs())+k))
 	}
 	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta)
+	if *mountDir != "" {
+		unmount, err := devMount(ctx, *mountDir, c.Addrs(), stdout, stderr)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		defer unmount()
+	}
 	// Report a node that dies under us; the others keep serving (a
 	// majority is enough) until Ctrl-C.
 	type exited struct {

@@ -147,3 +147,42 @@ func runUmount(_ context.Context, args []string, _, stderr io.Writer) error {
 	}
 	return fusefs.Unmount(dir, *lazy)
 }
+
+// devMount mounts the dev cluster on dir in this process (govfs dev
+// --mount) and returns the function that unmounts it.
+func devMount(ctx context.Context, dir string, addrs []string, stdout, stderr io.Writer) (func(), error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	log, err := newLogger(stderr, "warn")
+	if err != nil {
+		return nil, err
+	}
+	ccfg := client.DefaultConfig()
+	ccfg.MetaAddrs = addrs
+	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	cl, err := client.New(ctx, ccfg)
+	if err != nil {
+		return nil, dialError("mount", err)
+	}
+	cfg := fusefs.DefaultConfig()
+	cfg.Client, cfg.Logger = cl, log
+	cfg.FsName = "govfs:" + cl.ClusterID()
+	cfg.DirectMount = os.Geteuid() == 0
+	m, err := fusefs.Mount(ctx, abs, cfg)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "  mounted on %s (FUSE; unmounted when dev stops)\n", abs)
+	return func() {
+		if err := m.Unmount(); err != nil {
+			fmt.Fprintf(stderr, "dev: %v\n", err)
+		}
+		cl.Close()
+	}, nil
+}
