@@ -259,12 +259,16 @@ func (c *Client) fetchSpans(ctx context.Context, spans []span, refs map[uint64]*
 		results[i] = make(chan result, 1)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// The feeder runs at most readWindow requests ahead of delivery.
 	window := make(chan struct{}, readWindow)
 	todo := make(chan int)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// Cancel first, then wait: after an early return the feeder may be
+	// blocked on the window until it sees the cancel.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	for range min(readWindow, len(spans)) {
 		wg.Go(func() {
 			for i := range todo {

@@ -36,6 +36,9 @@ func (s *Server) deleteChunk(f *dataproto.Frame, reply *dataproto.Frame) *datapr
 	if f.Handle == 0 {
 		return failf(reply, dataproto.StatusInvalid, "delete: no chunk handle given")
 	}
+	// Under the chunk's lock, so no install is in flight while we look.
+	unlock := s.locks.lock(f.Handle)
+	defer unlock()
 	// The collector decided at the group epoch the frame names. If this
 	// server has joined the chunk's group since (a member being filled
 	// again), the copy may be one the primary just installed: refuse.
@@ -43,8 +46,6 @@ func (s *Server) deleteChunk(f *dataproto.Frame, reply *dataproto.Frame) *datapr
 		return failf(reply, dataproto.StatusStaleEpoch, "delete chunk %d: decided at epoch %d of group %d, which is now at %d with this server a member",
 			f.Handle, f.Epoch, g.GetId(), g.GetEpoch())
 	}
-	unlock := s.locks.lock(f.Handle)
-	defer unlock()
 	if err := s.store.Delete(chunkstore.Handle(f.Handle)); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {
 		reply.Status, reply.Payload = status(err)
 		return reply

@@ -20,6 +20,13 @@ import (
 // maxReadLength bounds one read request.
 const maxReadLength = 8 << 20
 
+// maxOrderDelay is how long a mutation may wait (for the chunk's lock, the
+// group's readiness, a reconcile) before it is ordered; a later one is
+// refused unapplied. It is half the clients' 10 s call timeout
+// (dataproto.Pool), so a request is never applied after its sender timed
+// out and moved on.
+const maxOrderDelay = 5 * time.Second
+
 func (s *Server) serve() {
 	for {
 		c, err := s.lis.Accept()
@@ -85,6 +92,7 @@ func (s *Server) serveConn(c net.Conn) {
 }
 
 func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
+	received := time.Now()
 	reply := &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
 		Epoch: f.Epoch, Offset: f.Offset}
 	fail := func(st dataproto.Status, format string, args ...any) *dataproto.Frame {
@@ -132,7 +140,7 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 			// Retryable: members learn a new group within a heartbeat.
 			return fail(dataproto.StatusStaleEpoch, "replica group %d is not ready: %v", f.Group, err)
 		}
-		return s.order(f, g, addrs, reply)
+		return s.order(f, g, addrs, reply, received)
 	case dataproto.TypeReplicate:
 		return s.replicate(f, h, reply)
 	case dataproto.TypeInstall:
@@ -197,7 +205,7 @@ func (s *Server) replicate(f *dataproto.Frame, h chunkstore.Handle, reply *datap
 		return reply
 	}
 	if f.Version != cur+1 {
-		reply.Status = dataproto.StatusStaleVersion
+		reply.Status, reply.Version = dataproto.StatusStaleVersion, cur
 		reply.Payload = []byte(fmt.Sprintf("chunk %d is at version %d on server %d, mutation is version %d: a mutation was missed",
 			f.Handle, cur, s.id, f.Version))
 		return reply
@@ -275,7 +283,7 @@ func (s *Server) groupReady(g *wire.ReplicaGroup, addrs map[uint64]string) error
 // forwards it to every other member and acknowledges only when every
 // full member has it durably. Mutations of one chunk are ordered by a
 // per-chunk lock so versions and offsets are the same on every replica.
-func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint64]string, reply *dataproto.Frame) *dataproto.Frame {
+func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint64]string, reply *dataproto.Frame, received time.Time) *dataproto.Frame {
 	h := chunkstore.Handle(f.Handle)
 	unlock := s.locks.lock(f.Handle)
 	defer unlock()
@@ -284,6 +292,13 @@ func (s *Server) order(f *dataproto.Frame, g *wire.ReplicaGroup, addrs map[uint6
 	// replaced) they may not.
 	if err := s.reconcile(g, addrs, f.Handle); err != nil {
 		return failf(reply, dataproto.StatusInternal, "chunk %d: bring the members of group %d into agreement: %v", f.Handle, g.GetId(), err)
+	}
+	if waited := time.Since(received); waited > maxOrderDelay {
+		// The client gave up on this request long ago and may have sent
+		// it again, and written after it: applying it now could put old
+		// bytes over newer acknowledged ones.
+		return failf(reply, dataproto.StatusInternal, "chunk %d: the request waited %v to be ordered; not applied (the client has retried it)",
+			f.Handle, waited.Truncate(time.Millisecond))
 	}
 	if f.Type == dataproto.TypeAppend && f.Version != 0 {
 		if off, ok := s.appends.lookup(f.Handle, f.Version); ok {
@@ -388,9 +403,15 @@ func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *data
 	for i, m := range others {
 		wg.Go(func() {
 			rf, err := s.peers.Call(addrs[m], fw)
-			if err == nil && rf.Status == dataproto.StatusStaleVersion {
+			if err == nil && (rf.Status == dataproto.StatusStaleVersion || rf.Status == dataproto.StatusCorrupt) {
+				// The member missed a mutation, or its copy is damaged:
+				// send our whole copy, replacing the version it reported.
+				expect := rf.Version
+				if rf.Status == dataproto.StatusCorrupt {
+					expect = anyVersion
+				}
 				if err = waitLocal(); err == nil {
-					err = s.installOn(g, addrs, m, fw.Handle)
+					err = s.installOn(g, addrs, m, fw.Handle, expect)
 				}
 				rf = nil
 			}
@@ -402,8 +423,12 @@ func (s *Server) forward(g *wire.ReplicaGroup, addrs map[uint64]string, fw *data
 			case rf != nil && rf.Status != dataproto.StatusOK:
 				errs[i] = fmt.Errorf("replica %d: status %d: %s", m, rf.Status, rf.Payload)
 			}
-			if errs[i] != nil && slices.Contains(g.GetSyncing(), m) {
-				s.syncMissed(g.GetId(), m, fw.Handle)
+			// A syncing member's miss does not fail the write (its copy
+			// pass notices) — unless the group changed under us
+			// (StaleEpoch: the member may be full already) or the member
+			// is being reported full right now.
+			staleEpoch := err == nil && rf != nil && rf.Status == dataproto.StatusStaleEpoch
+			if errs[i] != nil && !staleEpoch && slices.Contains(g.GetSyncing(), m) && s.syncMissed(g.GetId(), m, fw.Handle) {
 				errs[i] = nil
 			}
 		})

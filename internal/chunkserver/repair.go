@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
@@ -44,9 +45,16 @@ func (s *Server) reconcileLater(group, h uint64) {
 	defer s.mu.Unlock()
 	delete(s.reconciled, h)
 	if s.toReconcile == nil {
-		s.toReconcile = map[uint64]uint64{}
+		s.toReconcile = map[uint64]reconcileNote{}
 	}
-	s.toReconcile[h] = group
+	s.reconcileGen++
+	s.toReconcile[h] = reconcileNote{group: group, gen: s.reconcileGen}
+}
+
+// reconcileNote is a chunk waiting for reconcileLoop; gen tells a note
+// made while the loop worked on the chunk from the one it worked on.
+type reconcileNote struct {
+	group, gen uint64
 }
 
 // reconcileLoop retries the chunks reconcileLater noted, every second.
@@ -62,17 +70,20 @@ func (s *Server) reconcileLoop() {
 		s.mu.Lock()
 		todo := maps.Clone(s.toReconcile)
 		s.mu.Unlock()
-		for h, group := range todo {
-			done, err := s.reconcileNow(group, h)
+		for h, note := range todo {
+			done, err := s.reconcileNow(note.group, h)
 			if err != nil {
 				s.log.Debug("reconcile chunk", "chunk", h, "err", err)
 			}
 			if done {
 				s.mu.Lock()
-				delete(s.toReconcile, h)
+				if s.toReconcile[h].gen == note.gen {
+					delete(s.toReconcile, h)
+				}
 				s.mu.Unlock()
 			}
 		}
+		s.appends.sweep(time.Now())
 	}
 }
 
@@ -104,6 +115,9 @@ func (s *Server) reconcile(g *wire.ReplicaGroup, addrs map[uint64]string, h uint
 	local := uint64(0)
 	if info, err := s.store.Stat(chunkstore.Handle(h)); err == nil {
 		local = info.Version
+	} else if ce := (*chunkstore.CorruptError)(nil); errors.As(err, &ce) {
+		// Our own copy is damaged: take a member's (below).
+		s.repairLater(g.GetId(), chunkstore.Handle(h))
 	} else if !errors.Is(err, chunkstore.ErrNotFound) {
 		return err
 	}
@@ -113,24 +127,18 @@ func (s *Server) reconcile(g *wire.ReplicaGroup, addrs map[uint64]string, h uint
 		if m == s.id || slices.Contains(g.GetSyncing(), m) {
 			continue
 		}
-		rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeStat, Handle: h, Group: g.GetId(), Epoch: g.GetEpoch()})
-		switch {
-		case err != nil:
+		v, err := s.memberVersion(addrs[m], g, h)
+		if err != nil {
 			return fmt.Errorf("member %d: %w", m, err)
-		case rf.Status == dataproto.StatusNotFound:
-			versions[m] = 0
-		case rf.Status != dataproto.StatusOK:
-			return fmt.Errorf("member %d: status %d: %s", m, rf.Status, rf.Payload)
-		default:
-			versions[m] = rf.Version
 		}
-		if versions[m] > best {
-			best, bestAt = versions[m], m
+		versions[m] = v
+		if v != anyVersion && v > best {
+			best, bestAt = v, m
 		}
 	}
 	if bestAt != s.id {
 		// A member is ahead (it has a mutation the old primary ordered
-		// but never acknowledged): take its copy.
+		// but never acknowledged, or our copy is damaged): take its copy.
 		data, v, err := s.fetchChunk(addrs[bestAt], g, h)
 		if err != nil {
 			return fmt.Errorf("fetch chunk from member %d: %w", bestAt, err)
@@ -142,7 +150,7 @@ func (s *Server) reconcile(g *wire.ReplicaGroup, addrs map[uint64]string, h uint
 	}
 	for m, v := range versions {
 		if v != best {
-			if err := s.installOn(g, addrs, m, h); err != nil {
+			if err := s.installOn(g, addrs, m, h, v); err != nil {
 				return err
 			}
 		}
@@ -196,7 +204,8 @@ func (s *Server) replaceLocal(h uint64, v uint64, data []byte) error {
 	if err := s.store.Delete(ch); err != nil && !errors.Is(err, chunkstore.ErrNotFound) {
 		return fmt.Errorf("replace chunk %d: %w", h, err)
 	}
-	s.appends.forget(h)
+	// The append ids stay: the new copy holds every record they name
+	// (it is the same or a later version of this chunk).
 	if len(data) == 0 {
 		// An empty chunk with a version was truncated to 0, so v >= 2.
 		if v < 2 {
@@ -213,9 +222,32 @@ func (s *Server) replaceLocal(h uint64, v uint64, data []byte) error {
 	return nil
 }
 
+// anyVersion as an install's expected version replaces whatever copy
+// the member has (its copy is damaged, so its version is unknown).
+const anyVersion = math.MaxUint64
+
+// memberVersion asks member addr for its version of chunk h: 0 when it
+// has none, anyVersion when its copy is damaged.
+func (s *Server) memberVersion(addr string, g *wire.ReplicaGroup, h uint64) (uint64, error) {
+	rf, err := s.peers.Call(addr, &dataproto.Frame{Type: dataproto.TypeStat, Handle: h, Group: g.GetId(), Epoch: g.GetEpoch()})
+	switch {
+	case err != nil:
+		return 0, err
+	case rf.Status == dataproto.StatusNotFound:
+		return 0, nil
+	case rf.Status == dataproto.StatusCorrupt:
+		return anyVersion, nil
+	case rf.Status != dataproto.StatusOK:
+		return 0, fmt.Errorf("status %d: %s", rf.Status, rf.Payload)
+	}
+	return rf.Version, nil
+}
+
 // installOn sends this server's copy of chunk h to member m, replacing
-// m's. The caller holds the chunk lock.
-func (s *Server) installOn(g *wire.ReplicaGroup, addrs map[uint64]string, m uint64, h uint64) error {
+// m's copy if m still has version expect (0: none; anyVersion: a damaged
+// one), so a delayed install can never take m back to older bytes. The
+// caller holds the chunk lock.
+func (s *Server) installOn(g *wire.ReplicaGroup, addrs map[uint64]string, m uint64, h uint64, expect uint64) error {
 	ch := chunkstore.Handle(h)
 	info, err := s.store.Stat(ch)
 	if err != nil {
@@ -229,8 +261,10 @@ func (s *Server) installOn(g *wire.ReplicaGroup, addrs map[uint64]string, m uint
 		}
 		return fmt.Errorf("install chunk %d on member %d: %w", h, m, err)
 	}
+	payload := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), expect)
+	payload = append(payload, data...)
 	rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeInstall, Handle: h, Group: g.GetId(), Epoch: g.GetEpoch(),
-		Version: info.Version, Offset: info.Length, Payload: data})
+		Version: info.Version, Offset: info.Length, Payload: payload})
 	if err != nil {
 		return fmt.Errorf("install chunk %d on member %d: %w", h, m, err)
 	}
@@ -245,16 +279,35 @@ func (s *Server) installOn(g *wire.ReplicaGroup, addrs map[uint64]string, m uint
 }
 
 // install answers TypeInstall: the primary replaces this member's copy.
+// The payload is the version the primary expects this member to have
+// (8 bytes; see installOn) and then the chunk's bytes.
 func (s *Server) install(f *dataproto.Frame, h chunkstore.Handle, reply *dataproto.Frame) *dataproto.Frame {
-	if f.Offset != int64(len(f.Payload)) {
-		return failf(reply, dataproto.StatusInvalid, "install: length %d but %d bytes sent", f.Offset, len(f.Payload))
+	if len(f.Payload) < 8 || f.Offset != int64(len(f.Payload)-8) {
+		return failf(reply, dataproto.StatusInvalid, "install: length %d but %d bytes sent after the expected version", f.Offset, len(f.Payload)-8)
 	}
 	if f.Version == 0 || f.Handle == 0 {
 		return failf(reply, dataproto.StatusInvalid, "install: chunk handle and version are required")
 	}
+	expect := binary.BigEndian.Uint64(f.Payload)
 	unlock := s.locks.lock(f.Handle)
 	defer unlock()
-	reply.Status, reply.Payload = status(s.replaceLocal(f.Handle, f.Version, f.Payload))
+	if expect != anyVersion {
+		cur := uint64(0)
+		info, err := s.store.Stat(h)
+		switch {
+		case err == nil:
+			cur = info.Version
+		case !errors.Is(err, chunkstore.ErrNotFound):
+			reply.Status, reply.Payload = status(err)
+			return reply
+		}
+		if cur != expect {
+			// A delayed install: the primary has moved on since it asked.
+			return failf(reply, dataproto.StatusStaleVersion, "install of chunk %d version %d expected this copy at version %d, it is at %d",
+				f.Handle, f.Version, expect, cur)
+		}
+	}
+	reply.Status, reply.Payload = status(s.replaceLocal(f.Handle, f.Version, f.Payload[8:]))
 	reply.Version = f.Version
 	return reply
 }

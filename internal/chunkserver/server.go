@@ -113,11 +113,12 @@ type Server struct {
 	repairs map[uint64]bool
 	// toReconcile maps chunks whose members may differ after a failed
 	// mutation to their group (guarded by mu); see reconcileLater.
-	toReconcile map[uint64]uint64
-	appends     appendTable
-	load        loadMeter
-	met         *metrics // nil without HTTPListen
-	http        *http.Server
+	toReconcile  map[uint64]reconcileNote
+	reconcileGen uint64
+	appends      appendTable
+	load         loadMeter
+	met          *metrics // nil without HTTPListen
+	http         *http.Server
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64

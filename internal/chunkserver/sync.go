@@ -25,6 +25,10 @@ type syncState struct {
 	// the pass must run again before the member counts as full.
 	missed  bool
 	running bool
+	// reporting is set from the moment the pass decides to report the
+	// member full until this server sees it full: meanwhile a mutation
+	// the member misses fails instead of being left to a later pass.
+	reporting bool
 }
 
 func (s *Server) syncStateLocked(k syncKey) *syncState {
@@ -47,12 +51,22 @@ func (s *Server) syncInstalled(group, m, h uint64) {
 	}
 }
 
-func (s *Server) syncMissed(group, m, h uint64) {
+// syncMissed notes that a mutation of chunk h did not reach syncing
+// member m. It reports false when the miss must fail the mutation: the
+// member is being reported full.
+func (s *Server) syncMissed(group, m, h uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.syncStateLocked(syncKey{group, m})
+	st := s.syncs[syncKey{group, m}]
+	if st == nil {
+		return true // no pass yet: the first one copies every chunk
+	}
+	if st.reporting {
+		return false
+	}
 	st.missed = true
 	delete(st.installed, h)
+	return true
 }
 
 // syncLoop starts a copy pass for every syncing member of every group
@@ -66,7 +80,19 @@ func (s *Server) syncLoop() {
 			return
 		case <-t.C:
 		}
-		for _, g := range s.groups.all() {
+		groups := s.groups.all()
+		// Forget the passes of members that are no longer syncing here.
+		s.mu.Lock()
+		for k, st := range s.syncs {
+			if st.running {
+				continue
+			}
+			if g, _ := s.groups.get(k.group); g == nil || g.GetPrimary() != s.id || !slices.Contains(g.GetSyncing(), k.member) {
+				delete(s.syncs, k)
+			}
+		}
+		s.mu.Unlock()
+		for _, g := range groups {
 			if g.GetPrimary() != s.id {
 				continue
 			}
@@ -74,8 +100,12 @@ func (s *Server) syncLoop() {
 				k := syncKey{g.GetId(), m}
 				s.mu.Lock()
 				st := s.syncStateLocked(k)
-				start := !st.running
-				st.running = true
+				if st.reporting && st.epoch != g.GetEpoch() {
+					st.reporting = false // the group moved on: fill it again
+				}
+				// A member reported full waits for the new epoch.
+				start := !st.running && !st.reporting
+				st.running = !st.reporting || st.running
 				s.mu.Unlock()
 				if !start {
 					continue
@@ -85,10 +115,8 @@ func (s *Server) syncLoop() {
 					defer s.wg.Done()
 					err := s.syncMember(g.GetId(), m)
 					s.mu.Lock()
-					if err != nil {
-						s.syncStateLocked(k).running = false
-					} else {
-						delete(s.syncs, k)
+					if st := s.syncs[k]; st != nil {
+						st.running = false
 					}
 					s.mu.Unlock()
 					if err != nil {
@@ -139,8 +167,13 @@ func (s *Server) syncMember(group, m uint64) error {
 				return err
 			}
 		}
+		// From here on a miss fails the mutation instead (reporting),
+		// so nothing can slip between this check and the president's
+		// commit.
 		s.mu.Lock()
-		missed := s.syncStateLocked(syncKey{group, m}).missed
+		st = s.syncStateLocked(syncKey{group, m})
+		missed := st.missed
+		st.reporting = !missed
 		s.mu.Unlock()
 		if missed {
 			continue
@@ -158,6 +191,9 @@ func (s *Server) syncMember(group, m uint64) error {
 		})
 		cancel()
 		if err != nil {
+			s.mu.Lock()
+			st.reporting = false
+			s.mu.Unlock()
 			return fmt.Errorf("report member %d of group %d full: %w", m, group, err)
 		}
 		s.log.Info("new member filled", "group", group, "member", m, "bytes", copied, "passes", pass, "took", time.Since(start))
@@ -184,13 +220,14 @@ func (s *Server) syncChunk(group, m, epoch, h uint64) (int64, error) {
 	s.mu.Lock()
 	trusted := s.syncStateLocked(syncKey{group, m}).installed[h]
 	s.mu.Unlock()
-	if trusted {
-		rf, err := s.peers.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeStat, Handle: h, Group: group, Epoch: epoch})
-		if err == nil && rf.Status == dataproto.StatusOK && rf.Version == info.Version {
-			return 0, nil
-		}
+	cur, err := s.memberVersion(addrs[m], g, h)
+	if err != nil {
+		return 0, fmt.Errorf("member %d: %w", m, err)
 	}
-	if err := s.installOn(g, addrs, m, h); err != nil {
+	if trusted && cur == info.Version {
+		return 0, nil
+	}
+	if err := s.installOn(g, addrs, m, h, cur); err != nil {
 		return 0, err
 	}
 	return info.Length, nil

@@ -229,7 +229,10 @@ func (n *Node) repairReplicaGroups(ctx context.Context, groups []*wire.ReplicaGr
 			return true, err
 		}
 		if res.GetErrno() != 0 {
-			return true, fmt.Errorf("replace member of group %d: %s", g.GetId(), res.GetMessage())
+			// Refused (e.g. it would leave no full member): say so and
+			// go on with the other groups, which may need repair too.
+			n.log.Debug("replica group change refused", "group", g.GetId(), "err", res.GetMessage())
+			continue
 		}
 		n.log.Warn("replica group membership changed", "group", g.GetId(), "removed", op.GetOld(), "added", op.GetNew(), "epoch", res.GetStart())
 		return true, nil
