@@ -177,8 +177,20 @@ func (n *node) child(ctx context.Context, a *wire.Attr, out *fuse.EntryOut) *fs.
 	} else {
 		fillAttr(a, &out.Attr)
 	}
-	out.NodeId = 0 // set by go-fuse
 	return in
+}
+
+// openChild returns the known child name if it has open files on this
+// mount, else nil.
+func (n *node) openChild(name string) *node {
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	if ch, ok := in.Operations().(*node); ok && ch.open() {
+		return ch
+	}
+	return nil
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -276,7 +288,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // release (see the package doc).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = bg(ctx)
-	if ch, ok := n.GetChild(name).Operations().(*node); ok && ch.open() {
+	if ch := n.openChild(name); ch != nil {
 		a, err := n.fsys.c.GetAttr(ctx, ch.ino)
 		if err == nil && a.GetType() == wire.FileType_REGULAR && a.GetNlink() == 1 {
 			hidden := hiddenPrefix + strconv.FormatUint(uint64(ch.ino), 10)
