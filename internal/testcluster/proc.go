@@ -393,9 +393,10 @@ func StartReady(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
 	}
 }
 
-// portTaken reports whether a node's log says its port was in use.
+// portTaken reports whether a process's log (metadata node or chunk
+// server) says one of its ports was in use.
 func (c *ProcCluster) portTaken() bool {
-	for i := range c.layout.Addrs {
+	for i := range c.Procs() {
 		b, err := os.ReadFile(c.LogPath(i))
 		if err == nil && strings.Contains(string(b), "address already in use") {
 			return true
