@@ -35,7 +35,7 @@ func (c *Client) setattr(ctx context.Context, ino ids.Ino, op *wire.SetattrOp) (
 	o := &wire.SetattrOp{
 		Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
 		Uid: op.GetUid(), Gid: op.GetGid(), Size: op.GetSize(),
-		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(), ChunkSize: op.GetChunkSize(),
+		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(), ChunkSize: op.GetChunkSize(), ExpectChunks: op.GetExpectChunks(),
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
 	res, err := c.mutate(ctx, ino, cmd)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"syscall"
 
@@ -405,10 +406,12 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 	defer f.Close()
 	buf := make([]byte, writeWindow*requestSize)
 	var total int64
+	written := map[uint64]*wire.ChunkRef{}
 	for {
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
-			done, err := f.store(ctx, buf[:n], total)
+			done, refs, err := f.store(ctx, buf[:n], total)
+			maps.Copy(written, refs)
 			total += done
 			if err != nil {
 				return total, opErr("write", path, err)
@@ -421,7 +424,10 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 			return total, opErr("write", path, fmt.Errorf("read the input: %w", rerr))
 		}
 	}
-	if _, err := c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(total)}); err != nil {
+	// Only if every chunk written is still the file's (ESTALE if another
+	// client truncated it meanwhile: the data would read as zeros).
+	if _, err := c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(total),
+		ExpectChunks: expectOf(written)}); err != nil {
 		return total, opErr("write", path, err)
 	}
 	return total, nil

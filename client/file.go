@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"sync"
 	"syscall"
 
@@ -52,8 +53,12 @@ type File struct {
 		appendIndex uint64
 		hasAppend   bool
 		// touched: a write inside the known size stored data without a
-		// ministry command; Sync (and Close) set mtime then.
-		touched bool
+		// ministry command; Sync (and Close) then set mtime and grow the
+		// size to touchedEnd (another client may have shrunk the file
+		// meanwhile: the write must not vanish).
+		touched     bool
+		touchedEnd  int64
+		touchedRefs map[uint64]*wire.ChunkRef
 	}
 }
 
@@ -161,28 +166,43 @@ func (f *File) Close() error {
 	return err
 }
 
-// Sync records the modification time of writes that landed inside the
-// file's known size (those skip the ministry, so an overwrite costs one
-// data round trip, not two). Writes that grow the file set mtime with the
-// size at once. As with NFS and JuiceFS, other clients see the mtime of
-// such overwrites after Sync or Close (close-to-open).
+// Sync records the writes that landed inside the file's known size
+// (those skip the ministry, so an overwrite costs one data round trip,
+// not two): mtime, and a size that covers them should another client
+// have shrunk the file meanwhile (as POSIX: a write past the end of a
+// file truncated under it grows it again). Writes that grow the file do
+// both at once. As with NFS and JuiceFS, other clients see such
+// overwrites' mtime after Sync or Close (close-to-open).
 func (f *File) Sync(ctx context.Context) error {
 	if err := f.usable(true); err != nil {
 		return opErr("sync", f.path, err)
 	}
 	f.mu.Lock()
-	touched := f.mu.touched
-	f.mu.touched = false
+	touched, end, refs := f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs
+	f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs = false, 0, nil
 	f.mu.Unlock()
 	if !touched {
 		return nil
 	}
-	if _, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_MTIME_NOW)}); err != nil {
+	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(end), ExpectChunks: expectOf(refs),
+		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)})
+	if errors.Is(err, syscall.ESTALE) {
+		// The writes since the last Sync went into chunks another client
+		// released (a truncate): they are lost, and the caller must hear it.
+		f.forgetChunks()
+		return opErr("sync", f.path, fmt.Errorf("%w: writes since the last sync were lost: another client truncated the file under them", err))
+	}
+	if err != nil {
 		f.mu.Lock()
-		f.mu.touched = true
+		f.mu.touched, f.mu.touchedEnd = true, max(f.mu.touchedEnd, end)
+		if f.mu.touchedRefs == nil {
+			f.mu.touchedRefs = map[uint64]*wire.ChunkRef{}
+		}
+		maps.Copy(f.mu.touchedRefs, refs)
 		f.mu.Unlock()
 		return opErr("sync", f.path, err)
 	}
+	f.noteSize(int64(a.GetSize()), true)
 	return nil
 }
 
@@ -432,15 +452,31 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	done, err := f.store(ctx, p, off)
+	done, refs, err := f.store(ctx, p, off)
 	switch {
 	case done > 0 && off+done <= f.cachedSize():
-		// Inside the known size: no ministry command; Sync sets mtime.
+		// Inside the known size: no ministry command; Sync sets mtime
+		// (and grows the size, should another client have shrunk it).
 		f.mu.Lock()
 		f.mu.touched = true
+		f.mu.touchedEnd = max(f.mu.touchedEnd, off+done)
+		if f.mu.touchedRefs == nil {
+			f.mu.touchedRefs = map[uint64]*wire.ChunkRef{}
+		}
+		maps.Copy(f.mu.touchedRefs, refs)
 		f.mu.Unlock()
 	case done > 0:
-		if gerr := f.grow(ctx, off+done); err == nil {
+		gerr := f.grow(ctx, off+done, refs)
+		if errors.Is(gerr, syscall.ESTALE) && err == nil {
+			// Another client released the chunks written into (a
+			// truncate): the bytes are gone, and p is still here, so
+			// write them again into the file's chunks as they are now.
+			done, refs, err = f.store(ctx, p, off)
+			if gerr = nil; done > 0 {
+				gerr = f.grow(ctx, off+done, refs)
+			}
+		}
+		if err == nil {
 			err = gerr
 		}
 	}
@@ -449,13 +485,13 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 
 // store writes p at off (creating chunk records as needed) without
 // changing the size, and returns how many bytes from off are stored.
-func (f *File) store(ctx context.Context, p []byte, off int64) (int64, error) {
+func (f *File) store(ctx context.Context, p []byte, off int64) (int64, map[uint64]*wire.ChunkRef, error) {
 	if err := f.c.awaitReplicaGroups(ctx); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	cs, err := f.chunkSize(ctx, true)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	spans := splitSpans(off, int64(len(p)), cs)
 	refs := map[uint64]*wire.ChunkRef{}
@@ -464,17 +500,41 @@ func (f *File) store(ctx context.Context, p []byte, off int64) (int64, error) {
 			continue
 		}
 		if refs[sp.index], err = f.ref(ctx, sp.index); err != nil {
-			return 0, fmt.Errorf("chunk %d: %w", sp.index, err)
+			return 0, nil, fmt.Errorf("chunk %d: %w", sp.index, err)
 		}
 	}
-	return f.c.storeSpans(ctx, spans, refs, func(sp span) []byte { return p[sp.pos-off : sp.pos-off+sp.n] })
+	n, err := f.c.storeSpans(ctx, spans, refs, func(sp span) []byte { return p[sp.pos-off : sp.pos-off+sp.n] })
+	return n, refs, err
 }
 
-// grow makes the size at least size and sets mtime, in one command.
-func (f *File) grow(ctx context.Context, size int64) error {
-	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(size),
+// expectOf lists chunk records for SetattrOp.expect_chunks.
+func expectOf(refs map[uint64]*wire.ChunkRef) []*wire.ChunkRef {
+	out := make([]*wire.ChunkRef, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, &wire.ChunkRef{Index: r.GetIndex(), Handle: r.GetHandle(), Group: r.GetGroup()})
+	}
+	return out
+}
+
+// forgetChunks drops the cached chunk table (another client released
+// records): the next access reads it again.
+func (f *File) forgetChunks() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mu.chunks = nil
+	f.mu.hasAppend = false
+}
+
+// grow makes the size at least size and sets mtime, in one command,
+// provided the chunk records written into (refs) are still the file's;
+// else ESTALE and nothing changes (another client truncated the file).
+func (f *File) grow(ctx context.Context, size int64, refs map[uint64]*wire.ChunkRef) error {
+	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(size), ExpectChunks: expectOf(refs),
 		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)})
 	if err != nil {
+		if errors.Is(err, syscall.ESTALE) {
+			f.forgetChunks()
+		}
 		return err
 	}
 	f.noteSize(int64(a.GetSize()), true)
@@ -561,7 +621,7 @@ func (f *File) append(ctx context.Context, record []byte) (int64, error) {
 		f.mu.appendIndex, f.mu.hasAppend = max(f.mu.appendIndex, index), true
 		f.mu.Unlock()
 		pos := int64(index)*cs + rf.Offset
-		return pos, f.grow(ctx, pos+int64(len(record)))
+		return pos, f.grow(ctx, pos+int64(len(record)), map[uint64]*wire.ChunkRef{index: ref})
 	}
 }
 

@@ -586,3 +586,66 @@ func TestOverwriteMtimeOnSync(t *testing.T) {
 		t.Fatalf("second Close: %v, want EBADF", err)
 	}
 }
+
+// A write inside the size a File knows, after another client truncated
+// the file, went into a released chunk: Sync must say so (ESTALE), never
+// drop it silently; written again, it lands and the size covers it (as
+// POSIX: a write past the end of a file truncated under the writer grows
+// it again). A write that grows the file notices at once and writes again.
+func TestOverwriteAfterAnotherClientTruncated(t *testing.T) {
+	ctx := t.Context()
+	c := dataClient(t)
+	path := testDir(t, c) + "/shrunk"
+	a, err := c.Open(ctx, path, syscall.O_RDWR|syscall.O_CREAT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte("a"), 5000), 0); err != nil {
+		t.Fatal(err)
+	}
+	truncate := func() {
+		t.Helper()
+		b, err := dataClient(t).Open(ctx, path, syscall.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.Truncate(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncate()
+	if _, err := a.WriteAt(ctx, []byte("lost"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("Sync after writing into a released chunk: %v, want ESTALE", err)
+	}
+	if _, err := a.WriteAt(ctx, []byte("still here"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want []byte) {
+		t.Helper()
+		r, err := c.Open(ctx, path, syscall.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		got := make([]byte, len(want)+10)
+		n, err := r.ReadAt(ctx, got, 0)
+		if n != len(want) || !errors.Is(err, io.EOF) || !bytes.Equal(got[:n], want) {
+			t.Fatalf("file is %q (%v), want %q", got[:n], err, want)
+		}
+	}
+	check(append(make([]byte, 100), "still here"...))
+	// A growing write after another truncate: stored again, no error.
+	truncate()
+	if _, err := a.WriteAt(ctx, []byte("grown"), 200); err != nil {
+		t.Fatalf("growing write after a truncate: %v", err)
+	}
+	check(append(make([]byte, 200), "grown"...))
+}

@@ -330,6 +330,16 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, want := range op.GetExpectChunks() {
+		got, err := chunkAt(t.r, ino, want.GetIndex())
+		if err != nil {
+			return nil, err
+		}
+		if got == nil || got.GetHandle() != want.GetHandle() {
+			return nil, errnof(syscall.ESTALE, "setattr %v: chunk %d was released or replaced (another client truncated the file): the data written there is gone; write it again",
+				ino, want.GetIndex())
+		}
+	}
 	if op.Valid == 0 {
 		return attrResult(in), nil
 	}

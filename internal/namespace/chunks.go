@@ -171,3 +171,19 @@ func resize(t *tx, in *wire.Inode, size uint64, chunkSize int64) error {
 	}
 	return nil
 }
+
+// chunkAt returns the chunk record of (ino, index), or nil.
+func chunkAt(r engine.Reader, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
+	b, err := r.Get(chunkKey(ino, index))
+	if err != nil {
+		return nil, fmt.Errorf("namespace: get chunk: %w", err)
+	}
+	if b == nil {
+		return nil, nil
+	}
+	c := &wire.ChunkRef{}
+	if err := proto.Unmarshal(b, c); err != nil {
+		return nil, fmt.Errorf("namespace: corrupt chunk record %v/%d: %w", ino, index, err)
+	}
+	return c, nil
+}

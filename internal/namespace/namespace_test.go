@@ -831,3 +831,26 @@ func TestTruncateDropsChunksBeyondEnd(t *testing.T) {
 		}
 	}
 }
+
+// A size change that names the chunk records it wrote into fails with
+// ESTALE, changing nothing, when one was released or replaced meanwhile.
+func TestSetattrExpectChunks(t *testing.T) {
+	v := newEnv(t)
+	f := v.mkfile(root, "data")
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 7, Group: 1}}})
+	grow := func(size uint64, expect ...*wire.ChunkRef) *wire.Result {
+		return v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Size: size, ExpectChunks: expect,
+			Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW)}}, nil)
+	}
+	if r := grow(100, &wire.ChunkRef{Index: 0, Handle: 7}); r.Errno != 0 || r.Attr.GetSize() != 100 {
+		t.Fatalf("grow with the recorded chunk = %v", r)
+	}
+	for _, bad := range []*wire.ChunkRef{{Index: 0, Handle: 8}, {Index: 1, Handle: 7}} {
+		if r := grow(500, bad); syscall.Errno(r.Errno) != syscall.ESTALE {
+			t.Fatalf("grow expecting %v = %v, want ESTALE", bad, r)
+		}
+	}
+	if a := v.attr(f); a.Size != 100 {
+		t.Fatalf("size after refused grows = %d, want 100", a.Size)
+	}
+}

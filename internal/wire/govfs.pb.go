@@ -1410,7 +1410,13 @@ type SetattrOp struct {
 	// recorded can shrink to a non-zero size only when it is given; chunk
 	// records wholly beyond the new size are then released (the caller has
 	// already cut the chunk holding the new end on its chunk servers).
-	ChunkSize     int64 `protobuf:"varint,9,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	ChunkSize int64 `protobuf:"varint,9,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// When given, every listed chunk record must still be the one recorded
+	// (same index and handle), else the command fails with ESTALE and
+	// changes nothing: a writer growing the size over data it stored in
+	// those chunks learns that another client released them meanwhile
+	// (a truncate), instead of making zeros visible where it wrote.
+	ExpectChunks  []*ChunkRef `protobuf:"bytes,10,rep,name=expect_chunks,json=expectChunks,proto3" json:"expect_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1506,6 +1512,13 @@ func (x *SetattrOp) GetChunkSize() int64 {
 		return x.ChunkSize
 	}
 	return 0
+}
+
+func (x *SetattrOp) GetExpectChunks() []*ChunkRef {
+	if x != nil {
+		return x.ExpectChunks
+	}
+	return nil
 }
 
 type SetXattrOp struct {
@@ -4615,7 +4628,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"new_parent\x18\x03 \x01(\x04R\tnewParent\x12\x19\n" +
 	"\bnew_name\x18\x04 \x01(\fR\anewName\x12\x14\n" +
-	"\x05flags\x18\x05 \x01(\rR\x05flags\"\xd4\x01\n" +
+	"\x05flags\x18\x05 \x01(\rR\x05flags\"\x8f\x02\n" +
 	"\tSetattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -4626,7 +4639,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\batime_ns\x18\a \x01(\x03R\aatimeNs\x12\x19\n" +
 	"\bmtime_ns\x18\b \x01(\x03R\amtimeNs\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\t \x01(\x03R\tchunkSize\"^\n" +
+	"chunk_size\x18\t \x01(\x03R\tchunkSize\x129\n" +
+	"\rexpect_chunks\x18\n" +
+	" \x03(\v2\x14.govfs.wire.ChunkRefR\fexpectChunks\"^\n" +
 	"\n" +
 	"SetXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
@@ -5006,64 +5021,65 @@ var file_govfs_proto_depIdxs = []int32{
 	28, // 21: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
 	1,  // 22: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
 	9,  // 23: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	18, // 24: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	32, // 25: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	24, // 26: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	5,  // 27: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	18, // 28: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	10, // 29: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	4,  // 30: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	31, // 31: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 32: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	38, // 33: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	39, // 34: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	40, // 35: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	41, // 36: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	42, // 37: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	43, // 38: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	37, // 39: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	1,  // 40: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	5,  // 41: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	4,  // 42: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	5,  // 43: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	44, // 44: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	18, // 45: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	4,  // 46: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	32, // 47: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	33, // 48: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	26, // 49: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	24, // 50: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	4,  // 51: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	49, // 52: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	32, // 53: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	53, // 54: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	26, // 55: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	4,  // 56: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	26, // 57: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	59, // 58: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	24, // 59: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	55, // 60: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 61: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	58, // 62: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	34, // 63: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	36, // 64: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	46, // 65: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	48, // 66: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	51, // 67: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	54, // 68: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	57, // 69: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	35, // 70: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	45, // 71: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	47, // 72: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	50, // 73: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	52, // 74: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	56, // 75: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	56, // 76: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	70, // [70:77] is the sub-list for method output_type
-	63, // [63:70] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	18, // 24: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	18, // 25: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	32, // 26: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	24, // 27: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	5,  // 28: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	18, // 29: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	10, // 30: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	4,  // 31: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	31, // 32: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 33: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	38, // 34: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	39, // 35: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	40, // 36: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	41, // 37: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	42, // 38: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	43, // 39: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	37, // 40: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	1,  // 41: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	5,  // 42: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	4,  // 43: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	5,  // 44: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	44, // 45: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	18, // 46: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	4,  // 47: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	32, // 48: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	33, // 49: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	26, // 50: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	24, // 51: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	4,  // 52: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	49, // 53: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	32, // 54: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	53, // 55: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	26, // 56: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	4,  // 57: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	26, // 58: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	59, // 59: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	24, // 60: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	55, // 61: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	4,  // 62: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	58, // 63: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	34, // 64: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	36, // 65: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	46, // 66: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	48, // 67: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	51, // 68: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	54, // 69: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	57, // 70: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	35, // 71: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	45, // 72: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	47, // 73: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	50, // 74: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	52, // 75: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	56, // 76: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	56, // 77: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	71, // [71:78] is the sub-list for method output_type
+	64, // [64:71] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
