@@ -288,6 +288,116 @@ func (ReadConsistency) EnumDescriptor() ([]byte, []int) {
 	return file_govfs_proto_rawDescGZIP(), []int{3}
 }
 
+// LeaseMode is what a lease lets its holder do: READ (cache data and
+// attributes without revalidating) or WRITE (be the only client writing
+// its byte range).
+type LeaseMode int32
+
+const (
+	LeaseMode_LEASE_NONE  LeaseMode = 0
+	LeaseMode_LEASE_READ  LeaseMode = 1
+	LeaseMode_LEASE_WRITE LeaseMode = 2
+)
+
+// Enum value maps for LeaseMode.
+var (
+	LeaseMode_name = map[int32]string{
+		0: "LEASE_NONE",
+		1: "LEASE_READ",
+		2: "LEASE_WRITE",
+	}
+	LeaseMode_value = map[string]int32{
+		"LEASE_NONE":  0,
+		"LEASE_READ":  1,
+		"LEASE_WRITE": 2,
+	}
+)
+
+func (x LeaseMode) Enum() *LeaseMode {
+	p := new(LeaseMode)
+	*p = x
+	return p
+}
+
+func (x LeaseMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeaseMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_govfs_proto_enumTypes[4].Descriptor()
+}
+
+func (LeaseMode) Type() protoreflect.EnumType {
+	return &file_govfs_proto_enumTypes[4]
+}
+
+func (x LeaseMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeaseMode.Descriptor instead.
+func (LeaseMode) EnumDescriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{4}
+}
+
+type LeaseOp int32
+
+const (
+	// Ask for a lease on ino's [off, off+len) (len 0: to the end of any
+	// file), waiting up to wait_ms for conflicting holders to give theirs
+	// back. Refused with ERRNO EAGAIN (retry_after_ms says when to ask
+	// again) when the wait ends first.
+	LeaseOp_LEASE_ACQUIRE LeaseOp = 0
+	// Renew the leases in ids (all held by client_id); the answer lists
+	// those the minister wants back (revoke) and those it no longer holds
+	// (lost). With wait_ms > 0 the answer is held until a revoke is pending
+	// or wait_ms passes (a long poll: revokes reach the holder at once).
+	LeaseOp_LEASE_KEEPALIVE LeaseOp = 1
+	// Give back the leases in ids.
+	LeaseOp_LEASE_RELEASE LeaseOp = 2
+)
+
+// Enum value maps for LeaseOp.
+var (
+	LeaseOp_name = map[int32]string{
+		0: "LEASE_ACQUIRE",
+		1: "LEASE_KEEPALIVE",
+		2: "LEASE_RELEASE",
+	}
+	LeaseOp_value = map[string]int32{
+		"LEASE_ACQUIRE":   0,
+		"LEASE_KEEPALIVE": 1,
+		"LEASE_RELEASE":   2,
+	}
+)
+
+func (x LeaseOp) Enum() *LeaseOp {
+	p := new(LeaseOp)
+	*p = x
+	return p
+}
+
+func (x LeaseOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (LeaseOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_govfs_proto_enumTypes[5].Descriptor()
+}
+
+func (LeaseOp) Type() protoreflect.EnumType {
+	return &file_govfs_proto_enumTypes[5]
+}
+
+func (x LeaseOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use LeaseOp.Descriptor instead.
+func (LeaseOp) EnumDescriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{5}
+}
+
 type Status struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Code    Code                   `protobuf:"varint,1,opt,name=code,proto3,enum=govfs.wire.Code" json:"code,omitempty"`
@@ -4226,6 +4336,292 @@ func (x *ChunkServerStatus) GetWriteBytesPerS() int64 {
 	return 0
 }
 
+// LeaseRequest goes to the minister (leader) of the ministry owning ino;
+// a clerk answers NOT_LEADER with the minister's address.
+type LeaseRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Group     uint64                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	// The Client's id (the client_id of its RequestIDs).
+	ClientId      uint64    `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Op            LeaseOp   `protobuf:"varint,4,opt,name=op,proto3,enum=govfs.wire.LeaseOp" json:"op,omitempty"`
+	Ino           uint64    `protobuf:"varint,5,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          LeaseMode `protobuf:"varint,6,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
+	Off           uint64    `protobuf:"varint,7,opt,name=off,proto3" json:"off,omitempty"`
+	Len           uint64    `protobuf:"varint,8,opt,name=len,proto3" json:"len,omitempty"`
+	WaitMs        uint64    `protobuf:"varint,9,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Ids           []uint64  `protobuf:"varint,10,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_govfs_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *LeaseRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetOp() LeaseOp {
+	if x != nil {
+		return x.Op
+	}
+	return LeaseOp_LEASE_ACQUIRE
+}
+
+func (x *LeaseRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetMode() LeaseMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LeaseMode_LEASE_NONE
+}
+
+func (x *LeaseRequest) GetOff() uint64 {
+	if x != nil {
+		return x.Off
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetLen() uint64 {
+	if x != nil {
+		return x.Len
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetWaitMs() uint64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetIds() []uint64 {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+type LeaseGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          LeaseMode              `protobuf:"varint,3,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
+	Off           uint64                 `protobuf:"varint,4,opt,name=off,proto3" json:"off,omitempty"`
+	Len           uint64                 `protobuf:"varint,5,opt,name=len,proto3" json:"len,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseGrant) Reset() {
+	*x = LeaseGrant{}
+	mi := &file_govfs_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseGrant) ProtoMessage() {}
+
+func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
+func (*LeaseGrant) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *LeaseGrant) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetMode() LeaseMode {
+	if x != nil {
+		return x.Mode
+	}
+	return LeaseMode_LEASE_NONE
+}
+
+func (x *LeaseGrant) GetOff() uint64 {
+	if x != nil {
+		return x.Off
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetLen() uint64 {
+	if x != nil {
+		return x.Len
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// ACQUIRE: the lease granted.
+	Lease *LeaseGrant `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The lease time to live in milliseconds, counted by the holder from
+	// when it sent the request.
+	TtlMs uint64 `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// KEEPALIVE: leases the minister asks back (flush, then release).
+	Revoke []uint64 `protobuf:"varint,4,rep,packed,name=revoke,proto3" json:"revoke,omitempty"`
+	// KEEPALIVE: leases the minister does not hold (expired, released,
+	// or granted by a previous minister).
+	Lost []uint64 `protobuf:"varint,5,rep,packed,name=lost,proto3" json:"lost,omitempty"`
+	// ACQUIRE refused (EAGAIN): ask again after this many milliseconds.
+	RetryAfterMs  uint64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_govfs_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *LeaseResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetLease() *LeaseGrant {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetTtlMs() uint64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetRevoke() []uint64 {
+	if x != nil {
+		return x.Revoke
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetLost() []uint64 {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *LeaseResponse) GetRetryAfterMs() uint64 {
+	if x != nil {
+		return x.RetryAfterMs
+	}
+	return 0
+}
+
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
 // one node to another, coalesced across groups.
 type RaftBatch struct {
@@ -4240,7 +4636,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4252,7 +4648,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4265,7 +4661,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -4307,7 +4703,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4319,7 +4715,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4332,7 +4728,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -4358,7 +4754,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +4766,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +4779,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -4411,7 +4807,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4819,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4832,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -4498,7 +4894,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4906,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4919,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KV) GetKey() []byte {
@@ -4854,7 +5250,34 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"{\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x91\x02\n" +
+	"\fLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\x04R\x05group\x12\x1b\n" +
+	"\tclient_id\x18\x03 \x01(\x04R\bclientId\x12#\n" +
+	"\x02op\x18\x04 \x01(\x0e2\x13.govfs.wire.LeaseOpR\x02op\x12\x10\n" +
+	"\x03ino\x18\x05 \x01(\x04R\x03ino\x12)\n" +
+	"\x04mode\x18\x06 \x01(\x0e2\x15.govfs.wire.LeaseModeR\x04mode\x12\x10\n" +
+	"\x03off\x18\a \x01(\x04R\x03off\x12\x10\n" +
+	"\x03len\x18\b \x01(\x04R\x03len\x12\x17\n" +
+	"\await_ms\x18\t \x01(\x04R\x06waitMs\x12\x10\n" +
+	"\x03ids\x18\n" +
+	" \x03(\x04R\x03ids\"}\n" +
+	"\n" +
+	"LeaseGrant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12)\n" +
+	"\x04mode\x18\x03 \x01(\x0e2\x15.govfs.wire.LeaseModeR\x04mode\x12\x10\n" +
+	"\x03off\x18\x04 \x01(\x04R\x03off\x12\x10\n" +
+	"\x03len\x18\x05 \x01(\x04R\x03len\"\xd2\x01\n" +
+	"\rLeaseResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
+	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
+	"\x06ttl_ms\x18\x03 \x01(\x04R\x05ttlMs\x12\x16\n" +
+	"\x06revoke\x18\x04 \x03(\x04R\x06revoke\x12\x12\n" +
+	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -4909,13 +5332,24 @@ const file_govfs_proto_rawDesc = "" +
 	"\x11SETATTR_SIZE_GROW\x10\x80\x02*0\n" +
 	"\x0fReadConsistency\x12\v\n" +
 	"\aSESSION\x10\x00\x12\x10\n" +
-	"\fLINEARIZABLE\x10\x012\xec\x02\n" +
+	"\fLINEARIZABLE\x10\x01*<\n" +
+	"\tLeaseMode\x12\x0e\n" +
+	"\n" +
+	"LEASE_NONE\x10\x00\x12\x0e\n" +
+	"\n" +
+	"LEASE_READ\x10\x01\x12\x0f\n" +
+	"\vLEASE_WRITE\x10\x02*D\n" +
+	"\aLeaseOp\x12\x11\n" +
+	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
+	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
+	"\rLEASE_RELEASE\x10\x022\xaa\x03\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.govfs.wire.ClusterInfoRequest\x1a\x1f.govfs.wire.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.govfs.wire.StatusRequest\x1a\x1a.govfs.wire.StatusResponse\x12W\n" +
-	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse2|\n" +
+	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse\x12<\n" +
+	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse2|\n" +
 	"\x04Raft\x122\n" +
 	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
@@ -4932,154 +5366,166 @@ func file_govfs_proto_rawDescGZIP() []byte {
 	return file_govfs_proto_rawDescData
 }
 
-var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
 	(SetattrField)(0),              // 2: govfs.wire.SetattrField
 	(ReadConsistency)(0),           // 3: govfs.wire.ReadConsistency
-	(*Status)(nil),                 // 4: govfs.wire.Status
-	(*Attr)(nil),                   // 5: govfs.wire.Attr
-	(*Inode)(nil),                  // 6: govfs.wire.Inode
-	(*Dirent)(nil),                 // 7: govfs.wire.Dirent
-	(*RequestID)(nil),              // 8: govfs.wire.RequestID
-	(*Cred)(nil),                   // 9: govfs.wire.Cred
-	(*Command)(nil),                // 10: govfs.wire.Command
-	(*CreateOp)(nil),               // 11: govfs.wire.CreateOp
-	(*LinkOp)(nil),                 // 12: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),               // 13: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),               // 14: govfs.wire.RenameOp
-	(*SetattrOp)(nil),              // 15: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),             // 16: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),          // 17: govfs.wire.RemoveXattrOp
-	(*ChunkRef)(nil),               // 18: govfs.wire.ChunkRef
-	(*SetChunkOp)(nil),             // 19: govfs.wire.SetChunkOp
-	(*GrantInodesOp)(nil),          // 20: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),         // 21: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),          // 22: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),          // 23: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),            // 24: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil),  // 25: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),           // 26: govfs.wire.ReplicaGroup
-	(*ReplaceMemberOp)(nil),        // 27: govfs.wire.ReplaceMemberOp
-	(*MemberSyncedOp)(nil),         // 28: govfs.wire.MemberSyncedOp
-	(*CreateReplicaGroupOp)(nil),   // 29: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 30: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 31: govfs.wire.Result
-	(*Member)(nil),                 // 32: govfs.wire.Member
-	(*Ministry)(nil),               // 33: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 34: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 35: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 36: govfs.wire.ReadRequest
-	(*GetChunksReq)(nil),           // 37: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 38: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 39: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 40: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 41: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 42: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 43: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 44: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 45: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 46: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 47: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 48: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 49: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 50: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 51: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 52: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 53: govfs.wire.ChunkServerStatus
-	(*RaftBatch)(nil),              // 54: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 55: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 56: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 57: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 58: govfs.wire.KV
-	nil,                            // 59: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(LeaseMode)(0),                 // 4: govfs.wire.LeaseMode
+	(LeaseOp)(0),                   // 5: govfs.wire.LeaseOp
+	(*Status)(nil),                 // 6: govfs.wire.Status
+	(*Attr)(nil),                   // 7: govfs.wire.Attr
+	(*Inode)(nil),                  // 8: govfs.wire.Inode
+	(*Dirent)(nil),                 // 9: govfs.wire.Dirent
+	(*RequestID)(nil),              // 10: govfs.wire.RequestID
+	(*Cred)(nil),                   // 11: govfs.wire.Cred
+	(*Command)(nil),                // 12: govfs.wire.Command
+	(*CreateOp)(nil),               // 13: govfs.wire.CreateOp
+	(*LinkOp)(nil),                 // 14: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),               // 15: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),               // 16: govfs.wire.RenameOp
+	(*SetattrOp)(nil),              // 17: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),             // 18: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),          // 19: govfs.wire.RemoveXattrOp
+	(*ChunkRef)(nil),               // 20: govfs.wire.ChunkRef
+	(*SetChunkOp)(nil),             // 21: govfs.wire.SetChunkOp
+	(*GrantInodesOp)(nil),          // 22: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 23: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 24: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 25: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 26: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 27: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 28: govfs.wire.ReplicaGroup
+	(*ReplaceMemberOp)(nil),        // 29: govfs.wire.ReplaceMemberOp
+	(*MemberSyncedOp)(nil),         // 30: govfs.wire.MemberSyncedOp
+	(*CreateReplicaGroupOp)(nil),   // 31: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 32: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 33: govfs.wire.Result
+	(*Member)(nil),                 // 34: govfs.wire.Member
+	(*Ministry)(nil),               // 35: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 36: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 37: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 38: govfs.wire.ReadRequest
+	(*GetChunksReq)(nil),           // 39: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 40: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 41: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 42: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 43: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 44: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 45: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 46: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 47: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 48: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 49: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 50: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 51: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 52: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 53: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 54: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 55: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 56: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 57: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 58: govfs.wire.LeaseResponse
+	(*RaftBatch)(nil),              // 59: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 60: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 61: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 62: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 63: govfs.wire.KV
+	nil,                            // 64: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
 	1,  // 1: govfs.wire.Attr.type:type_name -> govfs.wire.FileType
-	5,  // 2: govfs.wire.Inode.attr:type_name -> govfs.wire.Attr
+	7,  // 2: govfs.wire.Inode.attr:type_name -> govfs.wire.Attr
 	1,  // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
-	8,  // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
-	11, // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
-	12, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
-	13, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
-	14, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
-	15, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
-	16, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
-	17, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	20, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	21, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	19, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	22, // 15: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	23, // 16: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	25, // 17: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	29, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	30, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	27, // 20: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	28, // 21: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	10, // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
+	13, // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
+	14, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
+	15, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
+	16, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
+	17, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
+	18, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
+	19, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
+	22, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	23, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	21, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	24, // 15: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	25, // 16: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	27, // 17: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	31, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	32, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	29, // 20: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	30, // 21: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
 	1,  // 22: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	9,  // 23: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	18, // 24: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	18, // 25: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	32, // 26: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	24, // 27: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	5,  // 28: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	18, // 29: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	10, // 30: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	4,  // 31: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	31, // 32: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	11, // 23: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	20, // 24: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	20, // 25: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	34, // 26: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	26, // 27: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	7,  // 28: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	20, // 29: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	12, // 30: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	6,  // 31: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	33, // 32: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
 	3,  // 33: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	38, // 34: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	39, // 35: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	40, // 36: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	41, // 37: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	42, // 38: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	43, // 39: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	37, // 40: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	40, // 34: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	41, // 35: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	42, // 36: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	43, // 37: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	44, // 38: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	45, // 39: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	39, // 40: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
 	1,  // 41: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	5,  // 42: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	4,  // 43: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	5,  // 44: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	44, // 45: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	18, // 46: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	4,  // 47: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	32, // 48: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	33, // 49: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	26, // 50: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	24, // 51: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	4,  // 52: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	49, // 53: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	32, // 54: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	53, // 55: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	26, // 56: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	4,  // 57: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	26, // 58: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	59, // 59: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	24, // 60: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	55, // 61: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	4,  // 62: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	58, // 63: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	34, // 64: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	36, // 65: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	46, // 66: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	48, // 67: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	51, // 68: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	54, // 69: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	57, // 70: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	35, // 71: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	45, // 72: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	47, // 73: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	50, // 74: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	52, // 75: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	56, // 76: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	56, // 77: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	71, // [71:78] is the sub-list for method output_type
-	64, // [64:71] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	7,  // 42: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	6,  // 43: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	7,  // 44: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	46, // 45: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	20, // 46: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	6,  // 47: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	34, // 48: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	35, // 49: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	28, // 50: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	26, // 51: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	6,  // 52: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	51, // 53: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	34, // 54: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	55, // 55: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	28, // 56: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	6,  // 57: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	28, // 58: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	64, // 59: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	26, // 60: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	5,  // 61: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	4,  // 62: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	4,  // 63: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	6,  // 64: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	57, // 65: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	60, // 66: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 67: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	63, // 68: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	36, // 69: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	38, // 70: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	48, // 71: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	50, // 72: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	53, // 73: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	56, // 74: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	59, // 75: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	62, // 76: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	37, // 77: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	47, // 78: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	49, // 79: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	52, // 80: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	54, // 81: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	58, // 82: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	61, // 83: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	61, // 84: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	77, // [77:85] is the sub-list for method output_type
+	69, // [69:77] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -5120,8 +5566,8 @@ func file_govfs_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   56,
+			NumEnums:      6,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

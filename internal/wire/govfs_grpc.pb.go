@@ -33,6 +33,7 @@ const (
 	Meta_ClusterInfo_FullMethodName    = "/govfs.wire.Meta/ClusterInfo"
 	Meta_Status_FullMethodName         = "/govfs.wire.Meta/Status"
 	Meta_ChunkHeartbeat_FullMethodName = "/govfs.wire.Meta/ChunkHeartbeat"
+	Meta_Lease_FullMethodName          = "/govfs.wire.Meta/Lease"
 )
 
 // MetaClient is the client API for Meta service.
@@ -44,6 +45,7 @@ type MetaClient interface {
 	ClusterInfo(ctx context.Context, in *ClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	ChunkHeartbeat(ctx context.Context, in *ChunkHeartbeatRequest, opts ...grpc.CallOption) (*ChunkHeartbeatResponse, error)
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 }
 
 type metaClient struct {
@@ -104,6 +106,16 @@ func (c *metaClient) ChunkHeartbeat(ctx context.Context, in *ChunkHeartbeatReque
 	return out, nil
 }
 
+func (c *metaClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Meta_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -113,6 +125,7 @@ type MetaServer interface {
 	ClusterInfo(context.Context, *ClusterInfoRequest) (*ClusterInfoResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	ChunkHeartbeat(context.Context, *ChunkHeartbeatRequest) (*ChunkHeartbeatResponse, error)
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -137,6 +150,9 @@ func (UnimplementedMetaServer) Status(context.Context, *StatusRequest) (*StatusR
 }
 func (UnimplementedMetaServer) ChunkHeartbeat(context.Context, *ChunkHeartbeatRequest) (*ChunkHeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChunkHeartbeat not implemented")
+}
+func (UnimplementedMetaServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -249,6 +265,24 @@ func _Meta_ChunkHeartbeat_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -275,6 +309,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChunkHeartbeat",
 			Handler:    _Meta_ChunkHeartbeat_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Meta_Lease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
