@@ -876,6 +876,8 @@ type Command struct {
 	//	*Command_GrantInodes
 	//	*Command_InitMinistry
 	//	*Command_SetChunk
+	//	*Command_WriteInline
+	//	*Command_DropInline
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -1036,6 +1038,24 @@ func (x *Command) GetSetChunk() *SetChunkOp {
 	return nil
 }
 
+func (x *Command) GetWriteInline() *WriteInlineOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_WriteInline); ok {
+			return x.WriteInline
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDropInline() *DropInlineOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DropInline); ok {
+			return x.DropInline
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -1144,6 +1164,14 @@ type Command_SetChunk struct {
 	SetChunk *SetChunkOp `protobuf:"bytes,19,opt,name=set_chunk,json=setChunk,proto3,oneof"`
 }
 
+type Command_WriteInline struct {
+	WriteInline *WriteInlineOp `protobuf:"bytes,20,opt,name=write_inline,json=writeInline,proto3,oneof"`
+}
+
+type Command_DropInline struct {
+	DropInline *DropInlineOp `protobuf:"bytes,21,opt,name=drop_inline,json=dropInline,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1192,6 +1220,10 @@ func (*Command_GrantInodes) isCommand_Op() {}
 func (*Command_InitMinistry) isCommand_Op() {}
 
 func (*Command_SetChunk) isCommand_Op() {}
+
+func (*Command_WriteInline) isCommand_Op() {}
+
+func (*Command_DropInline) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
 
@@ -3108,6 +3140,135 @@ func (*ReadRequest_Readlink) isReadRequest_Op() {}
 
 func (*ReadRequest_GetChunks) isReadRequest_Op() {}
 
+// WriteInlineOp writes `data` at `offset` of a small regular file whose
+// bytes live inline in its ministry (no chunk servers), growing the size
+// to cover them and setting mtime, provided the file has no chunk
+// records and offset + len(data) and the size stay within `max_inline`
+// (itself at most the ministry's limit, 64 KiB). Otherwise it fails with
+// EFBIG and changes nothing: the writer moves the file to chunks.
+type WriteInlineOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	MaxInline     uint64                 `protobuf:"varint,4,opt,name=max_inline,json=maxInline,proto3" json:"max_inline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteInlineOp) Reset() {
+	*x = WriteInlineOp{}
+	mi := &file_govfs_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteInlineOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteInlineOp) ProtoMessage() {}
+
+func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
+func (*WriteInlineOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *WriteInlineOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *WriteInlineOp) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *WriteInlineOp) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteInlineOp) GetMaxInline() uint64 {
+	if x != nil {
+		return x.MaxInline
+	}
+	return 0
+}
+
+// DropInlineOp ends a file's inline life once the caller has written its
+// bytes to chunk 0: the inline bytes are dropped if the inode is still at
+// `version` (else ESTALE, nothing changes).
+type DropInlineOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropInlineOp) Reset() {
+	*x = DropInlineOp{}
+	mi := &file_govfs_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropInlineOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropInlineOp) ProtoMessage() {}
+
+func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
+func (*DropInlineOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DropInlineOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *DropInlineOp) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // GetChunksReq lists the chunks of a regular file, in index order.
 type GetChunksReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3118,7 +3279,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3291,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3304,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -3163,7 +3324,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3336,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3349,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -3214,7 +3375,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3387,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3400,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -3262,7 +3423,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3435,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3448,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -3321,7 +3482,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3494,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3507,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -3372,7 +3533,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3545,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3558,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -3416,7 +3577,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +3589,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +3602,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -3464,7 +3625,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3637,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3650,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -3544,14 +3705,18 @@ type ReadResponse struct {
 	// list_xattr
 	Names [][]byte `protobuf:"bytes,9,rep,name=names,proto3" json:"names,omitempty"`
 	// get_chunks
-	Chunks        []*ChunkRef `protobuf:"bytes,10,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Chunks []*ChunkRef `protobuf:"bytes,10,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// get_chunks: the file's bytes when they live inline in the ministry
+	// (then they are the whole content, zeros up to the size).
+	Inline        bool   `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
+	InlineData    []byte `protobuf:"bytes,12,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3728,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3741,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -3649,6 +3814,20 @@ func (x *ReadResponse) GetChunks() []*ChunkRef {
 	return nil
 }
 
+func (x *ReadResponse) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
+}
+
+func (x *ReadResponse) GetInlineData() []byte {
+	if x != nil {
+		return x.InlineData
+	}
+	return nil
+}
+
 type ClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3657,7 +3836,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3848,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3861,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 type ClusterInfoResponse struct {
@@ -3703,7 +3882,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +3894,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +3907,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -3795,7 +3974,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3986,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3999,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 type GroupStatus struct {
@@ -3840,7 +4019,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4031,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4044,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -3950,7 +4129,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4141,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4154,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -4069,7 +4248,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4260,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4273,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -4168,7 +4347,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4359,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4372,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -4245,7 +4424,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4257,7 +4436,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4270,7 +4449,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -4357,7 +4536,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4548,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4561,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -4468,7 +4647,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4480,7 +4659,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4493,7 +4672,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -4552,7 +4731,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4564,7 +4743,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4577,7 +4756,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -4636,7 +4815,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4648,7 +4827,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4661,7 +4840,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -4703,7 +4882,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4715,7 +4894,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4728,7 +4907,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -4754,7 +4933,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4766,7 +4945,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4779,7 +4958,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -4807,7 +4986,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +4998,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5011,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -4894,7 +5073,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4906,7 +5085,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4919,7 +5098,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KV) GetKey() []byte {
@@ -4977,7 +5156,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x92\t\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x8f\n" +
+	"\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -4993,6 +5173,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\fgrant_inodes\x18\x11 \x01(\v2\x19.govfs.wire.GrantInodesOpH\x00R\vgrantInodes\x12A\n" +
 	"\rinit_ministry\x18\x12 \x01(\v2\x1a.govfs.wire.InitMinistryOpH\x00R\finitMinistry\x125\n" +
 	"\tset_chunk\x18\x13 \x01(\v2\x16.govfs.wire.SetChunkOpH\x00R\bsetChunk\x12>\n" +
+	"\fwrite_inline\x18\x14 \x01(\v2\x19.govfs.wire.WriteInlineOpH\x00R\vwriteInline\x12;\n" +
+	"\vdrop_inline\x18\x15 \x01(\v2\x18.govfs.wire.DropInlineOpH\x00R\n" +
+	"dropInline\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
@@ -5143,7 +5326,16 @@ const file_govfs_proto_rawDesc = "" +
 	"\breadlink\x18\x0f \x01(\v2\x17.govfs.wire.ReadlinkReqH\x00R\breadlink\x129\n" +
 	"\n" +
 	"get_chunks\x18\x10 \x01(\v2\x18.govfs.wire.GetChunksReqH\x00R\tgetChunksB\x04\n" +
-	"\x02op\" \n" +
+	"\x02op\"l\n" +
+	"\rWriteInlineOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"max_inline\x18\x04 \x01(\x04R\tmaxInline\":\n" +
+	"\fDropInlineOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\" \n" +
 	"\fGetChunksReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"7\n" +
 	"\tLookupReq\x12\x16\n" +
@@ -5169,7 +5361,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x1a\n" +
 	"\bministry\x18\x04 \x01(\x04R\bministry\x12$\n" +
-	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xde\x02\n" +
+	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\x97\x03\n" +
 	"\fReadResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12$\n" +
@@ -5182,7 +5374,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\fR\x05value\x12\x14\n" +
 	"\x05names\x18\t \x03(\fR\x05names\x12,\n" +
 	"\x06chunks\x18\n" +
-	" \x03(\v2\x14.govfs.wire.ChunkRefR\x06chunks\"\x14\n" +
+	" \x03(\v2\x14.govfs.wire.ChunkRefR\x06chunks\x12\x16\n" +
+	"\x06inline\x18\v \x01(\bR\x06inline\x12\x1f\n" +
+	"\vinline_data\x18\f \x01(\fR\n" +
+	"inlineData\"\x14\n" +
 	"\x12ClusterInfoRequest\"\xfb\x02\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
@@ -5367,7 +5562,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -5408,32 +5603,34 @@ var file_govfs_proto_goTypes = []any{
 	(*MutateRequest)(nil),          // 36: govfs.wire.MutateRequest
 	(*MutateResponse)(nil),         // 37: govfs.wire.MutateResponse
 	(*ReadRequest)(nil),            // 38: govfs.wire.ReadRequest
-	(*GetChunksReq)(nil),           // 39: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 40: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 41: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 42: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 43: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 44: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 45: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 46: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 47: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 48: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 49: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 50: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 51: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 52: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 53: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 54: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 55: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 56: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 57: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 58: govfs.wire.LeaseResponse
-	(*RaftBatch)(nil),              // 59: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 60: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 61: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 62: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 63: govfs.wire.KV
-	nil,                            // 64: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*WriteInlineOp)(nil),          // 39: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 40: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 41: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 42: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 43: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 44: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 45: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 46: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 47: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 48: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 49: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 50: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 51: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 52: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 53: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 54: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 55: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 56: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 57: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 58: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 59: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 60: govfs.wire.LeaseResponse
+	(*RaftBatch)(nil),              // 61: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 62: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 63: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 64: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 65: govfs.wire.KV
+	nil,                            // 66: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -5451,81 +5648,83 @@ var file_govfs_proto_depIdxs = []int32{
 	22, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	23, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	21, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	24, // 15: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	25, // 16: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	27, // 17: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	31, // 18: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	32, // 19: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	29, // 20: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	30, // 21: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	1,  // 22: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	11, // 23: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	20, // 24: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	20, // 25: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	34, // 26: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	26, // 27: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	7,  // 28: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	20, // 29: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	12, // 30: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	6,  // 31: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	33, // 32: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 33: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	40, // 34: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	41, // 35: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	42, // 36: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	43, // 37: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	44, // 38: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	45, // 39: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	39, // 40: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	1,  // 41: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	7,  // 42: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	6,  // 43: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	7,  // 44: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	46, // 45: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	20, // 46: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	6,  // 47: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	34, // 48: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	35, // 49: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	28, // 50: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	26, // 51: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	6,  // 52: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	51, // 53: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	34, // 54: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	55, // 55: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	28, // 56: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	6,  // 57: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	28, // 58: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	64, // 59: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	26, // 60: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	5,  // 61: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	4,  // 62: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	4,  // 63: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	6,  // 64: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	57, // 65: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	60, // 66: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 67: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	63, // 68: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	36, // 69: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	38, // 70: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	48, // 71: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	50, // 72: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	53, // 73: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	56, // 74: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	59, // 75: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	62, // 76: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	37, // 77: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	47, // 78: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	49, // 79: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	52, // 80: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	54, // 81: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	58, // 82: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	61, // 83: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	61, // 84: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	77, // [77:85] is the sub-list for method output_type
-	69, // [69:77] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	39, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	40, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	24, // 17: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	25, // 18: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	27, // 19: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	31, // 20: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	32, // 21: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	29, // 22: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	30, // 23: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	1,  // 24: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	11, // 25: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	20, // 26: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	20, // 27: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	34, // 28: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	26, // 29: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	7,  // 30: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	20, // 31: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	12, // 32: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	6,  // 33: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	33, // 34: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 35: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	42, // 36: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	43, // 37: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	44, // 38: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	45, // 39: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	46, // 40: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	47, // 41: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	41, // 42: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	1,  // 43: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	7,  // 44: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	6,  // 45: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	7,  // 46: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	48, // 47: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	20, // 48: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	6,  // 49: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	34, // 50: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	35, // 51: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	28, // 52: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	26, // 53: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	6,  // 54: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	53, // 55: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	34, // 56: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	57, // 57: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	28, // 58: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	6,  // 59: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	28, // 60: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	66, // 61: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	26, // 62: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	5,  // 63: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	4,  // 64: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	4,  // 65: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	6,  // 66: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	59, // 67: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	62, // 68: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 69: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	65, // 70: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	36, // 71: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	38, // 72: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	50, // 73: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	52, // 74: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	55, // 75: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	58, // 76: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	61, // 77: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	64, // 78: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	37, // 79: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	49, // 80: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	51, // 81: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	54, // 82: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	56, // 83: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	60, // 84: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	63, // 85: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	63, // 86: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	79, // [79:87] is the sub-list for method output_type
+	71, // [71:79] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -5544,6 +5743,8 @@ func file_govfs_proto_init() {
 		(*Command_GrantInodes)(nil),
 		(*Command_InitMinistry)(nil),
 		(*Command_SetChunk)(nil),
+		(*Command_WriteInline)(nil),
+		(*Command_DropInline)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
@@ -5567,7 +5768,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   59,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
