@@ -89,7 +89,8 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		names = append(names, op.Unlink.GetName())
 	case *wire.Command_Rename:
 		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
-	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr, *wire.Command_SetChunk:
+	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr, *wire.Command_SetChunk,
+		*wire.Command_WriteInline, *wire.Command_DropInline:
 	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
@@ -260,7 +261,11 @@ func query(r interface {
 		if err != nil {
 			return nil, err
 		}
-		return &wire.ReadResponse{Chunks: cs}, nil
+		data, inline, err := namespace.InlineData(r, ids.Ino(op.GetChunks.GetIno()))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Chunks: cs, Inline: inline, InlineData: data}, nil
 	case *wire.ReadRequest_Readlink:
 		v, err := namespace.Readlink(r, ids.Ino(op.Readlink.GetIno()))
 		if err != nil {

@@ -85,6 +85,10 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 		return removeXattr(t, op.RemoveXattr)
 	case *wire.Command_SetChunk:
 		return setChunk(t, op.SetChunk)
+	case *wire.Command_WriteInline:
+		return writeInline(t, op.WriteInline)
+	case *wire.Command_DropInline:
+		return dropInline(t, op.DropInline)
 	case nil:
 		return nil, errnof(syscall.EINVAL, "command without operation")
 	default:

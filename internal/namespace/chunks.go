@@ -162,6 +162,9 @@ func resize(t *tx, in *wire.Inode, size uint64, chunkSize int64) error {
 	old := a.Size
 	a.Size = size
 	a.MtimeNs = t.now
+	if err := resizeInline(t, ids.Ino(a.Ino), size); err != nil {
+		return err
+	}
 	switch {
 	case size == 0:
 		return dropChunks(t, ids.Ino(a.Ino), 0)

@@ -854,3 +854,75 @@ func TestSetattrExpectChunks(t *testing.T) {
 		t.Fatalf("size after refused grows = %d, want 100", a.Size)
 	}
 }
+
+func TestInlineFiles(t *testing.T) {
+	v := newEnv(t)
+	f := v.mkfile(root, "small")
+	d := v.mkdir(root, "dir")
+	w := func(ino ids.Ino, off uint64, data string, limit uint64) *wire.Result {
+		return v.cmd(&wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(ino), Offset: off, Data: []byte(data), MaxInline: limit}}, nil)
+	}
+	content := func() string {
+		t.Helper()
+		b, ok, err := InlineData(v.rw, f)
+		if err != nil || !ok {
+			t.Fatalf("inline data: %q %v %v", b, ok, err)
+		}
+		return string(b)
+	}
+	if r := w(f, 0, "hello", 4096); r.Errno != 0 || r.Attr.GetSize() != 5 {
+		t.Fatalf("first inline write = %v", r)
+	}
+	before := v.attr(f).Version
+	if r := w(f, 10, "world", 4096); r.Errno != 0 || r.Attr.GetSize() != 15 || r.Attr.GetVersion() <= before {
+		t.Fatalf("second inline write = %v", r)
+	}
+	if got := content(); got != "hello\x00\x00\x00\x00\x00world" {
+		t.Fatalf("inline bytes %q", got)
+	}
+	// Bad input changes nothing.
+	for _, bad := range []struct {
+		r    *wire.Result
+		want syscall.Errno
+	}{
+		{w(f, 4090, "too far", 4096), syscall.EFBIG},
+		{w(f, 0, "x", MaxInline+1), syscall.EINVAL},
+		{w(f, 0, "", 4096), syscall.EINVAL},
+		{w(d, 0, "x", 4096), syscall.EISDIR},
+		{w(12345, 0, "x", 4096), syscall.ENOENT},
+	} {
+		if syscall.Errno(bad.r.Errno) != bad.want {
+			t.Errorf("got %v, want %v", bad.r, bad.want)
+		}
+	}
+	if got := content(); got != "hello\x00\x00\x00\x00\x00world" || v.attr(f).Size != 15 {
+		t.Fatalf("after refused writes: %q size %d", got, v.attr(f).Size)
+	}
+	// Truncate cuts the inline bytes; growing leaves zeros to the size.
+	v.ok(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 3}})
+	if got := content(); got != "hel" {
+		t.Fatalf("after truncate to 3: %q", got)
+	}
+	// Moving to chunks: chunk 0 recorded, then the inline bytes dropped
+	// if the inode did not change meanwhile.
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 9, Group: 1}}})
+	ver := v.attr(f).Version
+	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Version: ver - 1}}, nil); syscall.Errno(r.Errno) != syscall.ESTALE {
+		t.Fatalf("drop at an old version = %v", r)
+	}
+	v.ok(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Version: ver}})
+	if _, ok, _ := InlineData(v.rw, f); ok {
+		t.Fatal("inline bytes still there after the drop")
+	}
+	// A file in chunks takes no inline write.
+	if r := w(f, 0, "x", 4096); syscall.Errno(r.Errno) != syscall.EFBIG {
+		t.Fatalf("inline write to a chunked file = %v", r)
+	}
+	// Unlink removes inline bytes with the inode.
+	g := v.mkfile(root, "gone")
+	w(g, 0, "bytes", 4096)
+	v.ok(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("gone")}})
+	if _, ok, _ := InlineData(v.rw, g); ok {
+		t.Fatal("inline bytes outlive their inode")
+	}
+}

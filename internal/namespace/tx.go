@@ -129,6 +129,9 @@ func (t *tx) remove(in *wire.Inode) error {
 	for _, k := range keys {
 		t.del(k)
 	}
+	if err := dropInlineOf(t, ino); err != nil {
+		return err
+	}
 	return dropChunks(t, ino, 0)
 }
 
