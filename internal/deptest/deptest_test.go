@@ -42,6 +42,7 @@ func TestDependencyDirection(t *testing.T) {
 		{"internal/clustermap", []string{"net", "os", mod + "internal/rpc", mod + "internal/multiraft", "google.golang.org/grpc", "time"}},
 		{"internal/chunkstore", []string{"net", mod + "internal/rpc", mod + "internal/multiraft", mod + "internal/namespace", "google.golang.org/grpc"}},
 		{"internal/placement", []string{"net", "os", "time", "math/rand", mod + "internal/rpc", mod + "internal/multiraft"}},
+		{"internal/lease", []string{"net", "os", mod + "internal/rpc", mod + "internal/multiraft", mod + "internal/wire", "google.golang.org/grpc"}},
 		{"internal/multiraft", []string{mod + "internal/namespace", mod + "internal/clustermap", mod + "internal/metanode"}},
 		{"client", []string{mod + "internal/metanode", mod + "internal/multiraft", mod + "internal/namespace", mod + "internal/engine", mod + "internal/rpc"}},
 		{"internal/engine", []string{mod + "internal/multiraft", mod + "internal/namespace"}},

@@ -1,0 +1,466 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+)
+
+// Mode is what a lease allows.
+type Mode uint8
+
+const (
+	// Read lets the holder cache the range's data and the inode's
+	// attributes without revalidating.
+	Read Mode = 1
+	// Write makes the holder the only client writing the range.
+	Write Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Read:
+		return "read"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// ID names a granted lease; ids are never reused by one Table.
+type ID uint64
+
+// ClientID is the holder: the client_id of the client's request ids.
+type ClientID uint64
+
+// ToEnd is the End of a range that runs to the end of any file.
+const ToEnd = math.MaxUint64
+
+// RangeEnd returns the end of [off, off+length): ToEnd for length 0
+// (the whole file from off) or when off+length overflows.
+func RangeEnd(off, length uint64) uint64 {
+	if length == 0 || off+length < off {
+		return ToEnd
+	}
+	return off + length
+}
+
+// Request asks for a lease.
+type Request struct {
+	Client ClientID
+	Ino    ids.Ino
+	Mode   Mode
+	// Off and End delimit the byte range [Off, End); End > Off.
+	Off, End uint64
+}
+
+// Lease is a granted lease.
+type Lease struct {
+	ID ID
+	Request
+	// Expires is when the lease ends unless renewed.
+	Expires time.Time
+	// Revoked: the minister asked for it back; renewals no longer extend
+	// it.
+	Revoked bool
+}
+
+// Config sets the table's times and bounds.
+type Config struct {
+	// TTL is how long a grant or renewal lasts (DefaultTTL when 0).
+	TTL time.Duration
+	// Fence is how long after StartTerm nothing is granted (TTL when 0).
+	Fence time.Duration
+	// MaxPerClient bounds the leases one client holds (DefaultMaxPerClient
+	// when 0).
+	MaxPerClient int
+}
+
+const (
+	// DefaultTTL is DESIGN §5's lease time to live.
+	DefaultTTL = 10 * time.Second
+	// DefaultMaxPerClient bounds one client's leases.
+	DefaultMaxPerClient = 16384
+)
+
+var (
+	// ErrTooMany refuses a grant beyond Config.MaxPerClient.
+	ErrTooMany = errors.New("lease: too many leases held by this client")
+	// ErrBadRequest refuses a malformed request.
+	ErrBadRequest = errors.New("lease: bad request")
+)
+
+type intent struct {
+	req     Request
+	seq     uint64
+	expires time.Time
+	// readersOnly: a mutation draining read leases; it blocks read
+	// requests only.
+	readersOnly bool
+}
+
+// Table is the lease table of one ministry on its minister. It is not
+// safe for concurrent use: the caller serialises calls.
+type Table struct {
+	cfg        Config
+	fenceUntil time.Time
+	nextID     ID
+	nextSeq    uint64
+	leases     map[ID]*Lease
+	byIno      map[ids.Ino]map[ID]*Lease
+	byClient   map[ClientID]map[ID]*Lease
+	intents    map[ids.Ino][]*intent
+}
+
+// New returns an empty table that grants at once (call StartTerm to fence).
+func New(cfg Config) *Table {
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Fence <= 0 {
+		cfg.Fence = cfg.TTL
+	}
+	if cfg.MaxPerClient <= 0 {
+		cfg.MaxPerClient = DefaultMaxPerClient
+	}
+	return &Table{cfg: cfg, nextID: 1, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
+		byClient: map[ClientID]map[ID]*Lease{}, intents: map[ids.Ino][]*intent{}}
+}
+
+// TTL returns the lease time to live.
+func (t *Table) TTL() time.Duration { return t.cfg.TTL }
+
+// StartTerm forgets every lease and intent and grants nothing until
+// now+Fence: the caller just became the minister, and leases granted by
+// its predecessor may live until then.
+func (t *Table) StartTerm(now time.Time) {
+	t.leases = map[ID]*Lease{}
+	t.byIno = map[ids.Ino]map[ID]*Lease{}
+	t.byClient = map[ClientID]map[ID]*Lease{}
+	t.intents = map[ids.Ino][]*intent{}
+	t.fenceUntil = now.Add(t.cfg.Fence)
+}
+
+// FencedUntil returns when the current fence ends (zero time if never
+// fenced).
+func (t *Table) FencedUntil() time.Time { return t.fenceUntil }
+
+// Outcome is Acquire's answer.
+type Outcome struct {
+	// Granted is set when the lease was granted.
+	Granted bool
+	Lease   Lease
+	// RetryAt, when refused: the earliest time the answer may change by
+	// itself (a conflicting lease or intent expires, the fence ends).
+	// Releases can change it sooner.
+	RetryAt time.Time
+	// Revoked lists the leases this call asked back (their holders should
+	// be told now).
+	Revoked []Lease
+}
+
+func validate(r Request) error {
+	switch {
+	case r.Mode != Read && r.Mode != Write:
+		return fmt.Errorf("%w: mode %v", ErrBadRequest, r.Mode)
+	case r.End <= r.Off:
+		return fmt.Errorf("%w: empty range [%d, %d)", ErrBadRequest, r.Off, r.End)
+	case r.Client == 0:
+		return fmt.Errorf("%w: client id 0", ErrBadRequest)
+	case r.Ino == 0:
+		return fmt.Errorf("%w: inode 0", ErrBadRequest)
+	}
+	return nil
+}
+
+func overlap(a, b Request) bool { return a.Off < b.End && b.Off < a.End }
+
+// conflicts says whether leases a and b cannot both be held.
+func conflicts(a, b Request) bool {
+	return a.Client != b.Client && a.Ino == b.Ino && (a.Mode == Write || b.Mode == Write) && overlap(a, b)
+}
+
+// Acquire grants req or says why not. wait > 0 means the caller will ask
+// again for up to wait: the conflicting leases are revoked and an intent
+// is kept until now+wait, so later conflicting requests of other clients
+// queue behind this one. With wait 0 nothing is revoked or queued (a
+// try).
+func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome, error) {
+	if err := validate(req); err != nil {
+		return Outcome{}, err
+	}
+	t.expire(now)
+	own := t.findIntent(req)
+	if wait > 0 {
+		if own == nil {
+			own = &intent{req: req, seq: t.nextSeq}
+			t.nextSeq++
+			t.intents[req.Ino] = append(t.intents[req.Ino], own)
+		}
+		if exp := now.Add(wait); exp.After(own.expires) {
+			own.expires = exp
+		}
+	}
+	if now.Before(t.fenceUntil) {
+		return Outcome{RetryAt: t.fenceUntil}, nil
+	}
+	var out Outcome
+	blocked := false
+	for _, in := range t.intents[req.Ino] {
+		if in == own || (own != nil && in.seq > own.seq) || in.req.Client == req.Client {
+			continue
+		}
+		if (in.readersOnly && req.Mode == Read && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
+			blocked = true
+			out.RetryAt = earliest(out.RetryAt, in.expires)
+		}
+	}
+	for _, l := range t.sortedOn(req.Ino) {
+		if !conflicts(l.Request, req) {
+			continue
+		}
+		blocked = true
+		out.RetryAt = earliest(out.RetryAt, l.Expires)
+		if wait > 0 && !l.Revoked {
+			l.Revoked = true
+			out.Revoked = append(out.Revoked, *l)
+		}
+	}
+	if blocked {
+		return out, nil
+	}
+	if len(t.byClient[req.Client]) >= t.cfg.MaxPerClient {
+		return Outcome{}, fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
+	}
+	t.dropIntent(own)
+	l := &Lease{ID: t.nextID, Request: req, Expires: now.Add(t.cfg.TTL)}
+	t.nextID++
+	t.add(l)
+	return Outcome{Granted: true, Lease: *l}, nil
+}
+
+// DrainReaders prepares a change of ino by client: it revokes the read
+// leases other clients hold on ino and, with wait > 0, keeps an intent
+// until now+wait that keeps new read leases of others from being
+// granted. It reports whether such read leases are still live and, if
+// so, when the first of them expires. Call DoneDraining when the change
+// is applied (or abandoned).
+func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait time.Duration) (busy bool, retryAt time.Time, revoked []Lease) {
+	t.expire(now)
+	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
+	if wait > 0 {
+		var own *intent
+		for _, in := range t.intents[ino] {
+			if in.readersOnly && in.req == req {
+				own = in
+			}
+		}
+		if own == nil {
+			own = &intent{req: req, seq: t.nextSeq, readersOnly: true}
+			t.nextSeq++
+			t.intents[ino] = append(t.intents[ino], own)
+		}
+		if exp := now.Add(wait); exp.After(own.expires) {
+			own.expires = exp
+		}
+	}
+	for _, l := range t.sortedOn(ino) {
+		if l.Mode != Read || l.Client == client {
+			continue
+		}
+		busy = true
+		retryAt = earliest(retryAt, l.Expires)
+		if !l.Revoked {
+			l.Revoked = true
+			revoked = append(revoked, *l)
+		}
+	}
+	return busy, retryAt, revoked
+}
+
+// DoneDraining drops the intent DrainReaders left for client on ino.
+func (t *Table) DoneDraining(client ClientID, ino ids.Ino) {
+	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
+	for _, in := range t.intents[ino] {
+		if in.readersOnly && in.req == req {
+			t.dropIntent(in)
+			return
+		}
+	}
+}
+
+// Renew extends the client's leases in list by one TTL from now, except
+// revoked ones. It returns the listed leases that are revoked (give them
+// back) and those the table does not hold for the client (lost: expired,
+// released, or never granted here).
+func (t *Table) Renew(now time.Time, client ClientID, list []ID) (revoke, lost []ID) {
+	t.expire(now)
+	for _, id := range list {
+		l := t.leases[id]
+		switch {
+		case l == nil || l.Client != client:
+			lost = append(lost, id)
+		case l.Revoked:
+			revoke = append(revoke, id)
+		default:
+			l.Expires = now.Add(t.cfg.TTL)
+		}
+	}
+	return revoke, lost
+}
+
+// Check is Renew without renewing: which listed leases are revoked or
+// lost now.
+func (t *Table) Check(now time.Time, client ClientID, list []ID) (revoke, lost []ID) {
+	t.expire(now)
+	for _, id := range list {
+		l := t.leases[id]
+		switch {
+		case l == nil || l.Client != client:
+			lost = append(lost, id)
+		case l.Revoked:
+			revoke = append(revoke, id)
+		}
+	}
+	return revoke, lost
+}
+
+// Release drops the client's leases in list and returns how many it held.
+func (t *Table) Release(now time.Time, client ClientID, list []ID) int {
+	t.expire(now)
+	n := 0
+	for _, id := range list {
+		if l := t.leases[id]; l != nil && l.Client == client {
+			t.remove(l)
+			n++
+		}
+	}
+	return n
+}
+
+// Leases returns the live leases on ino, by id.
+func (t *Table) Leases(now time.Time, ino ids.Ino) []Lease {
+	t.expire(now)
+	var out []Lease
+	for _, l := range t.sortedOn(ino) {
+		out = append(out, *l)
+	}
+	return out
+}
+
+// Len returns the number of leases held (expired ones included until the
+// next call that takes a time).
+func (t *Table) Len() int { return len(t.leases) }
+
+// NextExpiry returns the earliest expiry of a lease or intent (zero if
+// none): when the table may change by itself.
+func (t *Table) NextExpiry() time.Time {
+	var at time.Time
+	for _, l := range t.leases {
+		at = earliest(at, l.Expires)
+	}
+	for _, ins := range t.intents {
+		for _, in := range ins {
+			at = earliest(at, in.expires)
+		}
+	}
+	return at
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func (t *Table) sortedOn(ino ids.Ino) []*Lease {
+	m := t.byIno[ino]
+	out := make([]*Lease, 0, len(m))
+	for _, l := range m {
+		out = append(out, l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (t *Table) findIntent(req Request) *intent {
+	for _, in := range t.intents[req.Ino] {
+		if !in.readersOnly && in.req == req {
+			return in
+		}
+	}
+	return nil
+}
+
+func (t *Table) dropIntent(in *intent) {
+	if in == nil {
+		return
+	}
+	ins := t.intents[in.req.Ino]
+	for i, x := range ins {
+		if x == in {
+			ins = append(ins[:i], ins[i+1:]...)
+			break
+		}
+	}
+	if len(ins) == 0 {
+		delete(t.intents, in.req.Ino)
+	} else {
+		t.intents[in.req.Ino] = ins
+	}
+}
+
+func (t *Table) add(l *Lease) {
+	t.leases[l.ID] = l
+	if t.byIno[l.Ino] == nil {
+		t.byIno[l.Ino] = map[ID]*Lease{}
+	}
+	t.byIno[l.Ino][l.ID] = l
+	if t.byClient[l.Client] == nil {
+		t.byClient[l.Client] = map[ID]*Lease{}
+	}
+	t.byClient[l.Client][l.ID] = l
+}
+
+func (t *Table) remove(l *Lease) {
+	delete(t.leases, l.ID)
+	if m := t.byIno[l.Ino]; m != nil {
+		delete(m, l.ID)
+		if len(m) == 0 {
+			delete(t.byIno, l.Ino)
+		}
+	}
+	if m := t.byClient[l.Client]; m != nil {
+		delete(m, l.ID)
+		if len(m) == 0 {
+			delete(t.byClient, l.Client)
+		}
+	}
+}
+
+// expire drops leases and intents whose time is up.
+func (t *Table) expire(now time.Time) {
+	for _, l := range t.leases {
+		if !now.Before(l.Expires) {
+			t.remove(l)
+		}
+	}
+	for ino, ins := range t.intents {
+		live := ins[:0]
+		for _, in := range ins {
+			if now.Before(in.expires) {
+				live = append(live, in)
+			}
+		}
+		if len(live) == 0 {
+			delete(t.intents, ino)
+		} else {
+			t.intents[ino] = live
+		}
+	}
+}

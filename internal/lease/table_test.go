@@ -1,0 +1,261 @@
+package lease
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/internal/clock"
+	"github.com/govfs/govfs/internal/ids"
+)
+
+const ttl = 10 * time.Second
+
+func newTable(t *testing.T) (*Table, *clock.Manual) {
+	t.Helper()
+	return New(Config{TTL: ttl}), clock.NewManual(time.Unix(1000, 0))
+}
+
+func req(c ClientID, ino ids.Ino, m Mode, off, length uint64) Request {
+	return Request{Client: c, Ino: ino, Mode: m, Off: off, End: RangeEnd(off, length)}
+}
+
+func mustGrant(t *testing.T, tb *Table, now time.Time, r Request, wait time.Duration) Lease {
+	t.Helper()
+	out, err := tb.Acquire(now, r, wait)
+	if err != nil {
+		t.Fatalf("acquire %+v: %v", r, err)
+	}
+	if !out.Granted {
+		t.Fatalf("acquire %+v refused (retry at %v)", r, out.RetryAt)
+	}
+	return out.Lease
+}
+
+func mustRefuse(t *testing.T, tb *Table, now time.Time, r Request, wait time.Duration) Outcome {
+	t.Helper()
+	out, err := tb.Acquire(now, r, wait)
+	if err != nil {
+		t.Fatalf("acquire %+v: %v", r, err)
+	}
+	if out.Granted {
+		t.Fatalf("acquire %+v granted %d, want refused", r, out.Lease.ID)
+	}
+	return out
+}
+
+func TestGrantAndConflicts(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	r1 := mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
+	if r1.Expires != now.Add(ttl) || r1.End != ToEnd {
+		t.Fatalf("lease %+v: want whole file, expiring in one TTL", r1)
+	}
+	// Readers share.
+	mustGrant(t, tb, now, req(2, 7, Read, 0, 0), 0)
+	// A writer conflicts with both readers; a try (wait 0) revokes nothing.
+	out := mustRefuse(t, tb, now, req(3, 7, Write, 100, 10), 0)
+	if len(out.Revoked) != 0 || out.RetryAt != now.Add(ttl) {
+		t.Fatalf("try: revoked %v, retry at %v; want nothing revoked, retry at expiry", out.Revoked, out.RetryAt)
+	}
+	// The same client's leases never conflict with each other.
+	mustGrant(t, tb, now, req(1, 10, Read, 0, 0), 0)
+	mustGrant(t, tb, now, req(1, 10, Write, 0, 10), 0)
+	mustGrant(t, tb, now, req(1, 10, Write, 5, 10), 0)
+	// Other inodes are independent.
+	mustGrant(t, tb, now, req(3, 8, Write, 0, 0), 0)
+	// Bad requests.
+	for _, bad := range []Request{req(1, 7, 0, 0, 0), {Client: 1, Ino: 7, Mode: Read, Off: 5, End: 5}, req(0, 7, Read, 0, 0), req(1, 0, Read, 0, 0)} {
+		if _, err := tb.Acquire(now, bad, 0); !errors.Is(err, ErrBadRequest) {
+			t.Errorf("acquire %+v: err %v, want ErrBadRequest", bad, err)
+		}
+	}
+}
+
+func TestOpenRegionsCoexist(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	const row = 10 << 20
+	for c := ClientID(1); c <= 6; c++ {
+		mustGrant(t, tb, now, req(c, 9, Write, uint64(c-1)*row, row), time.Second)
+	}
+	// Rows touch but do not overlap; a seventh writer straddling rows 2
+	// and 3 conflicts with exactly those two.
+	out := mustRefuse(t, tb, now, req(7, 9, Write, 2*row-1, 2), time.Second)
+	var holders []ClientID
+	for _, l := range out.Revoked {
+		holders = append(holders, l.Client)
+	}
+	if !slices.Equal(holders, []ClientID{2, 3}) {
+		t.Fatalf("revoked holders %v, want [2 3]", holders)
+	}
+	// A reader of row 6 (0-based 5) conflicts only with writer 6.
+	out = mustRefuse(t, tb, now, req(8, 9, Read, 5*row, row), 0)
+	if out.RetryAt != now.Add(ttl) {
+		t.Fatalf("retry at %v", out.RetryAt)
+	}
+	// Past the last row nothing is held.
+	mustGrant(t, tb, now, req(8, 9, Read, 6*row, 0), 0)
+}
+
+func TestExpiryAndRenewal(t *testing.T) {
+	tb, clk := newTable(t)
+	w := mustGrant(t, tb, clk.Now(), req(1, 7, Write, 0, 0), 0)
+	clk.Advance(ttl / 3)
+	if revoke, lost := tb.Renew(clk.Now(), 1, []ID{w.ID}); len(revoke)+len(lost) != 0 {
+		t.Fatalf("renew: revoke %v lost %v", revoke, lost)
+	}
+	// Renewed at TTL/3: still held just before TTL/3+TTL.
+	clk.Advance(ttl - time.Millisecond)
+	mustRefuse(t, tb, clk.Now(), req(2, 7, Read, 0, 0), 0)
+	// Another client cannot renew it.
+	if _, lost := tb.Renew(clk.Now(), 2, []ID{w.ID}); !slices.Equal(lost, []ID{w.ID}) {
+		t.Fatalf("renew by another client: lost %v", lost)
+	}
+	// An unreachable holder (no renewal) loses it at TTL.
+	clk.Advance(time.Millisecond)
+	mustGrant(t, tb, clk.Now(), req(2, 7, Read, 0, 0), 0)
+	if _, lost := tb.Renew(clk.Now(), 1, []ID{w.ID}); !slices.Equal(lost, []ID{w.ID}) {
+		t.Fatalf("renew after expiry: lost %v, want [%d]", lost, w.ID)
+	}
+	if tb.Len() != 1 {
+		t.Fatalf("table holds %d leases, want 1", tb.Len())
+	}
+}
+
+func TestRevokeFlow(t *testing.T) {
+	tb, clk := newTable(t)
+	w := mustGrant(t, tb, clk.Now(), req(1, 7, Write, 0, 100), 0)
+	// Client 2 wants an overlapping write and waits: w is revoked.
+	out := mustRefuse(t, tb, clk.Now(), req(2, 7, Write, 50, 100), 5*time.Second)
+	if len(out.Revoked) != 1 || out.Revoked[0].ID != w.ID {
+		t.Fatalf("revoked %v, want [%d]", out.Revoked, w.ID)
+	}
+	// Asking again revokes nothing new.
+	if out := mustRefuse(t, tb, clk.Now(), req(2, 7, Write, 50, 100), 5*time.Second); len(out.Revoked) != 0 {
+		t.Fatalf("second ask revoked %v again", out.Revoked)
+	}
+	// The holder learns it on its keepalive; renewals no longer extend a
+	// revoked lease.
+	clk.Advance(time.Second)
+	revoke, lost := tb.Renew(clk.Now(), 1, []ID{w.ID})
+	if !slices.Equal(revoke, []ID{w.ID}) || len(lost) != 0 {
+		t.Fatalf("renew: revoke %v lost %v", revoke, lost)
+	}
+	if r, _ := tb.Check(clk.Now(), 1, []ID{w.ID}); !slices.Equal(r, []ID{w.ID}) {
+		t.Fatalf("check: revoke %v", r)
+	}
+	// Meanwhile a third client's non-conflicting request is not held up.
+	mustGrant(t, tb, clk.Now(), req(3, 7, Write, 1000, 10), 0)
+	// The holder flushes and releases; the waiter gets it.
+	if n := tb.Release(clk.Now(), 1, []ID{w.ID}); n != 1 {
+		t.Fatalf("release: %d", n)
+	}
+	mustGrant(t, tb, clk.Now(), req(2, 7, Write, 50, 100), 5*time.Second)
+
+	// A holder that never answers: the revoked lease ends one TTL after
+	// its last renewal however often it renews.
+	w2 := mustGrant(t, tb, clk.Now(), req(4, 8, Write, 0, 0), 0)
+	mustRefuse(t, tb, clk.Now(), req(5, 8, Read, 0, 0), 20*time.Second)
+	for range 5 {
+		clk.Advance(ttl / 3)
+		tb.Renew(clk.Now(), 4, []ID{w2.ID})
+		if clk.Now().Before(w2.Expires) {
+			mustRefuse(t, tb, clk.Now(), req(5, 8, Read, 0, 0), 20*time.Second)
+		}
+	}
+	mustGrant(t, tb, clk.Now(), req(5, 8, Read, 0, 0), 20*time.Second)
+}
+
+func TestWaitingWriterIsNotStarvedByReaders(t *testing.T) {
+	tb, clk := newTable(t)
+	r1 := mustGrant(t, tb, clk.Now(), req(1, 7, Read, 0, 0), 0)
+	mustRefuse(t, tb, clk.Now(), req(2, 7, Write, 0, 0), 5*time.Second)
+	// A new reader queues behind the waiting writer, even though it does
+	// not conflict with the current reader.
+	out := mustRefuse(t, tb, clk.Now(), req(3, 7, Read, 0, 0), 0)
+	if out.RetryAt != clk.Now().Add(5*time.Second) {
+		t.Fatalf("retry at %v, want the writer's wait end", out.RetryAt)
+	}
+	tb.Release(clk.Now(), 1, []ID{r1.ID})
+	mustGrant(t, tb, clk.Now(), req(2, 7, Write, 0, 0), 5*time.Second)
+	// Once the writer gave up waiting (intent expired) readers go ahead
+	// again after it releases.
+	clk.Advance(6 * time.Second)
+	mustRefuse(t, tb, clk.Now(), req(3, 7, Read, 0, 0), 0)
+}
+
+func TestIntentExpiresWhenWaiterGivesUp(t *testing.T) {
+	tb, clk := newTable(t)
+	w := mustGrant(t, tb, clk.Now(), req(1, 7, Write, 0, 0), 0)
+	mustRefuse(t, tb, clk.Now(), req(2, 7, Write, 0, 0), time.Second)
+	tb.Release(clk.Now(), 1, []ID{w.ID})
+	// Client 2 stopped asking; after its wait, client 3 is not blocked.
+	mustRefuse(t, tb, clk.Now(), req(3, 7, Read, 0, 0), 0)
+	clk.Advance(time.Second)
+	mustGrant(t, tb, clk.Now(), req(3, 7, Read, 0, 0), 0)
+}
+
+func TestDrainReaders(t *testing.T) {
+	tb, clk := newTable(t)
+	r1 := mustGrant(t, tb, clk.Now(), req(1, 7, Read, 0, 0), 0)
+	mustGrant(t, tb, clk.Now(), req(2, 7, Read, 0, 0), 0)
+	w := mustGrant(t, tb, clk.Now(), req(3, 8, Write, 0, 10), 0)
+	// Client 2 changes inode 7: client 1's read lease is revoked, its own
+	// is not.
+	busy, at, revoked := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second)
+	if !busy || at != r1.Expires || len(revoked) != 1 || revoked[0].ID != r1.ID {
+		t.Fatalf("drain: busy %v at %v revoked %v", busy, at, revoked)
+	}
+	// No new reader of 7 from another client meanwhile.
+	mustRefuse(t, tb, clk.Now(), req(4, 7, Read, 0, 0), 0)
+	tb.Release(clk.Now(), 1, []ID{r1.ID})
+	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second); busy {
+		t.Fatal("still busy after the reader released")
+	}
+	tb.DoneDraining(2, 7)
+	mustGrant(t, tb, clk.Now(), req(4, 7, Read, 0, 0), 0)
+	// Write leases are not drained (writers on disjoint rows grow the file
+	// concurrently).
+	if busy, _, _ := tb.DrainReaders(clk.Now(), 4, 8, time.Second); busy {
+		t.Fatal("a write lease blocked a mutation")
+	}
+	if _, lost := tb.Renew(clk.Now(), 3, []ID{w.ID}); len(lost) != 0 {
+		t.Fatal("drain dropped a write lease")
+	}
+}
+
+func TestNewMinisterFencing(t *testing.T) {
+	tb, clk := newTable(t)
+	old := mustGrant(t, tb, clk.Now(), req(1, 7, Write, 0, 0), 0)
+	tb.StartTerm(clk.Now())
+	if _, lost := tb.Renew(clk.Now(), 1, []ID{old.ID}); !slices.Equal(lost, []ID{old.ID}) {
+		t.Fatalf("a new term still knows lease %d", old.ID)
+	}
+	// Nothing, read or write, for one TTL.
+	for _, r := range []Request{req(2, 7, Write, 0, 0), req(2, 9, Read, 0, 0), req(1, 7, Write, 0, 0)} {
+		out := mustRefuse(t, tb, clk.Now(), r, time.Second)
+		if out.RetryAt != clk.Now().Add(ttl) {
+			t.Fatalf("retry at %v, want fence end", out.RetryAt)
+		}
+	}
+	clk.Advance(ttl - time.Millisecond)
+	mustRefuse(t, tb, clk.Now(), req(2, 7, Write, 0, 0), 0)
+	clk.Advance(time.Millisecond)
+	l := mustGrant(t, tb, clk.Now(), req(2, 7, Write, 0, 0), 0)
+	if l.ID <= old.ID {
+		t.Fatalf("lease id %d reused (old %d)", l.ID, old.ID)
+	}
+}
+
+func TestMaxPerClient(t *testing.T) {
+	tb := New(Config{TTL: ttl, MaxPerClient: 2})
+	now := time.Unix(0, 0)
+	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
+	mustGrant(t, tb, now, req(1, 8, Read, 0, 0), 0)
+	if _, err := tb.Acquire(now, req(1, 9, Read, 0, 0), 0); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("third lease: %v", err)
+	}
+	mustGrant(t, tb, now, req(2, 9, Read, 0, 0), 0)
+}
