@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"syscall"
@@ -14,8 +15,8 @@ import (
 // under "b" <ino>, so reading or writing them touches no chunk server. A
 // file is inline while that key exists; it then has no chunk records
 // that count (a writer moving it to chunks writes chunk 0 first and drops
-// the inline bytes last, DropInlineOp, so a crash in between leaves the
-// inline bytes in force). The inline bytes may be shorter than the size:
+// the inline bytes last, DropInlineOp, if they are still what it copied,
+// so a crash in between leaves the inline bytes in force). The inline bytes may be shorter than the size:
 // the rest reads as zeros.
 
 const kindInline = 'b'
@@ -96,15 +97,18 @@ func dropInline(t *tx, op *wire.DropInlineOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if in.Attr.Version != op.GetVersion() {
-		return nil, errnof(syscall.ESTALE, "drop inline %v: inode at version %d, the caller copied version %d", ino, in.Attr.Version, op.GetVersion())
-	}
-	if _, inline, err := InlineData(t.r, ino); err != nil {
+	cur, inline, err := InlineData(t.r, ino)
+	if err != nil {
 		return nil, err
-	} else if inline {
-		t.del(inlineKey(ino))
-		t.touch(in)
 	}
+	if !inline {
+		return attrResult(in), nil // dropped already (a retry)
+	}
+	if !bytes.Equal(cur, op.GetExpect()) {
+		return nil, errnof(syscall.ESTALE, "drop inline %v: the inline bytes changed since the caller copied them", ino)
+	}
+	t.del(inlineKey(ino))
+	t.touch(in)
 	return attrResult(in), nil
 }
 

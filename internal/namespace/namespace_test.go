@@ -906,11 +906,10 @@ func TestInlineFiles(t *testing.T) {
 	// Moving to chunks: chunk 0 recorded, then the inline bytes dropped
 	// if the inode did not change meanwhile.
 	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 9, Group: 1}}})
-	ver := v.attr(f).Version
-	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Version: ver - 1}}, nil); syscall.Errno(r.Errno) != syscall.ESTALE {
-		t.Fatalf("drop at an old version = %v", r)
+	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("he")}}, nil); syscall.Errno(r.Errno) != syscall.ESTALE {
+		t.Fatalf("drop of other bytes than the inline ones = %v", r)
 	}
-	v.ok(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Version: ver}})
+	v.ok(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("hel")}})
 	if _, ok, _ := InlineData(v.rw, f); ok {
 		t.Fatal("inline bytes still there after the drop")
 	}

@@ -3215,12 +3215,13 @@ func (x *WriteInlineOp) GetMaxInline() uint64 {
 }
 
 // DropInlineOp ends a file's inline life once the caller has written its
-// bytes to chunk 0: the inline bytes are dropped if the inode is still at
-// `version` (else ESTALE, nothing changes).
+// bytes to chunk 0: the inline bytes are dropped if they are still
+// exactly `expect` (the bytes the caller copied; else ESTALE, nothing
+// changes).
 type DropInlineOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Expect        []byte                 `protobuf:"bytes,3,opt,name=expect,proto3" json:"expect,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3262,11 +3263,11 @@ func (x *DropInlineOp) GetIno() uint64 {
 	return 0
 }
 
-func (x *DropInlineOp) GetVersion() uint64 {
+func (x *DropInlineOp) GetExpect() []byte {
 	if x != nil {
-		return x.Version
+		return x.Expect
 	}
-	return 0
+	return nil
 }
 
 // GetChunksReq lists the chunks of a regular file, in index order.
@@ -5332,10 +5333,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +
-	"max_inline\x18\x04 \x01(\x04R\tmaxInline\":\n" +
+	"max_inline\x18\x04 \x01(\x04R\tmaxInline\">\n" +
 	"\fDropInlineOp\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\" \n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06expect\x18\x03 \x01(\fR\x06expectJ\x04\b\x02\x10\x03\" \n" +
 	"\fGetChunksReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"7\n" +
 	"\tLookupReq\x12\x16\n" +
