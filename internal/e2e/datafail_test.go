@@ -39,6 +39,12 @@ func startDataClusterIn(t *testing.T, dir string, chunks int, chunkArgs ...strin
 	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: dir, Nodes: 3,
 		Tick: 50 * time.Millisecond, Chunks: chunks, ChunkArgs: chunkArgs})
 	if err != nil {
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		for _, l := range logs {
+			if b, rerr := os.ReadFile(l); rerr == nil {
+				t.Logf("%s:\n%s", l, tail(b, 3000))
+			}
+		}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

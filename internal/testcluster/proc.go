@@ -327,7 +327,7 @@ func (c *ProcCluster) WaitReady(ctx context.Context) error {
 	var last error = errors.New("not ready")
 	for {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("cluster not ready: %v (logs in %s)", last, c.cfg.Dir)
+			return fmt.Errorf("cluster not ready: %v (logs in %s)%s", last, c.cfg.Dir, c.exitedProcs())
 		}
 		ok := false
 		for _, a := range c.layout.Addrs {
@@ -391,6 +391,29 @@ func StartReady(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
 			return nil, fmt.Errorf("%w (and clearing %s to retry: %v)", err, cfg.Dir, rmErr)
 		}
 	}
+}
+
+// exitedProcs describes processes that have exited, with the end of
+// their logs (the directory is often gone by the time someone reads the
+// error).
+func (c *ProcCluster) exitedProcs() string {
+	var b strings.Builder
+	for i := range c.Procs() {
+		done, status := c.Exited(i)
+		select {
+		case <-done:
+		default:
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s exited (%v)", filepath.Base(c.LogPath(i)), status())
+		if log, err := os.ReadFile(c.LogPath(i)); err == nil {
+			if len(log) > 800 {
+				log = log[len(log)-800:]
+			}
+			fmt.Fprintf(&b, "; its log ends:\n%s", log)
+		}
+	}
+	return b.String()
 }
 
 // portTaken reports whether a process's log (metadata node or chunk
