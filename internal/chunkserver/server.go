@@ -250,8 +250,14 @@ func (s *Server) Stop() {
 // findCluster asks the metadata nodes for the cluster id.
 func (s *Server) findCluster(ctx context.Context) (string, error) {
 	var last error = errors.New("no metadata node answered")
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	// Wait as long as ctx allows (metadata nodes starting at the same
+	// time may take a while under load), saying so every 10 s.
+	nextWarn := time.Now().Add(10 * time.Second)
+	for {
+		if time.Now().After(nextWarn) {
+			s.log.Warn("still looking for the cluster", "meta", s.cfg.MetaAddrs, "last", last)
+			nextWarn = time.Now().Add(10 * time.Second)
+		}
 		for _, a := range s.cfg.MetaAddrs {
 			cc, err := s.pool.Get(a)
 			if err != nil {
@@ -272,11 +278,10 @@ func (s *Server) findCluster(ctx context.Context) (string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", fmt.Errorf("chunk server: find the cluster at %v: %w (last: %v)", s.cfg.MetaAddrs, ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return "", fmt.Errorf("chunk server: find the cluster at %v: %w", s.cfg.MetaAddrs, last)
 }
 
 // president calls fn against the president's leader, following
@@ -333,7 +338,8 @@ func (s *Server) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("chunk server: measure capacity: %w", err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// As long as ctx allows: the president may still be electing.
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	op := &wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: s.lis.Addr().String(), Host: s.cfg.Host,
 		Rack: s.cfg.Rack, Pod: s.cfg.Pod, StoreId: s.store.ID(), Capacity: capacity, ChunkSize: s.store.ChunkSize()}}
