@@ -46,6 +46,12 @@ type Config struct {
 	GCMaxDeletes int
 	GCDeleteRate int
 
+	// LeaseTTL is the time to live of the leases this node grants as a
+	// minister (lease.DefaultTTL, 10 s, when 0); a new minister grants
+	// nothing for one TTL. Every metadata node of a cluster must use the
+	// same value.
+	LeaseTTL time.Duration
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -122,6 +128,8 @@ func (c *Config) Validate() error {
 		return errors.New("--peers is required: ID=HOST:PORT of every initial member")
 	case c.TickInterval <= 0:
 		return errors.New("tick interval must be positive")
+	case c.LeaseTTL < 0:
+		return fmt.Errorf("--lease-ttl %v must not be negative (0 = default 10s)", c.LeaseTTL)
 	case c.GCGrace < 0:
 		return fmt.Errorf("--gc-grace %v must not be negative: it is how long an unreferenced chunk is kept for clients that still cache it", c.GCGrace)
 	case c.GCMaxDeletes < 0:

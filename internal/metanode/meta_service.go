@@ -144,10 +144,16 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 			return &wire.MutateResponse{Status: statusOf(wire.Code_UNAVAILABLE, "ministry %v is waiting for inode numbers from the president; retry shortly", g)}, nil
 		}
 	}
-	// The proposer stamps the time so every replica applies the same one.
-	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
+	// Other clients' read leases on the inode are given back first (lease.go).
+	drained, err := s.n.leases.drainReaders(ctx, g, cmd)
+	if err != nil {
+		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
+	}
+	defer drained()
+	// The proposer stamps the time so every replica applies the same one.
+	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil

@@ -42,6 +42,7 @@ type Node struct {
 	ident     *identity
 	chunks    chunkLiveness
 	gc        *collector
+	leases    *leaseService
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -135,6 +136,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.host = host
+	n.leases = newLeaseService(n)
 	n.transport.SetHost(host)
 	if cfg.OnHost != nil {
 		cfg.OnHost(host)
@@ -178,6 +180,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() {
 		defer n.wg.Done()
 		n.maintain()
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.leases.watch(n.stop)
 	}()
 	ok = true
 	n.log.Info("metadata node started", "listen", lis.Addr().String(), "data", cfg.DataDir, "cluster", n.ClusterID())

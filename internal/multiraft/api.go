@@ -208,6 +208,68 @@ func (h *Host) Leader(g ids.GroupID) (ids.NodeID, bool) {
 	return ids.NodeID(r.mu.lead), r.mu.leader
 }
 
+// Term returns g's current raft term as this node knows it, the leader
+// it believes in (0 = unknown) and whether this node is that leader. A
+// node that is leader at the same term throughout was leader without
+// interruption (one leader per term).
+func (h *Host) Term(g ids.GroupID) (term uint64, leader ids.NodeID, isLeader bool) {
+	r := h.replica(g)
+	if r == nil {
+		return 0, 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.rn.BasicStatus().HardState.GetTerm(), ids.NodeID(r.mu.lead), r.mu.leader
+}
+
+// PriorLeader reports whether g may have had a leader before this node's
+// current term: the last entry this node stores from an earlier term was
+// written by a leader (term > 1; term 1 holds only the bootstrap
+// configuration), or the log was compacted past what it can tell. A leader
+// that served anything committed an entry in its term first, and every
+// later leader stores that entry, so false means no earlier leader ever
+// served (a new cluster's first minister need not fence its leases).
+func (h *Host) PriorLeader(g ids.GroupID) bool {
+	r := h.replica(g)
+	if r == nil {
+		return true
+	}
+	r.mu.Lock()
+	cur := r.mu.rn.BasicStatus().HardState.GetTerm()
+	r.mu.Unlock()
+	first, err1 := r.ms.FirstIndex()
+	last, err2 := r.ms.LastIndex()
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	// Terms never decrease along the log: find the last index before the
+	// current term by binary search over [first-1, last].
+	lo, hi := first-1, last // invariant: the answer is in [lo-1, hi]
+	for lo <= hi {
+		mid := lo + (hi-lo)/2
+		t, err := r.ms.Term(mid)
+		if err != nil {
+			return true
+		}
+		if t < cur {
+			lo = mid + 1
+		} else {
+			if mid == 0 {
+				break
+			}
+			hi = mid - 1
+		}
+	}
+	if lo == first-1 && first > 1 {
+		return true // everything stored is from this term, and more was compacted
+	}
+	if lo == 0 {
+		return false
+	}
+	t, err := r.ms.Term(lo - 1)
+	return err != nil || t > 1
+}
+
 // Receive steps messages that arrived from another node.
 func (h *Host) Receive(msgs []GroupMessage) {
 	now := h.cfg.Clock.Now().UnixNano()

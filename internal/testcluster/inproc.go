@@ -27,6 +27,8 @@ type InProc struct {
 	Clock clock.Clock
 	Peers map[ids.NodeID]string
 	dir   string
+	// configure, when set, adjusts each node's Config before it starts.
+	configure func(*metanode.Config)
 
 	mu    sync.Mutex
 	nodes map[ids.NodeID]*metanode.Node
@@ -34,7 +36,11 @@ type InProc struct {
 
 // NewInProc starts n nodes with a fast tick (10 ms, election timeout
 // 100 ms) and stops them at test cleanup.
-func NewInProc(t testing.TB, n int) *InProc {
+func NewInProc(t testing.TB, n int) *InProc { return NewInProcConfig(t, n, nil) }
+
+// NewInProcConfig is NewInProc with each node's Config adjusted by
+// configure (e.g. a short lease TTL).
+func NewInProcConfig(t testing.TB, n int, configure func(*metanode.Config)) *InProc {
 	// Ports are picked by binding :0 and releasing them; a concurrent test
 	// can take one first, so try fresh ports a few times.
 	for attempt := 1; ; attempt++ {
@@ -46,7 +52,7 @@ func NewInProc(t testing.TB, n int) *InProc {
 			}
 			peers[ids.NodeID(i)] = a
 		}
-		c, err := newInProc(t, peers)
+		c, err := newInProc(t, peers, configure)
 		if err == nil {
 			return c
 		}
@@ -60,16 +66,16 @@ func NewInProc(t testing.TB, n int) *InProc {
 // cluster on the same addresses as a stopped first one, for tests of
 // data directories that belong to another cluster).
 func NewInProcAt(t testing.TB, peers map[ids.NodeID]string) *InProc {
-	c, err := newInProc(t, peers)
+	c, err := newInProc(t, peers, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func newInProc(t testing.TB, peers map[ids.NodeID]string) (*InProc, error) {
+func newInProc(t testing.TB, peers map[ids.NodeID]string, configure func(*metanode.Config)) (*InProc, error) {
 	c := &InProc{t: t, Net: raftsim.NewNetwork(1), Clock: clock.Real{}, Peers: peers,
-		dir: t.TempDir(), nodes: map[ids.NodeID]*metanode.Node{}}
+		dir: t.TempDir(), nodes: map[ids.NodeID]*metanode.Node{}, configure: configure}
 	for i := 1; i <= len(peers); i++ {
 		if err := c.start(ids.NodeID(i)); err != nil {
 			c.StopAll()
@@ -106,6 +112,9 @@ func (c *InProc) start(id ids.NodeID) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Transport = c.Net.Transport(id)
 	cfg.OnHost = func(h *multiraft.Host) { c.Net.Register(id, h) }
+	if c.configure != nil {
+		c.configure(&cfg)
+	}
 	var n *metanode.Node
 	var err error
 	// A restart may race the release of the node's own port.

@@ -1,0 +1,416 @@
+package metanode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/lease"
+	"github.com/govfs/govfs/internal/multiraft"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Leases (DESIGN §5) on the minister: the lease table of each ministry
+// this node leads, volatile (not in the log), behind the Lease RPC.
+//
+// Why a long-poll keepalive rather than a server stream: a client renews
+// with LEASE_KEEPALIVE, and the minister holds the answer until one of
+// the client's leases is revoked or a third of the TTL passes. The holder
+// thus hears of a revoke within a round trip (not at its next periodic
+// renewal), over the same unary RPC, routing (NOT_LEADER hints) and
+// retries as every other call; there is no stream state to rebuild after
+// a minister change, and a holder that stops asking simply expires.
+//
+// Safety of a grant across minister changes. Every ACQUIRE and KEEPALIVE
+// first confirms this node's leadership with a raft ReadIndex (a quorum
+// heartbeat) that starts after the request arrived. A later leader's
+// election completes after that confirmation, hence after the client
+// sent the request; the client counts its lease from its send time, so
+// its lease ends before the new minister's fence (one TTL from when it
+// noticed its election) does. Clients trust a lease for 90% of the TTL to
+// leave room for clocks running at slightly different rates.
+
+// maxLeaseWait caps how long one ACQUIRE or KEEPALIVE is held here: a
+// quarter of the TTL, so a lease granted at the end of a wait still has
+// most of its TTL left when the client gets it (the client counts from
+// its send time and asks again for longer waits).
+func (s *leaseService) maxWait() time.Duration { return s.ttl / 4 }
+
+type leaseService struct {
+	n   *Node
+	ttl time.Duration
+
+	mu struct {
+		sync.Mutex
+		groups map[ids.GroupID]*groupLeases
+	}
+}
+
+// groupLeases is one ministry's lease state on this node.
+type groupLeases struct {
+	// term is the raft term the table belongs to; 0 when this node is not
+	// the leader (table nil).
+	term  uint64
+	table *lease.Table
+	// changed is closed (and replaced) whenever something a waiter may be
+	// waiting for happens: a revoke, a release, a term change.
+	changed chan struct{}
+}
+
+func newLeaseService(n *Node) *leaseService {
+	s := &leaseService{n: n, ttl: n.cfg.LeaseTTL}
+	if s.ttl <= 0 {
+		s.ttl = lease.DefaultTTL
+	}
+	s.mu.groups = map[ids.GroupID]*groupLeases{}
+	return s
+}
+
+func (gl *groupLeases) broadcastLocked() {
+	close(gl.changed)
+	gl.changed = make(chan struct{})
+}
+
+// syncLocked brings g's lease state in line with raft: a new table,
+// fenced for one TTL, when this node became leader in a new term; no
+// table when it is not the leader (NotLeaderError).
+func (s *leaseService) syncLocked(g ids.GroupID) (*groupLeases, error) {
+	gl := s.mu.groups[g]
+	if gl == nil {
+		gl = &groupLeases{changed: make(chan struct{})}
+		s.mu.groups[g] = gl
+	}
+	term, lead, isLeader := s.n.host.Term(g)
+	if !isLeader {
+		if gl.table != nil {
+			gl.table, gl.term = nil, 0
+			gl.broadcastLocked()
+		}
+		return gl, &multiraft.NotLeaderError{Group: g, Leader: lead}
+	}
+	if gl.term != term || gl.table == nil {
+		gl.table = lease.New(lease.Config{TTL: s.ttl})
+		gl.term = term
+		gl.broadcastLocked()
+		if s.n.host.PriorLeader(g) {
+			gl.table.StartTerm(s.n.cfg.Clock.Now())
+			s.n.log.Info("minister: lease table started, fenced for one TTL", "group", uint64(g), "term", term, "ttl", s.ttl)
+		} else {
+			s.n.log.Info("minister: lease table started (first minister of the group: no fence)", "group", uint64(g), "term", term)
+		}
+	}
+	return gl, nil
+}
+
+// watch notices leadership changes promptly (so a new minister's fence
+// starts right after its election, not at its first lease request, and
+// long polls on a deposed minister end), until the node stops.
+func (s *leaseService) watch(stop <-chan struct{}) {
+	t := s.n.cfg.Clock.NewTicker(min(100*time.Millisecond, s.ttl/20))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C():
+		}
+		s.mu.Lock()
+		for _, st := range s.n.host.Status() {
+			if st.Group != ids.PresidentGroup {
+				_, _ = s.syncLocked(st.Group)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// wait blocks until ch closes, at passes, or ctx ends.
+func (s *leaseService) wait(ctx context.Context, ch <-chan struct{}, at time.Time) {
+	d := at.Sub(s.n.cfg.Clock.Now())
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ch:
+	case <-s.n.cfg.Clock.After(d):
+	case <-ctx.Done():
+	case <-s.n.stop:
+	}
+}
+
+func leaseMode(m wire.LeaseMode) lease.Mode {
+	switch m {
+	case wire.LeaseMode_LEASE_READ:
+		return lease.Read
+	case wire.LeaseMode_LEASE_WRITE:
+		return lease.Write
+	}
+	return 0
+}
+
+func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.LeaseResponse{Status: st}, nil
+	}
+	g := ids.GroupID(req.GetGroup())
+	switch {
+	case g == ids.PresidentGroup:
+		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "the president group (0) holds no files")}, nil
+	case !s.n.host.HasGroup(g):
+		return &wire.LeaseResponse{Status: s.errStatus(g, multiraft.ErrUnknownGroup)}, nil
+	case req.GetClientId() == 0:
+		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "lease request without a client id")}, nil
+	}
+	ls := s.n.leases
+	ctx, cancel := withDefaultDeadline(ctx)
+	defer cancel()
+	var resp *wire.LeaseResponse
+	var err error
+	switch req.GetOp() {
+	case wire.LeaseOp_LEASE_ACQUIRE:
+		resp, err = ls.acquire(ctx, g, req)
+	case wire.LeaseOp_LEASE_KEEPALIVE:
+		resp, err = ls.keepalive(ctx, g, req)
+	case wire.LeaseOp_LEASE_RELEASE:
+		resp, err = ls.release(g, req)
+	default:
+		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "unknown lease op %v", req.GetOp())}, nil
+	}
+	if err != nil {
+		if errors.Is(err, lease.ErrBadRequest) {
+			return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
+		}
+		if errors.Is(err, lease.ErrTooMany) {
+			err = fmt.Errorf("%w: %v", syscall.ENOLCK, err)
+		}
+		return &wire.LeaseResponse{Status: s.errStatus(g, err)}, nil
+	}
+	resp.Status = &wire.Status{}
+	resp.TtlMs = uint64(ls.ttl / time.Millisecond)
+	return resp, nil
+}
+
+// confirm checks that this node leads g, with a quorum (see the safety
+// note at the top of this file).
+func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
+	ls.mu.Lock()
+	_, err := ls.syncLocked(g)
+	ls.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if _, err := ls.n.host.ReadIndex(ctx, g); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	r := lease.Request{Client: lease.ClientID(req.GetClientId()), Ino: ids.Ino(req.GetIno()), Mode: leaseMode(req.GetMode()),
+		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen())}
+	if err := ls.confirm(ctx, g); err != nil {
+		return nil, err
+	}
+	clk := ls.n.cfg.Clock
+	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.maxWait())
+	end := clk.Now().Add(wait)
+	for {
+		now := clk.Now()
+		ls.mu.Lock()
+		gl, err := ls.syncLocked(g)
+		if err != nil {
+			ls.mu.Unlock()
+			return nil, err
+		}
+		// Keep the intent for the whole wait plus a little, so a client
+		// asking again right away keeps its place in the queue.
+		var keep time.Duration
+		if wait > 0 {
+			keep = end.Sub(now) + ls.maxWait()
+		}
+		out, err := gl.table.Acquire(now, r, keep)
+		if len(out.Revoked) > 0 {
+			gl.broadcastLocked()
+		}
+		ch := gl.changed
+		ls.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if out.Granted {
+			l := out.Lease
+			return &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
+				Off: l.Off, Len: req.GetLen()}}, nil
+		}
+		if !now.Before(end) || ctx.Err() != nil {
+			after := max(time.Millisecond, out.RetryAt.Sub(now))
+			if out.RetryAt.IsZero() {
+				after = 10 * time.Millisecond
+			}
+			return &wire.LeaseResponse{RetryAfterMs: uint64((after + time.Millisecond - 1) / time.Millisecond)},
+				fmt.Errorf("%w: ino %v [%d, +%d) is leased to another client", syscall.EAGAIN, r.Ino, r.Off, req.GetLen())
+		}
+		next := end
+		if !out.RetryAt.IsZero() && out.RetryAt.Before(next) {
+			next = out.RetryAt
+		}
+		ls.wait(ctx, ch, next)
+	}
+}
+
+func leaseIDs(in []uint64) []lease.ID {
+	out := make([]lease.ID, len(in))
+	for i, id := range in {
+		out[i] = lease.ID(id)
+	}
+	return out
+}
+
+func wireIDs(in []lease.ID) []uint64 {
+	out := make([]uint64, len(in))
+	for i, id := range in {
+		out[i] = uint64(id)
+	}
+	return out
+}
+
+func (ls *leaseService) keepalive(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	client, list := lease.ClientID(req.GetClientId()), leaseIDs(req.GetIds())
+	if err := ls.confirm(ctx, g); err != nil {
+		return nil, err
+	}
+	clk := ls.n.cfg.Clock
+	end := clk.Now().Add(min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.ttl/3))
+	renew := true
+	for {
+		ls.mu.Lock()
+		gl, err := ls.syncLocked(g)
+		if err != nil {
+			ls.mu.Unlock()
+			return nil, err
+		}
+		var revoke, lost []lease.ID
+		if renew {
+			revoke, lost = gl.table.Renew(clk.Now(), client, list)
+			renew = false
+		} else {
+			revoke, lost = gl.table.Check(clk.Now(), client, list)
+		}
+		ch := gl.changed
+		ls.mu.Unlock()
+		if len(revoke)+len(lost) > 0 || !clk.Now().Before(end) || ctx.Err() != nil {
+			return &wire.LeaseResponse{Revoke: wireIDs(revoke), Lost: wireIDs(lost)}, nil
+		}
+		ls.wait(ctx, ch, end)
+	}
+}
+
+func (ls *leaseService) release(g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	gl, err := ls.syncLocked(g)
+	if err != nil {
+		return nil, err
+	}
+	if gl.table.Release(ls.n.cfg.Clock.Now(), lease.ClientID(req.GetClientId()), leaseIDs(req.GetIds())) > 0 {
+		gl.broadcastLocked()
+	}
+	return &wire.LeaseResponse{}, nil
+}
+
+// mutatedIno returns the inode whose data or attributes cmd changes, for
+// the commands that name one (0 otherwise).
+func mutatedIno(cmd *wire.Command) ids.Ino {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Setattr:
+		return ids.Ino(op.Setattr.GetIno())
+	case *wire.Command_SetChunk:
+		return ids.Ino(op.SetChunk.GetIno())
+	case *wire.Command_SetXattr:
+		return ids.Ino(op.SetXattr.GetIno())
+	case *wire.Command_RemoveXattr:
+		return ids.Ino(op.RemoveXattr.GetIno())
+	case *wire.Command_Link:
+		return ids.Ino(op.Link.GetIno())
+	}
+	return 0
+}
+
+// drainReaders runs before a client's change to an inode is proposed:
+// other clients' read leases on it are revoked, and the change waits
+// until they are given back or expire (at most one TTL), so a reader
+// caching under a read lease never serves what this change replaced once
+// it is acknowledged. During a new minister's fence the change waits for
+// the fence to end instead: read leases the predecessor granted are not
+// known here. One call waits at most a few seconds (the client's call
+// deadline) and then answers UNAVAILABLE, and the client asks again; the
+// intent left in the table keeps new readers out meanwhile. It returns a
+// function to call when the change is done. Nothing happens on a
+// non-leader (the proposal is refused anyway).
+func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
+	ino := mutatedIno(cmd)
+	client := lease.ClientID(cmd.GetReq().GetClientId())
+	if ino == 0 || client == 0 {
+		return func() {}, nil
+	}
+	clk := ls.n.cfg.Clock
+	start := clk.Now()
+	end := start.Add(3 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
+		end = dl.Add(-500 * time.Millisecond)
+	}
+	intent := ls.ttl + ls.ttl/10
+	drained := false
+	done := func() {
+		if !drained {
+			return
+		}
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if gl := ls.mu.groups[g]; gl != nil && gl.table != nil {
+			gl.table.DoneDraining(client, ino)
+		}
+	}
+	for {
+		now := clk.Now()
+		ls.mu.Lock()
+		gl, err := ls.syncLocked(g)
+		if err != nil {
+			ls.mu.Unlock()
+			return done, nil
+		}
+		var busy bool
+		var at time.Time
+		if fence := gl.table.FencedUntil(); now.Before(fence) {
+			busy, at = true, fence
+		} else if gl.table.Len() > 0 {
+			var revoked []lease.Lease
+			drained = true
+			busy, at, revoked = gl.table.DrainReaders(now, client, ino, intent)
+			if len(revoked) > 0 {
+				gl.broadcastLocked()
+			}
+		}
+		ch := gl.changed
+		ls.mu.Unlock()
+		if !busy {
+			return done, nil
+		}
+		if !now.Before(end) || ctx.Err() != nil {
+			// The intent stays (it expires by itself): the client asks
+			// again, and new readers stay out meanwhile.
+			return func() {}, fmt.Errorf("%w: waiting for other clients to give back their read leases on ino %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, ino)
+		}
+		ls.wait(ctx, ch, earliestTime(at, end))
+	}
+}
+func earliestTime(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
