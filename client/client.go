@@ -71,6 +71,8 @@ type Client struct {
 		chunkSize    int64
 	}
 	data dataproto.Pool
+	// leases renews the leases this Client holds (lease.go).
+	leases leaseKeeper
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some
@@ -141,6 +143,7 @@ func dedup(in []string) []string {
 
 // Close closes all connections. Calls in flight fail.
 func (c *Client) Close() error {
+	c.leases.close() // before c.mu: its loops use the connections
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mu.closed = true

@@ -1,0 +1,508 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Leases (DESIGN §5). The minister of the file's ministry grants read and
+// write leases over byte ranges; a Client renews the ones it holds in the
+// background and hands them back when the minister asks (revoke).
+//
+//   - Renewal is a long poll: one LEASE_KEEPALIVE per ministry renews all
+//     of the Client's leases there and is answered at once when one of
+//     them is revoked (else after a third of the TTL), and the next one
+//     leaves right away. Revokes thus arrive within a round trip.
+//   - Timing: a lease is trusted until 90% of the TTL after the request
+//     that granted or last renewed it was *sent* (the minister counts from
+//     when it received it, and a new minister waits a whole TTL), so clock
+//     rate differences of a few percent are harmless. A lease whose
+//     renewals fail (minister unreachable) simply stops being Valid.
+//   - A revoke runs the holder's OnRevoke (RangeFile: wait for writes in
+//     flight and Sync; the mount: drop the kernel's caches) and then
+//     releases the lease. A lease the minister no longer knows (expired,
+//     or granted by a previous minister) is lost: OnRevoke runs too.
+
+// LeaseMode is the kind of a lease.
+type LeaseMode int
+
+const (
+	// LeaseRead lets the holder cache the range (and the inode's
+	// attributes) without revalidating: no other client writes it.
+	LeaseRead LeaseMode = 1
+	// LeaseWrite makes the holder the only client with a lease on the
+	// range: other clients' overlapping read and write leases wait.
+	LeaseWrite LeaseMode = 2
+)
+
+func (m LeaseMode) String() string {
+	switch m {
+	case LeaseRead:
+		return "read"
+	case LeaseWrite:
+		return "write"
+	}
+	return fmt.Sprintf("LeaseMode(%d)", int(m))
+}
+
+func (m LeaseMode) wire() wire.LeaseMode {
+	switch m {
+	case LeaseRead:
+		return wire.LeaseMode_LEASE_READ
+	case LeaseWrite:
+		return wire.LeaseMode_LEASE_WRITE
+	}
+	return wire.LeaseMode_LEASE_NONE
+}
+
+// trustFraction of the TTL a lease is trusted for, counted from the send
+// time of the request that granted or renewed it.
+const trustNum, trustDen = 9, 10
+
+// LeaseOptions tunes AcquireLease.
+type LeaseOptions struct {
+	// Wait is how long to wait for other clients' conflicting leases to be
+	// given back (or expire). 0 tries once: the answer is EAGAIN if
+	// anything conflicts, and nothing is revoked.
+	Wait time.Duration
+	// OnRevoke is called (in its own goroutine) when the minister wants the
+	// lease back or no longer knows it (lost = true). The lease is released
+	// when it returns; it should flush what the lease protects first.
+	OnRevoke func(l *Lease, lost bool)
+}
+
+// Lease is a lease this Client holds.
+type Lease struct {
+	c        *Client
+	group    ids.GroupID
+	id       uint64
+	ino      ids.Ino
+	mode     LeaseMode
+	off, len int64
+	onRevoke func(*Lease, bool)
+
+	mu struct {
+		sync.Mutex
+		until    time.Time // trusted until
+		ended    bool      // revoked, lost or released
+		revoking bool
+	}
+	done chan struct{} // closed when ended
+}
+
+// Ino returns the leased inode.
+func (l *Lease) Ino() ids.Ino { return l.ino }
+
+// Mode returns the lease's mode.
+func (l *Lease) Mode() LeaseMode { return l.mode }
+
+// Range returns the leased range (length 0: to the end of the file).
+func (l *Lease) Range() (off, length int64) { return l.off, l.len }
+
+// Valid reports whether the lease is held and trusted now.
+func (l *Lease) Valid() bool {
+	now := l.c.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
+}
+
+// Until returns the time the lease is trusted until (as of its last
+// renewal); zero once it ended.
+func (l *Lease) Until() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.ended || l.mu.revoking {
+		return time.Time{}
+	}
+	return l.mu.until
+}
+
+// Done is closed when the lease ends (revoked, lost or released).
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// end marks the lease ended; it reports whether it was still live.
+func (l *Lease) end() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.ended {
+		return false
+	}
+	l.mu.ended = true
+	close(l.done)
+	return true
+}
+
+// Release gives the lease back. Releasing twice is harmless.
+func (l *Lease) Release(ctx context.Context) error {
+	l.c.leases.forget(l)
+	if !l.end() {
+		return nil
+	}
+	_, err := l.c.leaseCall(ctx, l.group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{l.id}}, 0)
+	if errors.Is(err, syscall.ENOENT) {
+		err = nil
+	}
+	return opErr("release lease", inoPath(uint64(l.ino)), err)
+}
+
+// AcquireLease asks the minister owning ino for a lease of mode over
+// [off, off+length) (length 0: to the end of the file, whatever its
+// size). With opts.Wait > 0 it waits that long for conflicting leases of
+// other clients to be given back, asking again as needed; then, or at
+// once with Wait 0, it fails with EAGAIN. The lease is renewed in the
+// background until released, revoked or lost.
+func (c *Client) AcquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
+	l, err := c.acquireLease(ctx, ino, mode, off, length, opts)
+	return l, opErr("lease", inoPath(uint64(ino)), err)
+}
+
+func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
+	if mode != LeaseRead && mode != LeaseWrite {
+		return nil, fmt.Errorf("%w: lease mode %v", syscall.EINVAL, mode)
+	}
+	if off < 0 || length < 0 || off > MaxFileSize || length > MaxFileSize-off {
+		return nil, fmt.Errorf("%w: lease range [%d, +%d)", syscall.EINVAL, off, length)
+	}
+	end := c.cfg.Clock.Now().Add(opts.Wait)
+	for {
+		sent := c.cfg.Clock.Now()
+		wait := max(0, end.Sub(sent))
+		group := c.owner(ino)
+		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
+			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond)}, wait)
+		if err == nil {
+			g := resp.GetLease()
+			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
+				onRevoke: opts.OnRevoke, done: make(chan struct{})}
+			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
+			c.leases.add(l)
+			return l, nil
+		}
+		if !errors.Is(err, syscall.EAGAIN) || !c.cfg.Clock.Now().Before(end) {
+			return nil, err
+		}
+		// The minister held the request as long as it would; ask again
+		// after what it suggests (bounded by our own wait).
+		pause := min(time.Duration(resp.GetRetryAfterMs())*time.Millisecond, end.Sub(c.cfg.Clock.Now()), 100*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.cfg.Clock.After(pause):
+		}
+	}
+}
+
+func ttlOf(resp *wire.LeaseResponse) time.Duration {
+	if ms := resp.GetTtlMs(); ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 10 * time.Second
+}
+
+// leaseCall sends req to the minister of group (following NOT_LEADER
+// hints, retrying within the op budget). hold is how long the minister may
+// hold the call before answering (added to the call deadline). An ERRNO
+// status becomes its errno, with the response (retry_after_ms).
+func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.LeaseRequest, hold time.Duration) (*wire.LeaseResponse, error) {
+	req.ClientId = c.clientID
+	var out *wire.LeaseResponse
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		addr := c.leaderAddr(group)
+		cl, err := c.conn(addr)
+		if err != nil {
+			return false, err
+		}
+		req.ClusterId = c.clusterID
+		req.Group = uint64(group)
+		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout+hold)
+		resp, err := cl.Lease(cctx, req)
+		cancel()
+		if err != nil {
+			c.leaderFailed(group, addr)
+			return c.rpcFailed(ctx, addr, err)
+		}
+		st := resp.GetStatus()
+		switch st.GetCode() {
+		case wire.Code_OK:
+			c.setLeader(group, addr)
+			out = resp
+			return false, nil
+		case wire.Code_NOT_LEADER:
+			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+				c.setLeader(group, hint)
+			} else {
+				c.leaderFailed(group, addr)
+			}
+			return true, fmt.Errorf("%s: not the minister of %v", addr, group)
+		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
+			c.leaderFailed(group, addr)
+			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
+		case wire.Code_ERRNO:
+			out = resp
+			return false, fmt.Errorf("%w: %s", syscall.Errno(st.GetErrno()), st.GetMessage())
+		}
+		return false, finalStatusErr(st)
+	})
+	return out, err
+}
+
+// leaseKeeper renews a Client's leases: one long-poll loop per ministry
+// while the Client holds leases there.
+type leaseKeeper struct {
+	mu struct {
+		sync.Mutex
+		closed bool
+		held   map[ids.GroupID]map[uint64]*Lease
+		loops  map[ids.GroupID]bool
+	}
+	stop chan struct{}
+	wg   sync.WaitGroup // keepalive loops and revoke handlers
+	once sync.Once
+}
+
+func (k *leaseKeeper) init() {
+	k.once.Do(func() {
+		k.stop = make(chan struct{})
+		k.mu.held = map[ids.GroupID]map[uint64]*Lease{}
+		k.mu.loops = map[ids.GroupID]bool{}
+	})
+}
+
+func (c *Client) keeper() *leaseKeeper {
+	c.leases.init()
+	return &c.leases
+}
+
+func (k *leaseKeeper) add(l *Lease) {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.mu.closed {
+		l.end()
+		return
+	}
+	if k.mu.held[l.group] == nil {
+		k.mu.held[l.group] = map[uint64]*Lease{}
+	}
+	k.mu.held[l.group][l.id] = l
+	if !k.mu.loops[l.group] {
+		k.mu.loops[l.group] = true
+		k.wg.Add(1)
+		go l.c.keepalive(l.group)
+	}
+}
+
+func (k *leaseKeeper) forget(l *Lease) {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.mu.held[l.group], l.id)
+}
+
+// snapshot returns the leases held in g; when there are none it ends the
+// group's loop (under the lock, so an add starts a new one).
+func (k *leaseKeeper) snapshot(g ids.GroupID) []*Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []*Lease
+	for _, l := range k.mu.held[g] {
+		out = append(out, l)
+	}
+	if len(out) == 0 || k.mu.closed {
+		k.mu.loops[g] = false
+		return nil
+	}
+	return out
+}
+
+// close ends the loops and revoke handlers and drops every lease (the
+// minister lets them expire).
+func (k *leaseKeeper) close() {
+	k.init()
+	k.mu.Lock()
+	if k.mu.closed {
+		k.mu.Unlock()
+		return
+	}
+	k.mu.closed = true
+	close(k.stop)
+	var all []*Lease
+	for _, m := range k.mu.held {
+		for _, l := range m {
+			all = append(all, l)
+		}
+	}
+	k.mu.held = map[ids.GroupID]map[uint64]*Lease{}
+	k.mu.Unlock()
+	for _, l := range all {
+		l.end()
+	}
+	k.wg.Wait()
+}
+
+// keepalive renews the Client's leases in group g until it holds none.
+func (c *Client) keepalive(g ids.GroupID) {
+	k := c.keeper()
+	defer k.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-k.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	fails := 0
+	for {
+		held := k.snapshot(g)
+		if held == nil {
+			return
+		}
+		byID := map[uint64]*Lease{}
+		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE}
+		for _, l := range held {
+			byID[l.id] = l
+			req.Ids = append(req.Ids, l.id)
+		}
+		sent := c.cfg.Clock.Now()
+		// A short poll while any lease is about to become untrusted, so a
+		// renewal that went nowhere is retried soon.
+		poll := c.pollFor(held)
+		req.WaitMs = uint64(poll / time.Millisecond)
+		resp, err := c.leaseCallOnce(ctx, g, req, poll)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			fails++
+			c.log.Debug("lease keepalive failed", slog.Uint64("group", uint64(g)), slog.Any("err", err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.cfg.Clock.After(min(time.Duration(fails)*50*time.Millisecond, time.Second)):
+			}
+			continue
+		}
+		fails = 0
+		until := sent.Add(ttlOf(resp) * trustNum / trustDen)
+		ended := map[uint64]bool{}
+		for _, id := range resp.GetRevoke() {
+			if l := byID[id]; l != nil {
+				ended[id] = true
+				c.revoke(l, false)
+			}
+		}
+		for _, id := range resp.GetLost() {
+			if l := byID[id]; l != nil {
+				ended[id] = true
+				c.revoke(l, true)
+			}
+		}
+		for id, l := range byID {
+			if !ended[id] {
+				l.mu.Lock()
+				if until.After(l.mu.until) {
+					l.mu.until = until
+				}
+				l.mu.Unlock()
+			}
+		}
+	}
+}
+
+// pollFor returns how long the next keepalive may be held: a third of the
+// TTL (the server caps it so), less when a lease is close to its trust
+// limit.
+func (c *Client) pollFor(held []*Lease) time.Duration {
+	now := c.cfg.Clock.Now()
+	poll := time.Hour
+	for _, l := range held {
+		l.mu.Lock()
+		left := l.mu.until.Sub(now)
+		l.mu.Unlock()
+		poll = min(poll, left/3)
+	}
+	return max(poll, 0)
+}
+
+// leaseCallOnce is one keepalive attempt: a failure is left to the loop
+// (which retries against the next member) rather than to the op budget.
+func (c *Client) leaseCallOnce(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest, hold time.Duration) (*wire.LeaseResponse, error) {
+	req.ClientId = c.clientID
+	req.ClusterId = c.clusterID
+	req.Group = uint64(g)
+	addr := c.leaderAddr(g)
+	cl, err := c.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout+hold)
+	resp, err := cl.Lease(cctx, req)
+	cancel()
+	if err != nil {
+		c.leaderFailed(g, addr)
+		return nil, err
+	}
+	switch st := resp.GetStatus(); st.GetCode() {
+	case wire.Code_OK:
+		c.setLeader(g, addr)
+		return resp, nil
+	case wire.Code_NOT_LEADER:
+		if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+			c.setLeader(g, hint)
+		} else {
+			c.leaderFailed(g, addr)
+		}
+		return nil, fmt.Errorf("%s: not the minister of %v", addr, g)
+	default:
+		c.leaderFailed(g, addr)
+		return nil, fmt.Errorf("%s: %v: %s", addr, st.GetCode(), st.GetMessage())
+	}
+}
+
+// revoke hands l back: OnRevoke (flush), then release. It runs in its own
+// goroutine so the keepalive loop keeps renewing the other leases.
+func (c *Client) revoke(l *Lease, lost bool) {
+	l.mu.Lock()
+	if l.mu.revoking || l.mu.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.mu.revoking = true
+	l.mu.Unlock()
+	k := c.keeper()
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		if l.onRevoke != nil {
+			l.onRevoke(l, lost)
+		}
+		if lost {
+			k.forget(l)
+			l.end()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.OpTimeout)
+		defer cancel()
+		go func() {
+			select {
+			case <-k.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := l.Release(ctx); err != nil {
+			c.log.Debug("release of a revoked lease failed (it expires)", slog.Uint64("lease", l.id), slog.Any("err", err))
+		}
+	}()
+}

@@ -1,0 +1,251 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/metanode"
+	"github.com/govfs/govfs/internal/testcluster"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// leaseTTL is the TTL of the in-process clusters of the lease tests:
+// short, so expiry and fencing take a second, not ten.
+const leaseTTL = time.Second
+
+func leaseCluster(t *testing.T) *testcluster.InProc {
+	t.Helper()
+	return testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = leaseTTL })
+}
+
+func leaseClient(t *testing.T, addrs []string) *Client {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.MetaAddrs = addrs
+	cfg.OpTimeout = 20 * time.Second
+	c, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// leaseFile creates a file and returns its inode.
+func leaseFile(t *testing.T, c *Client, name string) ids.Ino {
+	t.Helper()
+	f, err := c.Open(t.Context(), "/"+name, syscall.O_RDWR|syscall.O_CREAT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := f.Ino()
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ino
+}
+
+// revokeCounter is an OnRevoke that counts calls.
+type revokeCounter struct{ revoked, lost atomic.Int32 }
+
+func (r *revokeCounter) on(_ *Lease, lost bool) {
+	if lost {
+		r.lost.Add(1)
+	} else {
+		r.revoked.Add(1)
+	}
+}
+
+// awaitFirstLease waits out a fence, if any, on a freshly formed cluster
+// (there is none for the first minister, but a test must not depend on
+// which node won which election).
+func acquireSoon(t *testing.T, c *Client, ino ids.Ino, mode LeaseMode, off, n int64, rc *revokeCounter) *Lease {
+	t.Helper()
+	opts := LeaseOptions{Wait: 3 * leaseTTL}
+	if rc != nil {
+		opts.OnRevoke = rc.on
+	}
+	l, err := c.AcquireLease(t.Context(), ino, mode, off, n, opts)
+	if err != nil {
+		t.Fatalf("acquire %v [%d,+%d) on %v: %v", mode, off, n, ino, err)
+	}
+	return l
+}
+
+func TestLeaseConflictRevokeAndOpenRegions(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	var ra revokeCounter
+	wa := acquireSoon(t, a, ino, LeaseWrite, 0, 100, &ra)
+	if !wa.Valid() {
+		t.Fatal("fresh lease not valid")
+	}
+	// B's try on an overlapping range fails at once and revokes nothing.
+	start := time.Now()
+	if _, err := b.AcquireLease(t.Context(), ino, LeaseRead, 50, 100, LeaseOptions{}); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("conflicting try: %v, want EAGAIN", err)
+	}
+	if time.Since(start) > leaseTTL/2 {
+		t.Fatalf("a try took %v", time.Since(start))
+	}
+	// A disjoint range coexists (open region).
+	wb := acquireSoon(t, b, ino, LeaseWrite, 100, 100, nil)
+	// A's lease is renewed in the background past its TTL.
+	time.Sleep(2 * leaseTTL)
+	if !wa.Valid() || !wb.Valid() || ra.revoked.Load()+ra.lost.Load() != 0 {
+		t.Fatalf("after 2 TTLs: valid %v %v, revokes %d lost %d", wa.Valid(), wb.Valid(), ra.revoked.Load(), ra.lost.Load())
+	}
+	// B waits for an overlapping range: A is asked to give its lease
+	// back, does so, and B gets the range well before A's lease would
+	// have expired.
+	start = time.Now()
+	rb := acquireSoon(t, b, ino, LeaseRead, 0, 150, nil)
+	if took := time.Since(start); took > leaseTTL*3/4 {
+		t.Fatalf("revoke took %v (TTL %v): the holder did not give the lease back", took, leaseTTL)
+	}
+	if ra.revoked.Load() != 1 {
+		t.Fatalf("A's OnRevoke ran %d times", ra.revoked.Load())
+	}
+	select {
+	case <-wa.Done():
+	case <-time.After(time.Second):
+		t.Fatal("A's lease not ended after the revoke")
+	}
+	if wa.Valid() {
+		t.Fatal("A's revoked lease still valid")
+	}
+	// Now A conflicts with B's read lease.
+	if _, err := a.AcquireLease(t.Context(), ino, LeaseWrite, 0, 10, LeaseOptions{}); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("A's write over B's read lease: %v, want EAGAIN", err)
+	}
+	for _, l := range []*Lease{rb, wb} {
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquireSoon(t, a, ino, LeaseWrite, 0, 0, nil)
+}
+
+func TestLeaseOfUnreachableHolderExpires(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	acquireSoon(t, a, ino, LeaseWrite, 0, 0, nil)
+	// A vanishes without releasing (Close stops renewing; nothing is
+	// sent).
+	a.Close()
+	start := time.Now()
+	acquireSoon(t, b, ino, LeaseWrite, 0, 0, nil)
+	if took := time.Since(start); took < leaseTTL/2 || took > 3*leaseTTL {
+		t.Fatalf("B got the lease after %v; want about one TTL (%v)", took, leaseTTL)
+	}
+}
+
+func TestReadLeaseIsRevokedBeforeAChange(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	var ra revokeCounter
+	ra2 := &ra
+	var revokedAt atomic.Int64
+	l, err := a.AcquireLease(t.Context(), ino, LeaseRead, 0, 0, LeaseOptions{Wait: 3 * leaseTTL, OnRevoke: func(l *Lease, lost bool) {
+		revokedAt.Store(time.Now().UnixNano())
+		ra2.on(l, lost)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A's own change does not revoke its read lease.
+	if err := a.Chmod(t.Context(), "/f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Valid() {
+		t.Fatal("the holder's own chmod ended its read lease")
+	}
+	// B's chmod returns only after A was asked to give the lease back.
+	if err := b.Chmod(t.Context(), "/f", 0o640); err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now().UnixNano()
+	if ra.revoked.Load() != 1 || revokedAt.Load() == 0 || revokedAt.Load() > done {
+		t.Fatalf("revokes %d at %d, chmod done at %d", ra.revoked.Load(), revokedAt.Load(), done)
+	}
+	// Later reads see the change.
+	attr, err := a.Stat(t.Context(), "/f")
+	if err != nil || attr.GetMode()&0o777 != 0o640 {
+		t.Fatalf("stat after the change: %v %o", err, attr.GetMode())
+	}
+}
+
+func TestLeaseFencedAfterMinisterChange(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	var ra revokeCounter
+	acquireSoon(t, a, ino, LeaseWrite, 0, 0, &ra)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	old, err := cl.Leader(ctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(old)
+	stopped := time.Now()
+	// The new minister knows nothing of A's lease and grants nothing, to
+	// anyone, for one TTL after its election.
+	var rb revokeCounter
+	acquireSoon(t, b, ino, LeaseRead, 0, 0, &rb)
+	took := time.Since(stopped)
+	if took < leaseTTL {
+		t.Fatalf("a lease was granted %v after the minister stopped (TTL %v): no fence", took, leaseTTL)
+	}
+	// A learns that its lease is gone (lost) on its next keepalive.
+	deadline := time.Now().Add(5 * time.Second)
+	for ra.lost.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ra.lost.Load() != 1 {
+		t.Fatalf("A's lease not reported lost after the minister change (lost %d revoked %d)", ra.lost.Load(), ra.revoked.Load())
+	}
+	// A change by A waits for B's read lease to be given back, then goes
+	// through.
+	if err := a.Chmod(t.Context(), "/f", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if rb.revoked.Load() != 1 {
+		t.Fatalf("B's read lease revoked %d times", rb.revoked.Load())
+	}
+}
+
+func TestLeaseBadInput(t *testing.T) {
+	cl := leaseCluster(t)
+	a := leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	for _, tc := range []struct {
+		mode     LeaseMode
+		off, len int64
+	}{{0, 0, 0}, {LeaseRead, -1, 0}, {LeaseRead, 0, -5}, {LeaseWrite, MaxFileSize, 1}} {
+		if _, err := a.AcquireLease(t.Context(), ino, tc.mode, tc.off, tc.len, LeaseOptions{}); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("acquire %+v: %v, want EINVAL", tc, err)
+		}
+	}
+	// A malformed request straight to a node is refused.
+	cc, err := a.conn(cl.Addrs()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cc.Lease(t.Context(), &wire.LeaseRequest{Group: 1, Ino: uint64(ino), Mode: wire.LeaseMode_LEASE_READ})
+	if err != nil || resp.GetStatus().GetCode() != wire.Code_INVALID {
+		t.Fatalf("lease without client id: %v %v", err, resp.GetStatus())
+	}
+	resp, err = cc.Lease(t.Context(), &wire.LeaseRequest{Group: 0, ClientId: 1})
+	if err != nil || resp.GetStatus().GetCode() != wire.Code_INVALID {
+		t.Fatalf("lease on the president group: %v %v", err, resp.GetStatus())
+	}
+}
