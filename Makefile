@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin/govfs
 
-.PHONY: dev test build proto bench-meta vet clean fuse3
+.PHONY: dev test build proto bench-meta vet clean fuse3 testtools
 
 dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
@@ -12,7 +12,7 @@ build:
 	$(GO) build -o $(BIN) ./cmd/govfs
 
 # Every test, then the concurrent cores again under the race detector.
-test: fuse3
+test: fuse3 testtools
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./internal/gctest ./client
@@ -35,6 +35,14 @@ fuse3:
 	@[ "$$(id -u)" = 0 ] || command -v fusermount3 >/dev/null || \
 		sudo apt-get install -y fuse3 || \
 		echo "warning: fusermount3 missing and fuse3 not installed: FUSE tests will be skipped"
+
+# Programs the mount's real-world tests run (internal/fusefs
+# realworld_test.go): git and sqlite3, from their Debian packages,
+# installed here when missing; without them those subtests are skipped.
+testtools:
+	@for p in git sqlite3; do command -v $$p >/dev/null || \
+		( [ "$$(id -u)" = 0 ] && apt-get install -y $$p || sudo apt-get install -y $$p ) || \
+		echo "warning: $$p missing and not installed: its mount test will be skipped"; done
 
 bench-meta: build
 	./$(BIN) bench meta
