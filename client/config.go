@@ -37,6 +37,10 @@ type Config struct {
 	// Clock is the time source for timestamps, backoff and the retry
 	// budget; nil means the wall clock.
 	Clock clock.Clock
+	// InlineMax is the largest file kept inline in its ministry (no chunk
+	// servers): DefaultInlineMax (4 KiB) when 0, none when negative, at
+	// most 64 KiB (the ministry's limit).
+	InlineMax int64
 	// Host, Rack and Pod say where this client runs, so reads prefer a
 	// replica on the same host, then rack, then pod. Host defaults to the
 	// machine's host name; empty Rack/Pod match nothing.
@@ -123,6 +127,9 @@ func (c Config) Validate() error {
 	}
 	if c.ConnectTimeout <= 0 {
 		return fmt.Errorf("client: Config.ConnectTimeout = %v must be positive", c.ConnectTimeout)
+	}
+	if c.InlineMax > 64<<10 {
+		return fmt.Errorf("client: Config.InlineMax = %d is over the ministry's limit of 64 KiB", c.InlineMax)
 	}
 	return nil
 }

@@ -59,6 +59,11 @@ type File struct {
 		touched     bool
 		touchedEnd  int64
 		touchedRefs map[uint64]*wire.ChunkRef
+		// inline: the file's bytes live in its ministry (inlineData, as
+		// of the last chunk-table read or this File's own inline write);
+		// set by loadChunks.
+		inline     bool
+		inlineData []byte
 	}
 }
 
@@ -291,6 +296,7 @@ func (f *File) loadChunks(ctx context.Context) (map[uint64]*wire.ChunkRef, error
 	}
 	f.mu.Lock()
 	f.mu.chunks = m
+	f.mu.inline, f.mu.inlineData = resp.GetInline(), resp.GetInlineData()
 	f.mu.Unlock()
 	return m, nil
 }
@@ -389,6 +395,19 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	n := min(want, size-off)
+	// A small file inline in the ministry: its bytes come with the chunk
+	// table, fresh on every read (they are at most a few KiB).
+	f.mu.Lock()
+	fresh := f.mu.chunks == nil || f.mu.inline
+	f.mu.Unlock()
+	if fresh {
+		if _, err := f.loadChunks(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if data, ok := f.inlineBytes(); ok {
+		return readInline(p, off, n, data)
+	}
 	cs, err := f.chunkSize(ctx, false)
 	if err != nil {
 		return 0, err
@@ -397,6 +416,10 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	refs, err := f.refsFor(ctx, spans)
 	if err != nil {
 		return 0, err
+	}
+	if data, ok := f.inlineBytes(); ok {
+		// refsFor read the table again and the file had become inline.
+		return readInline(p, off, n, data)
 	}
 	var done int64
 	err = f.c.fetchSpans(ctx, spans, refs, func(sp span, data []byte) error {
@@ -451,6 +474,15 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	if len(p) == 0 {
 		return 0, nil
+	}
+	if ok, err := f.writeInline(ctx, p, off); ok || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	if err := f.leaveInline(ctx); err != nil {
+		return 0, err
 	}
 	done, refs, err := f.store(ctx, p, off)
 	switch {
@@ -588,6 +620,13 @@ func (f *File) append(ctx context.Context, record []byte) (int64, error) {
 	}
 	cs, err := f.chunkSize(ctx, true)
 	if err != nil {
+		return 0, err
+	}
+	// Records go to chunks: an inline file moves there first.
+	if _, err := f.loadChunks(ctx); err != nil {
+		return 0, err
+	}
+	if err := f.leaveInline(ctx); err != nil {
 		return 0, err
 	}
 	index, err := f.appendStart(ctx, cs)

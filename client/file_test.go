@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -648,4 +649,72 @@ func TestOverwriteAfterAnotherClientTruncated(t *testing.T) {
 		t.Fatalf("growing write after a truncate: %v", err)
 	}
 	check(append(make([]byte, 200), "grown"...))
+}
+
+// Small files live inline in the ministry: no chunk record until a write
+// takes them past the limit, when their bytes move to chunk 0.
+func TestInlineSmallFiles(t *testing.T) {
+	ctx := t.Context()
+	m := openModel(t, "inline", syscall.O_RDWR)
+	inline := func() bool {
+		t.Helper()
+		refs, err := m.f.loadChunks(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := m.f.inlineBytes()
+		if ok && len(refs) > 0 {
+			t.Fatalf("inline with %d chunk records", len(refs))
+		}
+		return ok
+	}
+	m.write(0, []byte("hello"))
+	m.write(3000, []byte("x"))
+	if !inline() {
+		t.Fatal("a 3001-byte file is not inline")
+	}
+	m.check(1000)
+	m.truncate(2000)
+	m.check(512)
+	if !inline() {
+		t.Fatal("not inline after a shrink")
+	}
+	// Past the limit: the bytes move to chunk 0, the write lands after.
+	m.write(4000, bytes.Repeat([]byte("y"), 5000))
+	if inline() {
+		t.Fatal("a 9000-byte file is still inline")
+	}
+	m.check(4096)
+	// A record append to an inline file moves it first.
+	m2 := openModel(t, "inline-append", syscall.O_RDWR)
+	m2.write(0, []byte("head"))
+	off, err := m2.f.Append(ctx, []byte("record"))
+	if err != nil || off < 4 {
+		t.Fatalf("append to an inline file: offset %d, %v", off, err)
+	}
+	got := make([]byte, off+6)
+	if n, err := m2.f.ReadAt(ctx, got, 0); n != len(got) || (err != nil && err != io.EOF) || string(got[:4]) != "head" || string(got[off:]) != "record" {
+		t.Fatalf("after append: %q (%d, %v)", got, n, err)
+	}
+	// WriteFile and ReadFile of a small file go inline both ways.
+	c := dataClient(t)
+	path := testDir(t, c) + "/small"
+	if _, err := c.WriteFile(ctx, path, strings.NewReader("tiny file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if n, err := c.ReadFile(ctx, path, &out); err != nil || n != 10 || out.String() != "tiny file\n" {
+		t.Fatalf("ReadFile: %q %d %v", out.String(), n, err)
+	}
+	f, err := c.Open(ctx, path, syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if refs, err := f.loadChunks(ctx); err != nil || len(refs) != 0 {
+		t.Fatalf("a 10-byte file written with WriteFile has %d chunk records (%v)", len(refs), err)
+	}
+	if _, ok := f.inlineBytes(); !ok {
+		t.Fatal("a 10-byte file written with WriteFile is not inline")
+	}
 }

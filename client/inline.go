@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Small files live inline in their ministry (issue 4): a file whose bytes
+// all lie within Config.InlineMax (4 KiB by default) is written with one
+// ministry command (WriteInlineOp: bytes, size and mtime at once) and read
+// with the chunk-table read, touching no chunk server. A write that would
+// take it past the limit first moves its bytes to chunk 0 (leaveInline).
+
+// DefaultInlineMax is Config.InlineMax when zero.
+const DefaultInlineMax = 4 << 10
+
+func (c *Client) inlineMax() int64 {
+	switch m := c.cfg.InlineMax; {
+	case m < 0:
+		return 0 // disabled
+	case m == 0:
+		return DefaultInlineMax
+	default:
+		return m
+	}
+}
+
+// inlineBytes returns the file's inline bytes if it is inline.
+func (f *File) inlineBytes() ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.mu.inlineData, f.mu.inline
+}
+
+// readInline copies [off, off+n) of an inline file into p: its inline
+// bytes, zeros beyond them up to the size.
+func readInline(p []byte, off, n int64, data []byte) (int, error) {
+	at := p[:n]
+	clear(at)
+	if off < int64(len(data)) {
+		copy(at, data[off:])
+	}
+	if n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// writeInline writes p at off inline if the file is (or can become) an
+// inline file: it has no chunks and the write and the size stay within
+// the limit. ok says whether it did.
+func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, error) {
+	limit := f.c.inlineMax()
+	if limit == 0 || off+int64(len(p)) > limit || f.cachedSize() > limit {
+		return false, nil
+	}
+	f.mu.Lock()
+	known := f.mu.chunks != nil
+	f.mu.Unlock()
+	if !known {
+		if _, err := f.loadChunks(ctx); err != nil {
+			return false, err
+		}
+	}
+	f.mu.Lock()
+	eligible := f.mu.inline || len(f.mu.chunks) == 0
+	f.mu.Unlock()
+	if !eligible {
+		return false, nil
+	}
+	res, err := f.c.mutate(ctx, f.ino, f.c.newCommand(func(cmd *wire.Command) {
+		cmd.Op = &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f.ino), Offset: uint64(off),
+			Data: p, MaxInline: uint64(limit)}}
+	}))
+	if errors.Is(err, syscall.EFBIG) {
+		// Another client grew it or moved it to chunks: read the table
+		// again and go the chunk way.
+		if _, err := f.loadChunks(ctx); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	buf := slices.Clone(f.mu.inlineData)
+	if end := off + int64(len(p)); int64(len(buf)) < end {
+		buf = append(buf, make([]byte, end-int64(len(buf)))...)
+	}
+	copy(buf[off:], p)
+	f.mu.inline, f.mu.inlineData = true, buf
+	f.mu.Unlock()
+	f.noteSize(int64(res.GetAttr().GetSize()), true)
+	return true, nil
+}
+
+// leaveInline moves an inline file's bytes to chunk 0 before a write that
+// does not fit inline: the bytes are written to the chunk first, then the
+// inline copy is dropped if it is still what was copied (else another
+// client wrote meanwhile: copy again).
+func (f *File) leaveInline(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		data, inline := f.inlineBytes()
+		if !inline {
+			return nil
+		}
+		if attempt > 0 || data == nil {
+			// Fresh bytes for a retry (the cached ones were stale).
+			if _, err := f.loadChunks(ctx); err != nil {
+				return err
+			}
+			if data, inline = f.inlineBytes(); !inline {
+				return nil
+			}
+		}
+		if len(data) > 0 {
+			if _, _, err := f.store(ctx, data, 0); err != nil {
+				return fmt.Errorf("move the inline bytes to chunk 0: %w", err)
+			}
+		}
+		_, err := f.c.mutate(ctx, f.ino, f.c.newCommand(func(cmd *wire.Command) {
+			cmd.Op = &wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f.ino), Expect: data}}
+		}))
+		switch {
+		case err == nil:
+			f.mu.Lock()
+			f.mu.inline, f.mu.inlineData = false, nil
+			f.mu.Unlock()
+			return nil
+		case errors.Is(err, syscall.ESTALE) && attempt < 3:
+			continue
+		default:
+			return fmt.Errorf("move the file out of its ministry: %w", err)
+		}
+	}
+}
