@@ -18,7 +18,8 @@ import (
 const mountUsage = `Usage: govfs mount [flags] MOUNTPOINT
 
 Mounts the cluster on MOUNTPOINT with FUSE and serves it in the
-foreground until Ctrl-C, SIGTERM or 'govfs umount MOUNTPOINT'. As root it
+foreground until Ctrl-C, SIGTERM or 'govfs umount MOUNTPOINT' (with
+--background: from a detached process, once the mount is up). As root it
 mounts with mount(2); otherwise it needs fusermount3 (apt-get install
 fuse3). Consistency is close-to-open; see docs/fuse.md.
 
@@ -26,10 +27,12 @@ Flags:`
 
 // mountInvocation is a parsed `govfs mount` command line.
 type mountInvocation struct {
-	global   fsGlobal
-	dir      string
-	logLevel string
-	cfg      fusefs.Config
+	global     fsGlobal
+	dir        string
+	logLevel   string
+	background bool
+	logFile    string
+	cfg        fusefs.Config
 }
 
 func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
@@ -51,6 +54,8 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.BoolVar(&c.DirectMount, "direct-mount", os.Geteuid() == 0, "mount with mount(2) rather than fusermount3 (needs root)")
 	f.BoolVar(&c.Debug, "debug", false, "log every FUSE request (with --log-level debug)")
 	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
+	f.BoolVar(&inv.background, "background", false, "detach once mounted: serve from a background process until 'govfs umount'")
+	f.StringVar(&inv.logFile, "log-file", "", "with --background: where the background process logs (default: govfs-mount-<name>.log in the temp dir)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -59,6 +64,9 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 		return nil, errors.New("mount: want exactly one MOUNTPOINT")
 	}
 	inv.dir = f.Arg(0)
+	if inv.logFile != "" && !inv.background {
+		return nil, errors.New("mount: --log-file goes with --background (in the foreground the log goes to stderr)")
+	}
 	return inv, nil
 }
 
@@ -87,6 +95,9 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if inv.global.timeout <= 0 {
 		return fmt.Errorf("--timeout %v must be positive", inv.global.timeout)
+	}
+	if inv.background {
+		return mountInBackground(ctx, dir, inv.logFile, args, stdout)
 	}
 	ccfg := client.DefaultConfig()
 	ccfg.MetaAddrs = addrs

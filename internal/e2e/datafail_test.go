@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -356,4 +357,46 @@ func TestDiskFull(t *testing.T) {
 	}
 	t.Logf("the write that does not fit: %v", err)
 	checkFile(t, cl, "/fits.bin", streamSum(1, small), small)
+}
+
+// TestMountInBackground: `govfs mount --background` returns once the
+// mount is up, the mount works from the detached process, and `govfs
+// umount` ends that process.
+func TestMountInBackground(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs /dev/fuse and root (mount(2))")
+	}
+	c := startDataCluster(t, 3, "--chunk-size", "1048576")
+	mnt := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "mount.log")
+	out, err := exec.Command(binary, "mount", "--meta", strings.Join(c.Addrs(), ","), "--background", "--log-file", logFile, mnt).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount --background: %v\n%s", err, out)
+	}
+	var pid int
+	if _, err := fmt.Sscanf(string(out[strings.Index(string(out), "background process "):]), "background process %d", &pid); err != nil || pid <= 0 {
+		t.Fatalf("no pid in %q", out)
+	}
+	proc, _ := os.FindProcess(pid)
+	t.Cleanup(func() {
+		_ = exec.Command("umount", "-l", mnt).Run()
+		_ = proc.Signal(syscall.SIGKILL)
+	})
+	if err := os.WriteFile(filepath.Join(mnt, "hello"), []byte("from the background"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "hello")); err != nil || string(b) != "from the background" {
+		t.Fatalf("read back: %q %v", b, err)
+	}
+	if out, err := exec.Command(binary, "umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for proc.Signal(syscall.Signal(0)) == nil {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("the background process %d outlived the unmount; log:\n%s", pid, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
