@@ -103,11 +103,31 @@ func openFlags(flags uint32) int {
 	return f
 }
 
-// Open opens the file, revalidating its attributes (close-to-open): when
-// they changed since the kernel last saw them, its attribute cache is
+// Open opens the file. Under a read lease held since the attributes were
+// read (lease.go) it needs no request and keeps the page cache if the
+// lease was held without a break since the cache was known good.
+// Otherwise it revalidates the attributes (close-to-open): when they
+// changed since the kernel last saw them, its attribute cache is
 // invalidated, and the page cache is kept only when nothing changed.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = bg(ctx)
+	// The lease first: attributes read after it was granted stay current
+	// while it is held (a change by another client revokes it first).
+	l := n.readLease(ctx)
+	if l != nil && flags&syscall.O_TRUNC == 0 {
+		if a, _ := n.cachedLeaseAttr(); a != nil {
+			if f, err := n.fsys.c.FileOf(a, openFlags(flags)); err == nil {
+				var fuseFlags uint32
+				n.mu.Lock()
+				if n.mu.cacheLease == l {
+					fuseFlags |= fuse.FOPEN_KEEP_CACHE
+				}
+				n.mu.cacheLease = l
+				n.mu.Unlock()
+				return n.addHandle(f), fuseFlags, 0
+			}
+		}
+	}
 	f, a, err := n.fsys.c.OpenIno(ctx, n.ino, openFlags(flags))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", err)
@@ -115,10 +135,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	var fuseFlags uint32
 	n.mu.Lock()
 	old := n.mu.attr
-	if n.mu.openVersion == a.GetVersion() {
+	if n.mu.openVersion == a.GetVersion() || (l != nil && n.mu.cacheLease == l && l.Valid()) {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
 	n.mu.attr, n.mu.openVersion = a, a.GetVersion()
+	if l != nil && n.mu.lease == l {
+		n.mu.cacheLease, n.mu.leaseAttr = l, true
+	}
 	n.mu.Unlock()
 	if old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs()) {
 		// Attributes only (offset < 0): the next read or write asks for
@@ -189,6 +212,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if off < 0 || off > client.MaxFileSize || int64(len(data)) > client.MaxFileSize-off {
 		return 0, syscall.EFBIG
 	}
+	h.n.noteWrite()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.mu.err; err != nil {

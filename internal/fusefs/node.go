@@ -29,6 +29,8 @@ type FS struct {
 	log *slog.Logger
 
 	statfs statfsCache
+	// leases are the nodes holding a read lease (lease.go).
+	leases leaseSet
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -59,6 +61,12 @@ type node struct {
 		// unlinked while open ("" if not); the last release removes it.
 		hidden       string
 		hiddenParent ids.Ino
+		// lease is the read lease held on the file (lease.go), nil if
+		// none; cacheLease is the lease under which the kernel's page
+		// cache was last known good; leaseAttr says attr was read under
+		// lease and nothing on this mount wrote since.
+		lease, cacheLease *client.Lease
+		leaseAttr         bool
 	}
 }
 
@@ -202,6 +210,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if a, l := n.cachedLeaseAttr(); a != nil {
+		// Held under a read lease: nobody else changed it (lease.go).
+		n.setAttr(a, &out.Attr)
+		out.SetTimeout(n.leaseAttrTimeout(l))
+		return 0
+	}
 	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
 	if err != nil {
 		return n.fsys.errno("getattr", err)

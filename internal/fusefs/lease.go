@@ -1,0 +1,158 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Read leases (DESIGN §5) let the mount keep what the kernel caches.
+//
+// A regular file's open asks the minister for a whole-file read lease
+// without waiting (a try: a writer holding a write lease is not
+// disturbed). While the mount holds it:
+//
+//   - getattr is answered from the attributes read under the lease (when
+//     no descriptor of this mount has written since), and the kernel may
+//     keep attributes until the lease's trust ends;
+//   - an open keeps the kernel's page cache (FOPEN_KEEP_CACHE) when the
+//     lease has been held without a break since the cache was last known
+//     good, and an open without O_TRUNC needs no request at all.
+//
+// The lease stays after the last close, so a file read again is served
+// from the page cache; at most maxLeases files keep one (the oldest is
+// released first). When the minister revokes it (another client is about
+// to change the file: its change waits until this mount gave the lease
+// back) or it is lost or expires, the mount drops the kernel's page cache
+// and attributes of the inode and goes back to close-to-open. Names
+// (entries) are not covered: they are cached for EntryTimeout as before.
+
+// maxLeases bounds the read leases one mount keeps.
+const maxLeases = 1024
+
+// leaseSet tracks the nodes holding a read lease, oldest first.
+type leaseSet struct {
+	mu    sync.Mutex
+	nodes []*node
+}
+
+func (s *leaseSet) add(n *node) (evict *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = append(s.nodes, n)
+	if len(s.nodes) > maxLeases {
+		evict = s.nodes[0]
+		s.nodes = s.nodes[1:]
+	}
+	return evict
+}
+
+func (s *leaseSet) remove(n *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.nodes {
+		if x == n {
+			s.nodes = append(s.nodes[:i], s.nodes[i+1:]...)
+			return
+		}
+	}
+}
+
+// validLease returns the node's read lease if it is held and trusted.
+func (n *node) validLeaseLocked() *client.Lease {
+	if l := n.mu.lease; l != nil && l.Valid() {
+		return l
+	}
+	return nil
+}
+
+// readLease returns a valid read lease on the file, asking for one (a
+// try) when there is none. nil: none, close-to-open then.
+func (n *node) readLease(ctx context.Context) *client.Lease {
+	n.mu.Lock()
+	if l := n.validLeaseLocked(); l != nil {
+		n.mu.Unlock()
+		return l
+	}
+	old := n.mu.lease
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	n.mu.Unlock()
+	if old != nil {
+		n.fsys.leases.remove(n)
+		_ = old.Release(ctx)
+	}
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked})
+	if err != nil {
+		return nil // EAGAIN (a writer), or the minister is busy: no cache
+	}
+	n.mu.Lock()
+	if n.mu.lease != nil { // a concurrent open got one first
+		n.mu.Unlock()
+		_ = l.Release(ctx)
+		return n.readLease(ctx)
+	}
+	n.mu.lease = l
+	n.mu.Unlock()
+	if ev := n.fsys.leases.add(n); ev != nil {
+		ev.dropLease(ctx)
+	}
+	return l
+}
+
+// dropLease gives the node's lease back (eviction).
+func (n *node) dropLease(ctx context.Context) {
+	n.mu.Lock()
+	l := n.mu.lease
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	n.mu.Unlock()
+	if l != nil {
+		_ = l.Release(ctx)
+	}
+}
+
+// leaseRevoked runs when the minister wants the lease back (or it was
+// lost): forget it and drop what the kernel caches of the file, before
+// the keeper releases it.
+func (n *node) leaseRevoked(l *client.Lease, _ bool) {
+	n.mu.Lock()
+	if n.mu.lease == l {
+		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+		n.mu.openVersion = 0 // the next open drops the page cache
+	}
+	n.mu.Unlock()
+	n.fsys.leases.remove(n)
+	// Data and attributes; ENOENT when the kernel forgot the inode.
+	_ = n.NotifyContent(0, 0)
+}
+
+// noteWrite: a descriptor wrote, so the attributes held are no longer
+// the file's (size, mtime) until read again.
+func (n *node) noteWrite() {
+	n.mu.Lock()
+	n.mu.leaseAttr = false
+	n.mu.Unlock()
+}
+
+// leaseAttrTimeout returns how long the kernel may keep attributes read
+// now under lease l: until the lease's trust ends.
+func (n *node) leaseAttrTimeout(l *client.Lease) time.Duration {
+	if l == nil {
+		return n.fsys.cfg.AttrTimeout
+	}
+	return max(n.fsys.cfg.AttrTimeout, time.Until(l.Until()))
+}
+
+// cachedLeaseAttr returns the attributes held under a valid lease, if
+// they are current (no write since they were read).
+func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l := n.validLeaseLocked()
+	if l == nil || !n.mu.leaseAttr || n.mu.attr == nil || len(n.mu.handles) > 0 {
+		return nil, l
+	}
+	return n.mu.attr, l
+}
