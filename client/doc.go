@@ -57,5 +57,10 @@
 //     MaxFileSize (2^50) bytes. See file.go for the consistency of a File
 //     (close-to-open) and docs/dataplane.md for what is not built yet.
 //
+//   - Leases. AcquireLease and OpenRange (lease.go, rangefile.go) take
+//     byte-range read and write leases from the minister, renewed in the
+//     background by one long-poll keepalive per ministry; see
+//     docs/leases.md.
+//
 // A Client is safe for concurrent use.
 package client

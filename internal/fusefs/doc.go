@@ -32,13 +32,15 @@
 //     handle of that inode on this mount, and getattr reports a size that
 //     covers them, so a process sees its own writes.
 //
-//   - Consistency is close-to-open. open(2) reads the attributes
-//     linearizably and, when they changed since the kernel last saw them,
-//     invalidates the kernel's cached attributes; the page cache is dropped
-//     on every open whose inode changed. Entry and attribute timeouts are
-//     short (Config.EntryTimeout, AttrTimeout; 1 s by default), so another
-//     client's namespace changes show within that time. Leases (DESIGN §5)
-//     are not used yet.
+//   - Consistency. An open takes a whole-file read lease when it can
+//     (lease.go): while it is held, attributes and the page cache are kept
+//     (getattr and opens need no request), and another client's change
+//     revokes it first, dropping the kernel's caches of the inode. Without
+//     one, close-to-open: open(2) reads the attributes linearizably and,
+//     when they changed since the kernel last saw them, invalidates the
+//     kernel's cached attributes; the page cache is dropped on every open
+//     whose inode changed. Entry timeouts stay short (Config.EntryTimeout,
+//     1 s by default): leases do not cover names.
 //
 //   - Unlinking a file that is open on this mount renames it to a hidden
 //     name (".govfs-hidden-<ino>") in the same directory, and the last
