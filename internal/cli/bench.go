@@ -21,8 +21,11 @@ Workloads:
   meta   metadata operations: mkdir, create, stat, readdir, rename, unlink
   data   sequential write and read of a large file, then random 4 KiB reads
          and writes of it by several clients, each against a local file
+  mount  through a FUSE mount: metadata phases by 4 threads x 2,000 files
+         (own and shared directories) and data phases, each against a local
+         directory and a go-fuse loopback mount of one
 
-Run 'govfs bench meta -h' or 'govfs bench data -h' for their flags.`
+Run 'govfs bench <workload> -h' for its flags.`
 
 // runBench implements `govfs bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -35,6 +38,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return benchMeta(ctx, args[1:], stdout, stderr)
 	case "data":
 		return benchData(ctx, args[1:], stdout, stderr)
+	case "mount":
+		return benchMount(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
@@ -245,6 +250,115 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir,
 		Clients: *clients, Ops: *ops, Cold: *cache == "cold"}, stdout)
+	if err != nil {
+		return err
+	}
+	line, err := rep.JSON()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", line)
+	return err
+}
+
+func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs bench mount", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "metadata node addresses to mount (default: start a local cluster with 3 chunk servers)")
+	mountpoint := f.String("mountpoint", "", "an existing GovFS mount to run in (default: mount --meta, or the local cluster, on a temporary directory)")
+	procs := f.Int("procs", bench.DefaultMountProcs, "parallel workers (threads)")
+	files := f.Int("files", bench.DefaultMountFiles, "files (and directories) per worker")
+	layouts := f.String("layouts", "own,shared", "own (a directory per worker), shared (one directory), or both")
+	data := f.Bool("data", true, "also run the data phases (seq 1 MiB write/read, random 4 KiB read/write)")
+	size := f.Int64("size", bench.DefaultMountSize, "data: file size in bytes")
+	ops := f.Int("ops", bench.DefaultMountOps, "data: operations of each random 4 KiB phase, split over the workers")
+	localDir := f.String("local-dir", "", "directory for the local and loopback baselines (default: the system temp dir)")
+	loopback := f.Bool("loopback", true, "also run on a go-fuse loopback mount of a local directory")
+	cacheDefault := "warm"
+	if os.Geteuid() == 0 {
+		cacheDefault = "cold"
+	}
+	cache := f.String("cache", cacheDefault, "data: cold drops the page cache before each read phase (root); warm reads right after writing")
+	jsonOnly := f.Bool("json-only", false, "print only the JSON result line")
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *procs <= 0 || *files <= 0 || *ops <= 0 || *size < 4096 {
+		return errors.New("bench mount: --procs, --files, --ops must be positive and --size at least 4096")
+	}
+	if *cache != "cold" && *cache != "warm" {
+		return fmt.Errorf("bench mount: --cache %q: want cold or warm", *cache)
+	}
+	var ls []string
+	for _, l := range strings.Split(*layouts, ",") {
+		switch l = strings.TrimSpace(l); l {
+		case bench.LayoutOwn, bench.LayoutShared:
+			ls = append(ls, l)
+		case "":
+		default:
+			return fmt.Errorf("bench mount: --layouts: unknown layout %q (want own, shared)", l)
+		}
+	}
+	human := stdout
+	if *jsonOnly {
+		human = io.Discard
+	}
+	dir := *mountpoint
+	if dir == "" {
+		var addrs []string
+		for _, a := range strings.Split(*meta, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
+			if err != nil {
+				return err
+			}
+			defer stop()
+			addrs = local
+		}
+		bin, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench mount: find the govfs binary: %w", err)
+		}
+		m, err := bench.MountGovFS(ctx, bin, addrs, "", stderr)
+		if err != nil {
+			return fmt.Errorf("bench mount: %w", err)
+		}
+		defer func() {
+			if err := m.Unmount(); err != nil {
+				fmt.Fprintf(stderr, "bench mount: unmount %s: %v\n", m.Dir, err)
+			}
+		}()
+		dir = m.Dir
+		fmt.Fprintf(human, "bench mount: govfs mount of %s on %s\n", strings.Join(addrs, ","), dir)
+	}
+	local, err := os.MkdirTemp(*localDir, "govfs-bench-local-")
+	if err != nil {
+		return fmt.Errorf("bench mount: %w", err)
+	}
+	defer os.RemoveAll(local)
+	targets := []bench.MountTarget{{Name: bench.TargetGovFS, Dir: dir}, {Name: bench.TargetLocal, Dir: local}}
+	if *loopback {
+		src, err := os.MkdirTemp(*localDir, "govfs-bench-loopsrc-")
+		if err != nil {
+			return fmt.Errorf("bench mount: %w", err)
+		}
+		defer os.RemoveAll(src)
+		m, err := bench.MountLoopback(src, "")
+		if err != nil {
+			return fmt.Errorf("bench mount: %w", err)
+		}
+		defer m.Unmount()
+		targets = append(targets, bench.MountTarget{Name: bench.TargetLoopback, Dir: m.Dir})
+	}
+	rep, err := bench.RunMount(ctx, bench.MountConfig{Targets: targets, Procs: *procs, Files: *files, Layouts: ls,
+		Data: *data, Size: *size, Ops: *ops, Cold: *cache == "cold"}, human)
 	if err != nil {
 		return err
 	}
