@@ -81,6 +81,23 @@ func (n *node) flushAll(ctx context.Context) syscall.Errno {
 	return first
 }
 
+// syncAll pushes every buffered write of the inode and records what its
+// Files owe the ministry (size, mtime: client.File.Sync).
+func (n *node) syncAll(ctx context.Context) syscall.Errno {
+	if e := n.flushAll(ctx); e != 0 {
+		return e
+	}
+	n.mu.Lock()
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	for _, h := range hs {
+		if err := h.f.Sync(ctx); err != nil {
+			return n.fsys.errno("sync", err)
+		}
+	}
+	return 0
+}
+
 func (n *node) addHandle(f *client.File) *handle {
 	h := &handle{n: n, f: f}
 	n.mu.Lock()

@@ -308,9 +308,18 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			hidden := hiddenPrefix + strconv.FormatUint(uint64(ch.ino), 10)
 			err = n.fsys.c.RenameAt(ctx, n.ino, name, n.ino, hidden, client.RenameNoReplace)
 			if err == nil {
+				// The last descriptor may have been released while the
+				// rename was on its way: then nobody would remove the
+				// hidden name, so remove it now.
 				ch.mu.Lock()
-				ch.mu.hidden, ch.mu.hiddenParent = hidden, n.ino
+				released := len(ch.mu.handles) == 0
+				if !released {
+					ch.mu.hidden, ch.mu.hiddenParent = hidden, n.ino
+				}
 				ch.mu.Unlock()
+				if released {
+					return n.fsys.errno("unlink", n.fsys.c.UnlinkAt(ctx, n.ino, hidden))
+				}
 				return 0
 			}
 			n.fsys.log.Warn("hide an unlinked open file", slog.Uint64("ino", uint64(ch.ino)), slog.Any("err", err))
@@ -365,6 +374,15 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	case in.Valid&fuse.FATTR_MTIME != 0:
 		op.Valid |= uint32(wire.SetattrField_SETATTR_MTIME)
 		op.MtimeNs = time.Unix(int64(in.Mtime), int64(in.Mtimensec)).UnixNano()
+	}
+	if op.Valid&uint32(wire.SetattrField_SETATTR_MTIME|wire.SetattrField_SETATTR_ATIME) != 0 {
+		// Explicit times (utimens, as cp -a and tar do after writing)
+		// must land after the writes they follow: push the buffered
+		// ones and record their mtime first, or the push at close would
+		// set mtime to "now" over them.
+		if e := n.syncAll(ctx); e != 0 {
+			return e
+		}
 	}
 	if op.Valid != 0 {
 		var err error
