@@ -266,12 +266,12 @@ func TestKillMountMidWrite(t *testing.T) {
 
 		// Kill once every writer has had a few flushes acknowledged, at a
 		// random moment after that.
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(15 * time.Second)
 		for w[0].acked.Load() < base+3 || w[1].acked.Load() < base+3 || w[2].acked.Load() < base+3 {
 			if time.Now().After(deadline) {
 				close(stop)
 				wg.Wait()
-				t.Fatalf("writers too slow: acked %d %d %d; errors %v %v %v", w[0].acked.Load(), w[1].acked.Load(), w[2].acked.Load(), w[0].err, w[1].err, w[2].err)
+				t.Fatalf("round %d: writers stuck or too slow: acked %d %d %d; errors %v %v %v", round, w[0].acked.Load(), w[1].acked.Load(), w[2].acked.Load(), w[0].err, w[1].err, w[2].err)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
