@@ -176,8 +176,9 @@ func TestReadLeaseIsRevokedBeforeAChange(t *testing.T) {
 	if ra.revoked.Load() != 1 || revokedAt.Load() == 0 || revokedAt.Load() > done {
 		t.Fatalf("revokes %d at %d, chmod done at %d", ra.revoked.Load(), revokedAt.Load(), done)
 	}
-	// Later reads see the change.
-	attr, err := a.Stat(t.Context(), "/f")
+	// Later reads see the change (linearizable: A's session reads may go
+	// to a clerk that has not applied B's change yet).
+	attr, err := a.Stat(t.Context(), "/f", Linearizable())
 	if err != nil || attr.GetMode()&0o777 != 0o640 {
 		t.Fatalf("stat after the change: %v %o", err, attr.GetMode())
 	}
