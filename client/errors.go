@@ -77,6 +77,9 @@ func errnoErr(n uint32) error {
 func finalStatusErr(st *wire.Status) error {
 	switch st.GetCode() {
 	case wire.Code_ERRNO:
+		if m := st.GetMessage(); m != "" && st.GetErrno() != 0 {
+			return &errnoMsg{errno: syscall.Errno(st.GetErrno()), msg: m}
+		}
 		return errnoErr(st.GetErrno())
 	case wire.Code_INVALID:
 		return fmt.Errorf("%w: server: %s", syscall.EINVAL, st.GetMessage())

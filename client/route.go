@@ -260,7 +260,9 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 	}
 	if e := res.GetErrno(); e != 0 {
 		if m := res.GetMessage(); m != "" {
-			c.log.Debug("mutation failed", slog.Uint64("errno", uint64(e)), slog.String("message", m))
+			// The ministry says why: keep it (errors.Is still finds the
+			// errno).
+			return nil, &errnoMsg{errno: syscall.Errno(e), msg: m}
 		}
 		return nil, syscall.Errno(e)
 	}
@@ -334,3 +336,15 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	})
 	return out, group, err
 }
+
+// errnoMsg is a failed mutation's errno with the state machine's
+// explanation. Its text is the errno's alone, so messages built on it
+// read as before; Detail has the explanation.
+type errnoMsg struct {
+	errno syscall.Errno
+	msg   string
+}
+
+func (e *errnoMsg) Error() string  { return e.errno.Error() + " (" + e.msg + ")" }
+func (e *errnoMsg) Unwrap() error  { return e.errno }
+func (e *errnoMsg) Detail() string { return e.msg }

@@ -107,8 +107,12 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 		return 0
 	}
 	e := client.Errno(err)
-	if e == syscall.EIO {
+	switch e {
+	case syscall.EIO:
 		f.log.Warn("fuse operation failed", slog.String("op", op), slog.Any("err", err))
+	case syscall.EINVAL, syscall.ESTALE, syscall.EFBIG:
+		// Not the caller's everyday errors: say why.
+		f.log.Info("fuse operation refused", slog.String("op", op), slog.Any("err", err))
 	}
 	return e
 }

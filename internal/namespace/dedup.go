@@ -15,7 +15,10 @@ import (
 
 const (
 	// dedupWindow is how many answers per client are kept at most.
-	dedupWindow = 1024
+	// A client (a mount serving many processes) may issue this many newer
+	// commands while one waits (a lease drain or fence waits up to a TTL)
+	// before that one is refused as too old.
+	dedupWindow = 1 << 16
 	// clientIdleNs is how long (in command time) a silent client is
 	// remembered.
 	clientIdleNs = int64(3600e9)

@@ -89,14 +89,14 @@ func TestDedupPruning(t *testing.T) {
 		t.Fatalf("retry of seq 5 = %v", r)
 	}
 	// The window bounds a client that never advances first_incomplete.
-	v.cmd(mkop(root, "w", wire.FileType_REGULAR), req(3, 2000, 4))
-	if hasResult(t, v.rw, 3, 5) || !hasResult(t, v.rw, 3, 2000) {
-		t.Fatal("window of 1024 not enforced")
+	v.cmd(mkop(root, "w", wire.FileType_REGULAR), req(3, 5+dedupWindow+1000, 4))
+	if hasResult(t, v.rw, 3, 5) || !hasResult(t, v.rw, 3, 5+dedupWindow+1000) {
+		t.Fatal("the window of dedupWindow answers is not enforced")
 	}
-	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 975, 4)); syscall.Errno(r.Errno) != syscall.EINVAL {
+	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 5+1000-1, 4)); syscall.Errno(r.Errno) != syscall.EINVAL {
 		t.Fatalf("request below the window = %v", r)
 	}
-	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 976, 4)); r.Errno != 0 {
+	if r := v.cmd(mkop(root, "w2", wire.FileType_REGULAR), req(3, 5+1000, 4)); r.Errno != 0 {
 		t.Fatalf("request inside the window = %v", r)
 	}
 	// first_incomplete beyond seq never drops the answer just stored.
