@@ -481,6 +481,9 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 		return len(p), nil
 	}
+	if err := f.knowInline(ctx); err != nil {
+		return 0, err
+	}
 	if err := f.leaveInline(ctx); err != nil {
 		return 0, err
 	}
@@ -501,9 +504,15 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		gerr := f.grow(ctx, off+done, refs)
 		if errors.Is(gerr, syscall.ESTALE) && err == nil {
 			// Another client released the chunks written into (a
-			// truncate): the bytes are gone, and p is still here, so
-			// write them again into the file's chunks as they are now.
-			done, refs, err = f.store(ctx, p, off)
+			// truncate), or made the file inline: the bytes are not the
+			// file's, and p is still here, so write them again into the
+			// file as it is now.
+			if _, err = f.loadChunks(ctx); err == nil {
+				err = f.leaveInline(ctx)
+			}
+			if err == nil {
+				done, refs, err = f.store(ctx, p, off)
+			}
 			if gerr = nil; done > 0 {
 				gerr = f.grow(ctx, off+done, refs)
 			}

@@ -718,3 +718,37 @@ func TestInlineSmallFiles(t *testing.T) {
 		t.Fatal("a 10-byte file written with WriteFile is not inline")
 	}
 }
+
+// A File that never read the chunk table, writing past the inline limit
+// of a file whose bytes are inline (an append through a fresh descriptor,
+// as the mount does), must move them to chunk 0 first: found by the
+// kill -9 mount test as an acknowledged record read back as zeros.
+func TestFreshFileWritesPastAnInlineFile(t *testing.T) {
+	ctx := t.Context()
+	c := dataClient(t)
+	path := testDir(t, c) + "/grows"
+	a, err := c.Open(ctx, path, syscall.O_RDWR|syscall.O_CREAT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WriteAt(ctx, []byte("inline head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, err := c.Open(ctx, path, syscall.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail := bytes.Repeat([]byte("T"), 10000)
+	if _, err := b.WriteAt(ctx, tail, 11); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	var out bytes.Buffer
+	if _, err := c.ReadFile(ctx, path, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := append([]byte("inline head"), tail...); !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("file is %d bytes starting %q, want %d bytes starting %q", out.Len(), out.Bytes()[:min(out.Len(), 20)], len(want), want[:20])
+	}
+}

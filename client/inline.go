@@ -101,6 +101,20 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	return true, nil
 }
 
+// knowInline reads the chunk table (and with it whether the file is
+// inline) if this File has not yet: a write must not go to chunks of a
+// file whose bytes are inline.
+func (f *File) knowInline(ctx context.Context) error {
+	f.mu.Lock()
+	known := f.mu.chunks != nil
+	f.mu.Unlock()
+	if known {
+		return nil
+	}
+	_, err := f.loadChunks(ctx)
+	return err
+}
+
 // leaveInline moves an inline file's bytes to chunk 0 before a write that
 // does not fit inline: the bytes are written to the chunk first, then the
 // inline copy is dropped if it is still what was copied (else another

@@ -334,6 +334,16 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(op.GetExpectChunks()) > 0 {
+		// Bytes written into chunks are not the file's while its bytes
+		// live inline (another client made it inline meanwhile, or the
+		// writer did not know): the writer must move it to chunks first.
+		if _, inline, err := InlineData(t.r, ino); err != nil {
+			return nil, err
+		} else if inline {
+			return nil, errnof(syscall.ESTALE, "setattr %v: the file's bytes are inline in the ministry, not in the chunks written: move it to chunks, then write again", ino)
+		}
+	}
 	for _, want := range op.GetExpectChunks() {
 		got, err := chunkAt(t.r, ino, want.GetIndex())
 		if err != nil {

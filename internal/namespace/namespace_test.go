@@ -925,3 +925,16 @@ func TestInlineFiles(t *testing.T) {
 		t.Fatal("inline bytes outlive their inode")
 	}
 }
+
+// A size change naming chunks written into fails while the file is inline.
+func TestSetattrExpectChunksOnInlineFile(t *testing.T) {
+	v := newEnv(t)
+	f := v.mkfile(root, "inl")
+	v.ok(&wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f), Data: []byte("abc"), MaxInline: 4096}})
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 7, Group: 1}}})
+	r := v.cmd(&wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Size: 9000, ExpectChunks: []*wire.ChunkRef{{Index: 0, Handle: 7}},
+		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW)}}, nil)
+	if syscall.Errno(r.Errno) != syscall.ESTALE || v.attr(f).Size != 3 {
+		t.Fatalf("grow over chunks of an inline file = %v (size %d), want ESTALE and size 3", r, v.attr(f).Size)
+	}
+}
