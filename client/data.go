@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 	"sync"
 	"syscall"
 
@@ -65,9 +64,10 @@ func (c *Client) dataPlane() (map[uint64]*wire.ReplicaGroup, map[uint64]string, 
 	return c.mu.rgroups, c.mu.chunkAddrs, c.mu.chunkSize
 }
 
-// chunkFor returns the chunk record of (ino, index), creating it: a new
-// handle from the president and a replica group chosen round-robin.
-func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
+// newChunk allocates a chunk (index, handle, replica group) without
+// recording it: a new handle from the president and a group chosen
+// round-robin.
+func (c *Client) newChunk(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
 	res, err := c.mutateIn(ctx, ids.PresidentGroup, ino, c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 1}}
 	}))
@@ -90,9 +90,18 @@ func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire
 	if err != nil {
 		return nil, fmt.Errorf("allocate a chunk handle: %w", err)
 	}
+	return &wire.ChunkRef{Index: index, Handle: handle, Group: group}, nil
+}
+
+// chunkFor returns the chunk record of (ino, index), creating it (a new
+// chunk, recorded before any byte of it is written).
+func (c *Client) chunkFor(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
+	ref, err := c.newChunk(ctx, ino, index)
+	if err != nil {
+		return nil, err
+	}
 	set, err := c.mutate(ctx, ino, c.newCommand(func(cmd *wire.Command) {
-		cmd.Op = &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(ino),
-			Chunk: &wire.ChunkRef{Index: index, Handle: handle, Group: group}}}
+		cmd.Op = &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(ino), Chunk: ref}}
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("record chunk %d: %w", index, err)
@@ -465,17 +474,25 @@ func (c *Client) ReadFile(ctx context.Context, path string, w io.Writer) (int64,
 		return 0, opErr("read", path, err)
 	}
 	if data, ok := f.inlineBytes(); ok {
-		// Inline in the ministry: the bytes came with the chunk table.
+		// Inline in the ministry: the bytes came with the chunk table;
+		// past them, zeros up to the size (a grown file may be sparse and
+		// large: written a piece at a time).
 		size := f.cachedSize()
 		if int64(len(data)) > size {
 			data = data[:size]
 		}
-		out := append(slices.Clone(data), make([]byte, size-int64(len(data)))...)
-		n, err := w.Write(out)
+		var done int64
+		n, err := w.Write(data)
+		done += int64(n)
+		zeros := make([]byte, min(size-int64(len(data)), requestSize))
+		for err == nil && done < size {
+			n, err = w.Write(zeros[:min(int64(len(zeros)), size-done)])
+			done += int64(n)
+		}
 		if err != nil {
 			err = fmt.Errorf("write the output: %w", err)
 		}
-		return int64(n), opErr("read", path, err)
+		return done, opErr("read", path, err)
 	}
 	chunkSize, err := f.chunkSize(ctx, len(refs) > 0)
 	if err != nil {

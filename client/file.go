@@ -769,6 +769,12 @@ func (f *File) truncate(ctx context.Context, size int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.size = int64(a.GetSize())
+	// The ministry cut the inline bytes (or dropped them at 0).
+	if size == 0 {
+		f.mu.inline, f.mu.inlineData = false, nil
+	} else if f.mu.inline && int64(len(f.mu.inlineData)) > size {
+		f.mu.inlineData = f.mu.inlineData[:size]
+	}
 	if cs > 0 || size == 0 {
 		// Forget the released records; appends start again from the end.
 		for i := range f.mu.chunks {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -116,40 +117,64 @@ func (f *File) knowInline(ctx context.Context) error {
 }
 
 // leaveInline moves an inline file's bytes to chunk 0 before a write that
-// does not fit inline: the bytes are written to the chunk first, then the
-// inline copy is dropped if it is still what was copied (else another
-// client wrote meanwhile: copy again).
+// does not fit inline. It reads the inline bytes fresh, copies them into
+// a new chunk that is not recorded yet, and has the ministry record that
+// chunk as chunk 0 and drop the inline bytes in one step, if they are
+// still the bytes copied (DropInlineOp). A copy that lost a race (the
+// bytes changed, or another writer moved the file first) is never
+// recorded, so it cannot replace anything written since; the collector
+// removes it. The chunk is written before it is recorded, unlike others:
+// the collector deletes an unreferenced copy only after a grace period,
+// and this one is recorded (or abandoned) within moments.
 func (f *File) leaveInline(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
+		// Only a File that saw the file inline looks again (a stale "in
+		// chunks" is caught by the ministry: the size change that follows
+		// the write names its chunks, and ESTALE sends the writer here).
+		if _, inline := f.inlineBytes(); !inline {
+			return nil
+		}
+		if _, err := f.loadChunks(ctx); err != nil {
+			return err
+		}
 		data, inline := f.inlineBytes()
 		if !inline {
 			return nil
 		}
-		if attempt > 0 || data == nil {
-			// Fresh bytes for a retry (the cached ones were stale).
-			if _, err := f.loadChunks(ctx); err != nil {
+		var ref *wire.ChunkRef
+		if len(data) > 0 {
+			cs, err := f.chunkSize(ctx, true)
+			if err != nil {
 				return err
 			}
-			if data, inline = f.inlineBytes(); !inline {
-				return nil
+			if ref, err = f.c.newChunk(ctx, f.ino, 0); err != nil {
+				return fmt.Errorf("move the inline bytes to a chunk: %w", err)
 			}
-		}
-		if len(data) > 0 {
-			if _, _, err := f.store(ctx, data, 0); err != nil {
-				return fmt.Errorf("move the inline bytes to chunk 0: %w", err)
+			spans := splitSpans(0, int64(len(data)), cs)
+			if _, err := f.c.storeSpans(ctx, spans, map[uint64]*wire.ChunkRef{0: ref}, func(sp span) []byte { return data[sp.pos : sp.pos+sp.n] }); err != nil {
+				return fmt.Errorf("move the inline bytes to a chunk: %w", err)
 			}
 		}
 		_, err := f.c.mutate(ctx, f.ino, f.c.newCommand(func(cmd *wire.Command) {
-			cmd.Op = &wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f.ino), Expect: data}}
+			cmd.Op = &wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f.ino), Expect: data, Chunk: ref}}
 		}))
 		switch {
 		case err == nil:
 			f.mu.Lock()
 			f.mu.inline, f.mu.inlineData = false, nil
+			if ref != nil && f.mu.chunks != nil {
+				f.mu.chunks[0] = ref
+			}
 			f.mu.Unlock()
 			return nil
-		case errors.Is(err, syscall.ESTALE) && attempt < 3:
-			continue
+		case errors.Is(err, syscall.ESTALE) && attempt < 50:
+			// Another writer changed the inline bytes or moved the file:
+			// look again (after a pause that grows, under contention).
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt+1) * time.Millisecond):
+			}
 		default:
 			return fmt.Errorf("move the file out of its ministry: %w", err)
 		}

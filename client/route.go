@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -337,14 +338,25 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	return out, group, err
 }
 
-// errnoMsg is a failed mutation's errno with the state machine's
-// explanation. Its text is the errno's alone, so messages built on it
-// read as before; Detail has the explanation.
+// errnoMsg is a failed operation's errno with the server's explanation.
+// Its text is the errno's alone, so messages built on it read as the
+// README shows (e.g. "file exists"); ErrorDetail has the explanation, for
+// logs.
 type errnoMsg struct {
 	errno syscall.Errno
 	msg   string
 }
 
-func (e *errnoMsg) Error() string  { return e.errno.Error() + " (" + e.msg + ")" }
+func (e *errnoMsg) Error() string  { return e.errno.Error() }
 func (e *errnoMsg) Unwrap() error  { return e.errno }
 func (e *errnoMsg) Detail() string { return e.msg }
+
+// ErrorDetail returns the server's explanation of a failed operation (why
+// the ministry answered EINVAL, ESTALE, ...), or "" when there is none.
+func ErrorDetail(err error) string {
+	var e *errnoMsg
+	if errors.As(err, &e) {
+		return e.msg
+	}
+	return ""
+}

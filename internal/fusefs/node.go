@@ -112,7 +112,7 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 		f.log.Warn("fuse operation failed", slog.String("op", op), slog.Any("err", err))
 	case syscall.EINVAL, syscall.ESTALE, syscall.EFBIG:
 		// Not the caller's everyday errors: say why.
-		f.log.Info("fuse operation refused", slog.String("op", op), slog.Any("err", err))
+		f.log.Info("fuse operation refused", slog.String("op", op), slog.Any("err", err), slog.String("why", client.ErrorDetail(err)))
 	}
 	return e
 }

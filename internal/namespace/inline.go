@@ -14,9 +14,12 @@ import (
 // Small files live inline (issue 4): their bytes are kept in the ministry
 // under "b" <ino>, so reading or writing them touches no chunk server. A
 // file is inline while that key exists; it then has no chunk records
-// that count (a writer moving it to chunks writes chunk 0 first and drops
-// the inline bytes last, DropInlineOp, if they are still what it copied,
-// so a crash in between leaves the inline bytes in force). The inline bytes may be shorter than the size:
+// that count. A writer moving it to chunks copies the inline bytes into a
+// fresh, unrecorded chunk, then DropInlineOp records that chunk as chunk
+// 0 and drops the inline bytes in one step, if they are still what it
+// copied: a crash in between leaves the inline bytes in force (the copy
+// is garbage), and a writer with a stale copy can never replace bytes
+// another writer wrote since. The inline bytes may be shorter than the size:
 // the rest reads as zeros.
 
 const kindInline = 'b'
@@ -93,6 +96,10 @@ func writeInline(t *tx, op *wire.WriteInlineOp) (*wire.Result, error) {
 
 func dropInline(t *tx, op *wire.DropInlineOp) (*wire.Result, error) {
 	ino := ids.Ino(op.GetIno())
+	c := op.GetChunk()
+	if c != nil && (c.GetIndex() != 0 || c.GetHandle() == 0 || c.GetGroup() == 0) {
+		return nil, errnof(syscall.EINVAL, "drop inline %v: the chunk must be chunk 0 with a handle and a replica group", ino)
+	}
 	in, err := t.inode(ino)
 	if err != nil {
 		return nil, err
@@ -102,10 +109,32 @@ func dropInline(t *tx, op *wire.DropInlineOp) (*wire.Result, error) {
 		return nil, err
 	}
 	if !inline {
-		return attrResult(in), nil // dropped already (a retry)
+		// Done already: by this caller (a retry) only if chunk 0 is its
+		// chunk; else another writer moved the file, and this caller's
+		// copy must not be used.
+		if c != nil {
+			if got, err := chunkAt(t.r, ino, 0); err != nil {
+				return nil, err
+			} else if got != nil && got.GetHandle() == c.GetHandle() {
+				return attrResult(in), nil
+			}
+		} else if len(op.GetExpect()) == 0 {
+			return attrResult(in), nil
+		}
+		return nil, errnof(syscall.ESTALE, "drop inline %v: the file left inline by another move", ino)
 	}
 	if !bytes.Equal(cur, op.GetExpect()) {
 		return nil, errnof(syscall.ESTALE, "drop inline %v: the inline bytes changed since the caller copied them", ino)
+	}
+	if c == nil && len(cur) > 0 {
+		return nil, errnof(syscall.EINVAL, "drop inline %v: %d inline bytes and no chunk holding them", ino, len(cur))
+	}
+	if c != nil {
+		b, err := marshal(&wire.ChunkRef{Index: 0, Handle: c.GetHandle(), Group: c.GetGroup()})
+		if err != nil {
+			return nil, err
+		}
+		t.set(chunkKey(ino, 0), b)
 	}
 	t.del(inlineKey(ino))
 	t.touch(in)

@@ -903,15 +903,42 @@ func TestInlineFiles(t *testing.T) {
 	if got := content(); got != "hel" {
 		t.Fatalf("after truncate to 3: %q", got)
 	}
-	// Moving to chunks: chunk 0 recorded, then the inline bytes dropped
-	// if the inode did not change meanwhile.
-	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 9, Group: 1}}})
-	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("he")}}, nil); syscall.Errno(r.Errno) != syscall.ESTALE {
+	// Moving to chunks: the copy's chunk becomes chunk 0 and the inline
+	// bytes go, in one step, if they are still what was copied. A
+	// leftover chunk 0 record (a crashed move) is replaced.
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 8, Group: 1}}})
+	drop := func(expect string, handle uint64) *wire.Result {
+		return v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte(expect),
+			Chunk: &wire.ChunkRef{Index: 0, Handle: handle, Group: 1}}}, nil)
+	}
+	if r := drop("he", 9); syscall.Errno(r.Errno) != syscall.ESTALE {
 		t.Fatalf("drop of other bytes than the inline ones = %v", r)
 	}
-	v.ok(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("hel")}})
+	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("hel"),
+		Chunk: &wire.ChunkRef{Index: 1, Handle: 9, Group: 1}}}, nil); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Fatalf("drop into chunk 1 = %v", r)
+	}
+	if r := v.cmd(&wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f), Expect: []byte("hel")}}, nil); syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Fatalf("drop of bytes without a chunk = %v", r)
+	}
+	if _, ok, _ := InlineData(v.rw, f); !ok {
+		t.Fatal("refused drops dropped the inline bytes")
+	}
+	if r := drop("hel", 9); r.Errno != 0 {
+		t.Fatalf("drop = %v", r)
+	}
 	if _, ok, _ := InlineData(v.rw, f); ok {
 		t.Fatal("inline bytes still there after the drop")
+	}
+	if c, _ := chunkAt(v.rw, f, 0); c.GetHandle() != 9 {
+		t.Fatalf("chunk 0 is %v, want the copy's handle 9", c)
+	}
+	// A retry of that drop succeeds; another writer's stale drop does not.
+	if r := drop("hel", 9); r.Errno != 0 {
+		t.Fatalf("retried drop = %v", r)
+	}
+	if r := drop("hel", 10); syscall.Errno(r.Errno) != syscall.ESTALE {
+		t.Fatalf("stale drop after the move = %v", r)
 	}
 	// A file in chunks takes no inline write.
 	if r := w(f, 0, "x", 4096); syscall.Errno(r.Errno) != syscall.EFBIG {

@@ -3214,14 +3214,18 @@ func (x *WriteInlineOp) GetMaxInline() uint64 {
 	return 0
 }
 
-// DropInlineOp ends a file's inline life once the caller has written its
-// bytes to chunk 0: the inline bytes are dropped if they are still
-// exactly `expect` (the bytes the caller copied; else ESTALE, nothing
-// changes).
+// DropInlineOp ends a file's inline life: the caller has written the
+// inline bytes it read (`expect`) into a fresh, unrecorded chunk
+// (`chunk`, index 0). If the inline bytes are still exactly `expect`,
+// that chunk becomes the file's chunk 0 (replacing any record a crashed
+// move left) and the inline bytes are dropped, in one step. Else ESTALE
+// and nothing changes — unless the file already left inline through this
+// very chunk (a retry), which succeeds.
 type DropInlineOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
 	Expect        []byte                 `protobuf:"bytes,3,opt,name=expect,proto3" json:"expect,omitempty"`
+	Chunk         *ChunkRef              `protobuf:"bytes,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3266,6 +3270,13 @@ func (x *DropInlineOp) GetIno() uint64 {
 func (x *DropInlineOp) GetExpect() []byte {
 	if x != nil {
 		return x.Expect
+	}
+	return nil
+}
+
+func (x *DropInlineOp) GetChunk() *ChunkRef {
+	if x != nil {
+		return x.Chunk
 	}
 	return nil
 }
@@ -5333,10 +5344,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x03 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +
-	"max_inline\x18\x04 \x01(\x04R\tmaxInline\">\n" +
+	"max_inline\x18\x04 \x01(\x04R\tmaxInline\"j\n" +
 	"\fDropInlineOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
-	"\x06expect\x18\x03 \x01(\fR\x06expectJ\x04\b\x02\x10\x03\" \n" +
+	"\x06expect\x18\x03 \x01(\fR\x06expect\x12*\n" +
+	"\x05chunk\x18\x04 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunkJ\x04\b\x02\x10\x03\" \n" +
 	"\fGetChunksReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"7\n" +
 	"\tLookupReq\x12\x16\n" +
@@ -5677,55 +5689,56 @@ var file_govfs_proto_depIdxs = []int32{
 	46, // 40: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
 	47, // 41: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
 	41, // 42: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	1,  // 43: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	7,  // 44: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	6,  // 45: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	7,  // 46: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	48, // 47: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	20, // 48: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	6,  // 49: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	34, // 50: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	35, // 51: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	28, // 52: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	26, // 53: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	6,  // 54: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	53, // 55: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	34, // 56: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	57, // 57: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	28, // 58: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	6,  // 59: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	28, // 60: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	66, // 61: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	26, // 62: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	5,  // 63: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	4,  // 64: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	4,  // 65: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	6,  // 66: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	59, // 67: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	62, // 68: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 69: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	65, // 70: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	36, // 71: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	38, // 72: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	50, // 73: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	52, // 74: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	55, // 75: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	58, // 76: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	61, // 77: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	64, // 78: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	37, // 79: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	49, // 80: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	51, // 81: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	54, // 82: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	56, // 83: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	60, // 84: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	63, // 85: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	63, // 86: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	79, // [79:87] is the sub-list for method output_type
-	71, // [71:79] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	20, // 43: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,  // 44: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	7,  // 45: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	6,  // 46: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	7,  // 47: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	48, // 48: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	20, // 49: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	6,  // 50: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	34, // 51: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	35, // 52: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	28, // 53: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	26, // 54: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	6,  // 55: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	53, // 56: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	34, // 57: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	57, // 58: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	28, // 59: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	6,  // 60: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	28, // 61: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	66, // 62: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	26, // 63: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	5,  // 64: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	4,  // 65: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	4,  // 66: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	6,  // 67: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	59, // 68: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	62, // 69: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 70: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	65, // 71: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	36, // 72: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	38, // 73: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	50, // 74: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	52, // 75: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	55, // 76: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	58, // 77: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	61, // 78: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	64, // 79: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	37, // 80: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	49, // 81: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	51, // 82: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	54, // 83: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	56, // 84: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	60, // 85: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	63, // 86: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	63, // 87: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	80, // [80:88] is the sub-list for method output_type
+	72, // [72:80] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
