@@ -181,32 +181,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.serve()
-	}()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.heartbeats()
-	}()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.syncLoop()
-	}()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.reconcileLoop()
-	}()
+	s.wg.Go(s.serve)
+	s.wg.Go(s.heartbeats)
+	s.wg.Go(s.syncLoop)
+	s.wg.Go(s.reconcileLoop)
 	if cfg.ScrubInterval >= 0 {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.scrubLoop(cfg.ScrubInterval)
-		}()
+		s.wg.Go(func() { s.scrubLoop(cfg.ScrubInterval) })
 	}
 	ok = true
 	s.log.Info("chunk server started", "id", s.id, "listen", s.lis.Addr().String(), "store", s.store.ID(), "cluster", cid)
