@@ -315,11 +315,22 @@ func (k *leaseKeeper) snapshot(g ids.GroupID) []*Lease {
 	defer k.mu.Unlock()
 	var out []*Lease
 	for _, l := range k.mu.held[g] {
-		out = append(out, l)
+		// A lease being given back is not renewed: the minister would
+		// answer at once that it is revoked, and the loop would spin
+		// while OnRevoke runs (found in review: thousands of calls/s).
+		l.mu.Lock()
+		skip := l.mu.revoking || l.mu.ended
+		l.mu.Unlock()
+		if !skip {
+			out = append(out, l)
+		}
 	}
-	if len(out) == 0 || k.mu.closed {
+	if len(k.mu.held[g]) == 0 || k.mu.closed {
 		k.mu.loops[g] = false
 		return nil
+	}
+	if out == nil {
+		out = []*Lease{} // only leases being given back: the loop waits
 	}
 	return out
 }
@@ -367,6 +378,16 @@ func (c *Client) keepalive(g ids.GroupID) {
 		held := k.snapshot(g)
 		if held == nil {
 			return
+		}
+		if len(held) == 0 {
+			// Every lease here is being given back: wait for their
+			// handlers rather than ask the minister about nothing.
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.cfg.Clock.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		byID := map[uint64]*Lease{}
 		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE}

@@ -163,6 +163,13 @@ func fillAttr(a *wire.Attr, out *fuse.Attr) {
 // buffered on this mount.
 func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
 	n.mu.Lock()
+	if n.mu.attr != nil && a.GetVersion() < n.mu.attr.GetVersion() {
+		a = n.mu.attr // a slower, older answer: keep the newer one
+	} else if n.mu.attr == nil || a.GetVersion() != n.mu.attr.GetVersion() {
+		// Not the attributes read under the lease: getattr must not
+		// serve them from the lease cache.
+		n.mu.leaseAttr = false
+	}
 	n.mu.attr = a
 	end := n.dirtyEndLocked()
 	n.mu.Unlock()

@@ -211,7 +211,11 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 	var out Outcome
 	blocked := false
 	for _, in := range t.intents[req.Ino] {
-		if in == own || (own != nil && in.seq > own.seq) || in.req.Client == req.Client {
+		// Newer intents wait behind older ones, except a change draining
+		// readers: no read may be granted past it, whatever its age
+		// (found in review: an older waiting reader got a lease nobody
+		// would revoke).
+		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || in.req.Client == req.Client {
 			continue
 		}
 		if (in.readersOnly && req.Mode == Read && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {

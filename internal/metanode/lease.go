@@ -336,6 +336,10 @@ func mutatedIno(cmd *wire.Command) ids.Ino {
 		return ids.Ino(op.RemoveXattr.GetIno())
 	case *wire.Command_Link:
 		return ids.Ino(op.Link.GetIno())
+	case *wire.Command_WriteInline:
+		return ids.Ino(op.WriteInline.GetIno())
+	case *wire.Command_DropInline:
+		return ids.Ino(op.DropInline.GetIno())
 	}
 	return 0
 }
@@ -387,7 +391,10 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		var at time.Time
 		if fence := gl.table.FencedUntil(); now.Before(fence) {
 			busy, at = true, fence
-		} else if gl.table.Len() > 0 {
+		} else {
+			// Always, even with no lease at all: the intent it leaves
+			// keeps a reader from being granted (and caching the old
+			// state) between here and the commit.
 			var revoked []lease.Lease
 			drained = true
 			busy, at, revoked = gl.table.DrainReaders(now, client, ino, intent)
