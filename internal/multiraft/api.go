@@ -45,15 +45,6 @@ func (h *Host) Propose(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*
 	if r == nil {
 		return nil, 0, ErrUnknownGroup
 	}
-	if cmd.GetReq().GetClientId() == 0 {
-		s := h.seq.Add(1)
-		cmd.Req = &wire.RequestID{ClientId: h.clientID, Seq: s, FirstIncomplete: s}
-	}
-	data, err := proto.Marshal(cmd)
-	if err != nil {
-		return nil, 0, fmt.Errorf("multiraft: encode command: %w", err)
-	}
-	key := reqKey{cmd.Req.GetClientId(), cmd.Req.GetSeq()}
 	ch := make(chan applyResult, 1)
 	r.mu.Lock()
 	if !r.mu.leader {
@@ -61,6 +52,23 @@ func (h *Host) Propose(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*
 		r.mu.Unlock()
 		return nil, 0, &NotLeaderError{Group: g, Leader: ids.NodeID(lead)}
 	}
+	if cmd.GetReq().GetClientId() == 0 {
+		// An internal command: numbered under the group's lock, so the
+		// group's log holds this host's numbers in increasing order and
+		// "everything below is done" (FirstIncomplete = Seq) is true when
+		// it is applied. Numbered before taking the lock, two concurrent
+		// proposals could reach the log in the other order, and the
+		// state machine would refuse the lower one as older than what it
+		// had acknowledged (seen: chunk servers registering at once).
+		s := h.seq.Add(1)
+		cmd.Req = &wire.RequestID{ClientId: h.clientID, Seq: s, FirstIncomplete: s}
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, 0, fmt.Errorf("multiraft: encode command: %w", err)
+	}
+	key := reqKey{cmd.Req.GetClientId(), cmd.Req.GetSeq()}
 	// Queue the proposal; the Ready loop hands everything queued to raft
 	// as one MsgProp, so a round's proposals leave in one MsgApp.
 	r.mu.proposals = append(r.mu.proposals, &pb.Entry{Data: data})
