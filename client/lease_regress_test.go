@@ -13,6 +13,11 @@ func TestInlineWriteRevokesReadLease(t *testing.T) {
 	ino := leaseFile(t, a, "f")
 	var ra revokeCounter
 	l := acquireSoon(t, a, ino, LeaseRead, 0, 0, &ra)
+	// B has not seen A's create yet: catch up linearizably first (its
+	// session reads may go to a clerk behind the create).
+	if _, err := b.Stat(t.Context(), "/f", Linearizable()); err != nil {
+		t.Fatal(err)
+	}
 	f, err := b.Open(t.Context(), "/f", syscall.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
