@@ -33,7 +33,7 @@ proto:
 # Debian package fuse3, installed here when missing.
 fuse3:
 	@[ "$$(id -u)" = 0 ] || command -v fusermount3 >/dev/null || \
-		sudo apt-get install -y fuse3 || \
+		(sudo apt-get update -qq && sudo apt-get install -y fuse3) || \
 		echo "warning: fusermount3 missing and fuse3 not installed: FUSE tests will be skipped"
 
 # Programs the mount's real-world tests run (internal/fusefs
@@ -41,7 +41,7 @@ fuse3:
 # installed here when missing; without them those subtests are skipped.
 testtools:
 	@for p in git sqlite3; do command -v $$p >/dev/null || \
-		( [ "$$(id -u)" = 0 ] && apt-get install -y $$p || sudo apt-get install -y $$p ) || \
+		( [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y $$p) || (sudo apt-get update -qq && sudo apt-get install -y $$p) ) || \
 		echo "warning: $$p missing and not installed: its mount test will be skipped"; done
 
 bench-meta: build
