@@ -58,18 +58,7 @@ func RunLocalMeta(ctx context.Context, cfg MetaConfig, dir string) ([]PhaseResul
 			wg.Go(func() { op(wdirs[k], &recs[k]) })
 		}
 		wg.Wait()
-		res := PhaseResult{Name: name, Elapsed: time.Since(start)}
-		var all []time.Duration
-		for k := range recs {
-			all = append(all, recs[k].lat...)
-			res.Errors += recs[k].errs
-			res.Entries += recs[k].entries
-			if res.FirstErr == nil {
-				res.FirstErr = recs[k].firstErr
-			}
-		}
-		slices.Sort(all)
-		res.Ops, res.P50, res.P99 = len(all), Percentile(all, 50), Percentile(all, 99)
+		res := collect(name, time.Since(start), recs)
 		if res.Errors > 0 {
 			return nil, fmt.Errorf("bench: local baseline %s: %w", name, res.FirstErr)
 		}

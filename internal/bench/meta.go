@@ -522,7 +522,12 @@ func (r *metaRun) runPhase(ctx context.Context, name string, fn phaseFunc) Phase
 	start := time.Now()
 	close(startGate)
 	wg.Wait()
-	res := PhaseResult{Name: name, Elapsed: time.Since(start)}
+	return collect(name, time.Since(start), recs)
+}
+
+// collect sums the workers' records of one phase.
+func collect(name string, elapsed time.Duration, recs []recorder) PhaseResult {
+	res := PhaseResult{Name: name, Elapsed: elapsed}
 	var all []time.Duration
 	for k := range recs {
 		rc := &recs[k]

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -379,19 +378,7 @@ func runThreads(ctx context.Context, name string, procs int, fn func(k int, rec 
 	start := time.Now()
 	close(gate)
 	wg.Wait()
-	res := PhaseResult{Name: name, Elapsed: time.Since(start)}
-	var all []time.Duration
-	for k := range recs {
-		all = append(all, recs[k].lat...)
-		res.Errors += recs[k].errs
-		res.Entries += recs[k].entries
-		if res.FirstErr == nil {
-			res.FirstErr = recs[k].firstErr
-		}
-	}
-	slices.Sort(all)
-	res.Ops, res.P50, res.P99 = len(all), Percentile(all, 50), Percentile(all, 99)
-	return res
+	return collect(name, time.Since(start), recs)
 }
 
 // RunMountData runs, in dir, with plain system calls (what fio's psync
