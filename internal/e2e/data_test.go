@@ -5,34 +5,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"math/rand"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/govfs/govfs/internal/testcluster"
 )
 
 // TestFileRoundTripAcrossChunks writes files through the client to 3
 // chunk servers (1 MiB chunks, so a file spans several), reads them back
 // byte for byte, and keeps reading while one chunk server is killed -9.
 func TestFileRoundTripAcrossChunks(t *testing.T) {
-	rctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
-		Tick: 50 * time.Millisecond, Chunks: 3, ChunkArgs: []string{"--chunk-size", "1048576"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for i := 0; i < c.Procs(); i++ {
-				if b, err := os.ReadFile(c.LogPath(i)); err == nil {
-					t.Logf("%s:\n%s", c.LogPath(i), tail(b, 1500))
-				}
-			}
-		}
-	})
+	c := startDataCluster(t, 3, "--chunk-size", "1048576")
 	ctx := context.Background()
 	cl := newClient(t, c.Addrs(), 30*time.Second)
 	// The president forms a replica group once all three report in.

@@ -35,30 +35,8 @@ func startDataCluster(t *testing.T, chunks int, chunkArgs ...string) *testcluste
 
 func startDataClusterIn(t *testing.T, dir string, chunks int, chunkArgs ...string) *testcluster.ProcCluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: dir, Nodes: 3,
+	return testcluster.StartForTest(t, 90*time.Second, testcluster.ProcConfig{Binary: binary, Dir: dir, Nodes: 3,
 		Tick: 50 * time.Millisecond, Chunks: chunks, ChunkArgs: chunkArgs})
-	if err != nil {
-		logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
-		for _, l := range logs {
-			if b, rerr := os.ReadFile(l); rerr == nil {
-				t.Logf("%s:\n%s", l, tail(b, 3000))
-			}
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for i := 0; i < c.Procs(); i++ {
-				if b, err := os.ReadFile(c.LogPath(i)); err == nil {
-					t.Logf("%s:\n%s", c.LogPath(i), tail(b, 2000))
-				}
-			}
-		}
-	})
-	return c
 }
 
 // stream is a deterministic pseudo-random byte stream of n bytes whose

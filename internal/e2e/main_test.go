@@ -36,23 +36,7 @@ func TestMain(m *testing.M) {
 // timeout 500 ms) and stops them (by PID) at cleanup.
 func startCluster(t *testing.T) *testcluster.ProcCluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3, Tick: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for i := range c.Addrs() {
-				if b, err := os.ReadFile(c.LogPath(i)); err == nil {
-					t.Logf("node %d log tail:\n%s", i+1, tail(b, 3000))
-				}
-			}
-		}
-	})
-	return c
+	return testcluster.StartForTest(t, 60*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3, Tick: 50 * time.Millisecond})
 }
 
 func tail(b []byte, n int) string {

@@ -58,24 +58,8 @@ func canMount(t *testing.T) {
 
 func startCluster(t *testing.T) *testcluster.ProcCluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
+	return testcluster.StartForTest(t, 60*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
 		Tick: 50 * time.Millisecond, Chunks: 3, ChunkArgs: []string{"--chunk-size", "4194304"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			for i := 0; i < c.Procs(); i++ {
-				if b, err := os.ReadFile(c.LogPath(i)); err == nil {
-					t.Logf("%s (tail):\n%s", c.LogPath(i), tail(b, 2000))
-				}
-			}
-		}
-	})
-	return c
 }
 
 func tail(b []byte, n int) string {
