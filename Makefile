@@ -36,13 +36,18 @@ fuse3:
 		(sudo apt-get update -qq && sudo apt-get install -y fuse3) || \
 		echo "warning: fusermount3 missing and fuse3 not installed: FUSE tests will be skipped"
 
-# Programs the mount's real-world tests run (internal/fusefs
-# realworld_test.go): git and sqlite3, from their Debian packages,
-# installed here when missing; without them those subtests are skipped.
+# Programs the mount's tests run: git and sqlite3 (realworld_test.go),
+# from their Debian packages, and pjdfstest (pjdfstest_test.go, the POSIX
+# conformance suite), built from crates.io with cargo into .tools/bin; each
+# is installed here when missing, and without it its test is skipped.
+PJDFSTEST_VERSION := 0.2.2
 testtools:
 	@for p in git sqlite3; do command -v $$p >/dev/null || \
 		( [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y $$p) || (sudo apt-get update -qq && sudo apt-get install -y $$p) ) || \
 		echo "warning: $$p missing and not installed: its mount test will be skipped"; done
+	@[ -x .tools/bin/pjdfstest ] || ( command -v cargo >/dev/null && \
+		cargo install --quiet --locked pjdfstest --version $(PJDFSTEST_VERSION) --root .tools ) || \
+		echo "warning: pjdfstest not installed (needs cargo): the POSIX conformance test will be skipped"
 
 bench-meta: build
 	./$(BIN) bench meta

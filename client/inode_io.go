@@ -15,7 +15,8 @@ import (
 
 // NodeSpec describes an inode for MakeNode.
 type NodeSpec struct {
-	// Type is REGULAR, DIRECTORY, SYMLINK or FIFO.
+	// Type is REGULAR, DIRECTORY, SYMLINK, FIFO, SOCKET, CHAR_DEVICE or
+	// BLOCK_DEVICE.
 	Type wire.FileType
 	// Mode holds the permission bits (& 07777) exactly as stored: no umask
 	// is applied here.
@@ -27,6 +28,8 @@ type NodeSpec struct {
 	Exclusive bool
 	// Cred owns the new inode; nil means Config.Cred.
 	Cred *wire.Cred
+	// Rdev is a device node's number (st_rdev).
+	Rdev uint64
 }
 
 // MakeNode creates name in directory parent as spec says and returns its
@@ -34,7 +37,8 @@ type NodeSpec struct {
 func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec NodeSpec) (*wire.Attr, error) {
 	p := inoNamePath(uint64(parent), name)
 	switch spec.Type {
-	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO:
+	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET:
+	case wire.FileType_CHAR_DEVICE, wire.FileType_BLOCK_DEVICE:
 	case wire.FileType_SYMLINK:
 		if err := checkTarget(spec.Target); err != nil {
 			return nil, opErr("symlink", p, err)
@@ -50,7 +54,7 @@ func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec
 		cred = c.cfg.Cred
 	}
 	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
-		Mode: spec.Mode & 0o7777, Exclusive: spec.Exclusive,
+		Mode: spec.Mode & 0o7777, Exclusive: spec.Exclusive, Rdev: spec.Rdev,
 		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}}
 	if spec.Type == wire.FileType_SYMLINK {
 		op.Target = []byte(spec.Target)

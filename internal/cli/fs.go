@@ -423,6 +423,12 @@ func modeString(t wire.FileType, mode uint32) string {
 		b[0] = 'l'
 	case wire.FileType_FIFO:
 		b[0] = 'p'
+	case wire.FileType_SOCKET:
+		b[0] = 's'
+	case wire.FileType_CHAR_DEVICE:
+		b[0] = 'c'
+	case wire.FileType_BLOCK_DEVICE:
+		b[0] = 'b'
 	default:
 		b[0] = '?'
 	}
@@ -461,6 +467,12 @@ func typeName(t wire.FileType) string {
 		return "symbolic link"
 	case wire.FileType_FIFO:
 		return "fifo"
+	case wire.FileType_SOCKET:
+		return "socket"
+	case wire.FileType_CHAR_DEVICE:
+		return "character special file"
+	case wire.FileType_BLOCK_DEVICE:
+		return "block special file"
 	}
 	return "unknown"
 }

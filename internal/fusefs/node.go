@@ -134,6 +134,12 @@ func typeBits(t wire.FileType) uint32 {
 		return syscall.S_IFLNK
 	case wire.FileType_FIFO:
 		return syscall.S_IFIFO
+	case wire.FileType_SOCKET:
+		return syscall.S_IFSOCK
+	case wire.FileType_CHAR_DEVICE:
+		return syscall.S_IFCHR
+	case wire.FileType_BLOCK_DEVICE:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
 }
@@ -153,6 +159,7 @@ func fillAttr(a *wire.Attr, out *fuse.Attr) {
 	out.Blksize = 1 << 20
 	out.Mode = typeBits(a.GetType()) | a.GetMode()&0o7777
 	out.Nlink = a.GetNlink()
+	out.Rdev = uint32(a.GetRdev())
 	out.Uid, out.Gid = a.GetUid(), a.GetGid()
 	out.Atime, out.Atimensec = splitNs(a.GetAtimeNs())
 	out.Mtime, out.Mtimensec = splitNs(a.GetMtimeNs())
@@ -172,8 +179,14 @@ func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
 	}
 	n.mu.attr = a
 	end := n.dirtyEndLocked()
+	unlinked := n.mu.hidden != ""
 	n.mu.Unlock()
 	fillAttr(a, out)
+	if unlinked && out.Nlink > 0 {
+		// Unlinked while open: only the hidden name keeps it, which
+		// POSIX's fstat must not count (st_nlink 0).
+		out.Nlink--
+	}
 	if end > out.Size {
 		out.Size = end
 		out.Blocks = (end + 511) / 512
@@ -268,19 +281,31 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	return in, e
 }
 
-// Mknod makes fifos and regular files; GovFS stores no devices or
-// sockets (EPERM).
-func (n *node) Mknod(ctx context.Context, name string, mode, _ uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+// Mknod makes regular files, fifos, sockets and device nodes. A device
+// node is only a name with a number: the mount is nodev (FUSE's
+// default), so opening one through it fails; the kernel checks
+// CAP_MKNOD before the request arrives.
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	var t wire.FileType
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFIFO:
 		t = wire.FileType_FIFO
 	case syscall.S_IFREG, 0:
 		t = wire.FileType_REGULAR
+	case syscall.S_IFSOCK:
+		t = wire.FileType_SOCKET
+	case syscall.S_IFCHR:
+		t = wire.FileType_CHAR_DEVICE
+	case syscall.S_IFBLK:
+		t = wire.FileType_BLOCK_DEVICE
 	default:
-		return nil, syscall.EPERM
+		return nil, syscall.EINVAL
 	}
-	in, _, e := n.make(ctx, name, client.NodeSpec{Type: t, Mode: mode, Exclusive: true}, out)
+	spec := client.NodeSpec{Type: t, Mode: mode, Exclusive: true}
+	if t == wire.FileType_CHAR_DEVICE || t == wire.FileType_BLOCK_DEVICE {
+		spec.Rdev = uint64(rdev)
+	}
+	in, _, e := n.make(ctx, name, spec, out)
 	return in, e
 }
 
@@ -436,14 +461,7 @@ func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr,
 	}
 	// Every open File of the inode learns the new size (a File that
 	// knew a larger one would not grow the file on its next write).
-	n.mu.Lock()
-	hs := n.handlesLocked()
-	n.mu.Unlock()
-	for _, oh := range hs {
-		if oh != h {
-			oh.f.Reset(a)
-		}
-	}
+	n.resetFiles(a, h)
 	return a, 0
 }
 

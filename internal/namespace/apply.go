@@ -157,7 +157,8 @@ func create(t *tx, op *wire.CreateOp) (*wire.Result, error) {
 		return nil, err
 	}
 	switch op.Type {
-	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO:
+	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET,
+		wire.FileType_CHAR_DEVICE, wire.FileType_BLOCK_DEVICE:
 		if len(op.Target) != 0 {
 			return nil, errnof(syscall.EINVAL, "create %q: target given for a %v", op.Name, op.Type)
 		}
@@ -170,6 +171,9 @@ func create(t *tx, op *wire.CreateOp) (*wire.Result, error) {
 		}
 	default:
 		return nil, errnof(syscall.EINVAL, "create %q: unsupported type %v", op.Name, op.Type)
+	}
+	if op.Rdev != 0 && op.Type != wire.FileType_CHAR_DEVICE && op.Type != wire.FileType_BLOCK_DEVICE {
+		return nil, errnof(syscall.EINVAL, "create %q: device number given for a %v", op.Name, op.Type)
 	}
 	pin, err := t.dir(parent)
 	if err != nil {
@@ -198,6 +202,7 @@ func create(t *tx, op *wire.CreateOp) (*wire.Result, error) {
 		return nil, err
 	}
 	in := newInode(t.now, ino, op.Type, op.Mode, op.Cred)
+	in.Attr.Rdev = op.Rdev
 	if op.Type == wire.FileType_SYMLINK {
 		in.SymlinkTarget = op.Target
 		in.Attr.Size = uint64(len(op.Target))

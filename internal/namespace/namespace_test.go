@@ -304,6 +304,8 @@ func TestCreateErrors(t *testing.T) {
 	empty.Create.Target = nil
 	target := mkop(root, "l", wire.FileType_REGULAR)
 	target.Create.Target = []byte("x")
+	rdev := mkop(root, "l", wire.FileType_FIFO)
+	rdev.Create.Rdev = 0x801
 	for _, tc := range []struct {
 		name string
 		op   *wire.Command_Create
@@ -316,6 +318,7 @@ func TestCreateErrors(t *testing.T) {
 		{"symlink target too long", long, syscall.ENAMETOOLONG},
 		{"symlink target empty", empty, syscall.EINVAL},
 		{"target for a file", target, syscall.EINVAL},
+		{"device number for a fifo", rdev, syscall.EINVAL},
 		{"unknown type", mkop(root, "x", wire.FileType_FILE_TYPE_UNKNOWN), syscall.EINVAL},
 	} {
 		t.Run(tc.name, func(t *testing.T) { v.t = t; v.fails(tc.op, tc.want) })
@@ -327,6 +330,23 @@ func TestCreateErrors(t *testing.T) {
 	nonExcl := mkop(root, "dir", wire.FileType_REGULAR)
 	nonExcl.Create.Exclusive = false
 	v.fails(nonExcl, syscall.EEXIST)
+}
+
+// Sockets and device nodes are names with a type and, for devices, a
+// device number.
+func TestCreateSpecial(t *testing.T) {
+	v := newEnv(t)
+	for _, tc := range []struct {
+		typ  wire.FileType
+		rdev uint64
+	}{{wire.FileType_SOCKET, 0}, {wire.FileType_CHAR_DEVICE, 0x0103}, {wire.FileType_BLOCK_DEVICE, 0x0801}} {
+		op := mkop(root, tc.typ.String(), tc.typ)
+		op.Create.Rdev = tc.rdev
+		a := v.attr(ids.Ino(v.ok(op).Attr.Ino))
+		if a.Type != tc.typ || a.Rdev != tc.rdev || a.Nlink != 1 || a.Size != 0 {
+			t.Errorf("%v: attr %v, want type %v rdev %#x", tc.typ, a, tc.typ, tc.rdev)
+		}
+	}
 }
 
 func TestLinkAndUnlink(t *testing.T) {

@@ -121,6 +121,11 @@ const (
 	FileType_DIRECTORY         FileType = 2
 	FileType_SYMLINK           FileType = 3
 	FileType_FIFO              FileType = 4
+	// Device and socket nodes are names with a type (and, for devices, a
+	// device number): GovFS stores no data for them and never opens them.
+	FileType_CHAR_DEVICE  FileType = 5
+	FileType_BLOCK_DEVICE FileType = 6
+	FileType_SOCKET       FileType = 7
 )
 
 // Enum value maps for FileType.
@@ -131,6 +136,9 @@ var (
 		2: "DIRECTORY",
 		3: "SYMLINK",
 		4: "FIFO",
+		5: "CHAR_DEVICE",
+		6: "BLOCK_DEVICE",
+		7: "SOCKET",
 	}
 	FileType_value = map[string]int32{
 		"FILE_TYPE_UNKNOWN": 0,
@@ -138,6 +146,9 @@ var (
 		"DIRECTORY":         2,
 		"SYMLINK":           3,
 		"FIFO":              4,
+		"CHAR_DEVICE":       5,
+		"BLOCK_DEVICE":      6,
+		"SOCKET":            7,
 	}
 )
 
@@ -501,8 +512,11 @@ type Attr struct {
 	MtimeNs int64  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
 	CtimeNs int64  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
 	// Grows on every change of the inode or, for directories, its entries.
-	Version       uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
-	CrtimeNs      int64  `protobuf:"varint,12,opt,name=crtime_ns,json=crtimeNs,proto3" json:"crtime_ns,omitempty"`
+	Version  uint64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	CrtimeNs int64  `protobuf:"varint,12,opt,name=crtime_ns,json=crtimeNs,proto3" json:"crtime_ns,omitempty"`
+	// Device number of a CHAR_DEVICE or BLOCK_DEVICE (Linux encoding, as in
+	// st_rdev); 0 otherwise.
+	Rdev          uint64 `protobuf:"varint,13,opt,name=rdev,proto3" json:"rdev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -617,6 +631,13 @@ func (x *Attr) GetVersion() uint64 {
 func (x *Attr) GetCrtimeNs() int64 {
 	if x != nil {
 		return x.CrtimeNs
+	}
+	return 0
+}
+
+func (x *Attr) GetRdev() uint64 {
+	if x != nil {
+		return x.Rdev
 	}
 	return 0
 }
@@ -1253,7 +1274,9 @@ type CreateOp struct {
 	// For REGULAR: when false an existing regular file is returned instead
 	// of EEXIST (open(O_CREAT) without O_EXCL). Directories, symlinks and
 	// fifos always fail with EEXIST.
-	Exclusive     bool `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Exclusive bool `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	// Device number (CHAR_DEVICE and BLOCK_DEVICE only).
+	Rdev          uint64 `protobuf:"varint,8,opt,name=rdev,proto3" json:"rdev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1335,6 +1358,13 @@ func (x *CreateOp) GetExclusive() bool {
 		return x.Exclusive
 	}
 	return false
+}
+
+func (x *CreateOp) GetRdev() uint64 {
+	if x != nil {
+		return x.Rdev
+	}
+	return 0
 }
 
 type LinkOp struct {
@@ -5140,7 +5170,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x05 \x01(\tR\n" +
 	"leaderAddr\x12\x1a\n" +
-	"\bministry\x18\x06 \x01(\x04R\bministry\"\xac\x02\n" +
+	"\bministry\x18\x06 \x01(\x04R\bministry\"\xc0\x02\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x12\n" +
@@ -5154,7 +5184,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\bctime_ns\x18\n" +
 	" \x01(\x03R\actimeNs\x12\x18\n" +
 	"\aversion\x18\v \x01(\x04R\aversion\x12\x1b\n" +
-	"\tcrtime_ns\x18\f \x01(\x03R\bcrtimeNs\"T\n" +
+	"\tcrtime_ns\x18\f \x01(\x03R\bcrtimeNs\x12\x12\n" +
+	"\x04rdev\x18\r \x01(\x04R\x04rdev\"T\n" +
 	"\x05Inode\x12$\n" +
 	"\x04attr\x18\x01 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12%\n" +
 	"\x0esymlink_target\x18\x02 \x01(\fR\rsymlinkTarget\"`\n" +
@@ -5195,7 +5226,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandles\x12D\n" +
 	"\x0ereplace_member\x18# \x01(\v2\x1b.govfs.wire.ReplaceMemberOpH\x00R\rreplaceMember\x12A\n" +
 	"\rmember_synced\x18$ \x01(\v2\x1a.govfs.wire.MemberSyncedOpH\x00R\fmemberSyncedB\x04\n" +
-	"\x02op\"\xd0\x01\n" +
+	"\x02op\"\xe4\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12(\n" +
@@ -5203,7 +5234,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12$\n" +
 	"\x04cred\x18\x05 \x01(\v2\x10.govfs.wire.CredR\x04cred\x12\x16\n" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x1c\n" +
-	"\texclusive\x18\a \x01(\bR\texclusive\"T\n" +
+	"\texclusive\x18\a \x01(\bR\texclusive\x12\x12\n" +
+	"\x04rdev\x18\b \x01(\x04R\x04rdev\"T\n" +
 	"\x06LinkOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1d\n" +
 	"\n" +
@@ -5520,13 +5552,17 @@ const file_govfs_proto_rawDesc = "" +
 	"\aINVALID\x10\x06\x12\x11\n" +
 	"\rUNKNOWN_GROUP\x10\a\x12\x11\n" +
 	"\rWRONG_CLUSTER\x10\b\x12\f\n" +
-	"\bINTERNAL\x10\t*T\n" +
+	"\bINTERNAL\x10\t*\x83\x01\n" +
 	"\bFileType\x12\x15\n" +
 	"\x11FILE_TYPE_UNKNOWN\x10\x00\x12\v\n" +
 	"\aREGULAR\x10\x01\x12\r\n" +
 	"\tDIRECTORY\x10\x02\x12\v\n" +
 	"\aSYMLINK\x10\x03\x12\b\n" +
-	"\x04FIFO\x10\x04*\xd3\x01\n" +
+	"\x04FIFO\x10\x04\x12\x0f\n" +
+	"\vCHAR_DEVICE\x10\x05\x12\x10\n" +
+	"\fBLOCK_DEVICE\x10\x06\x12\n" +
+	"\n" +
+	"\x06SOCKET\x10\a*\xd3\x01\n" +
 	"\fSetattrField\x12\x10\n" +
 	"\fSETATTR_NONE\x10\x00\x12\x10\n" +
 	"\fSETATTR_MODE\x10\x01\x12\x0f\n" +
