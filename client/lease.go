@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"syscall"
 	"time"
@@ -77,6 +78,41 @@ type LeaseOptions struct {
 	// lease back or no longer knows it (lost = true). The lease is released
 	// when it returns; it should flush what the lease protects first.
 	OnRevoke func(l *Lease, lost bool)
+	// Lock asks for a lock instead of a caching lease (the mount's
+	// fcntl/flock): locks conflict only with locks, are never revoked (a
+	// conflicting request waits for their release or expiry; OnRevoke
+	// runs only when one is lost) and are not drained by changes. Owner
+	// tells apart lock owners within this Client: leases of different
+	// owners conflict.
+	Lock  bool
+	Owner uint64
+}
+
+// LeaseConflict describes a lease in the way of a refused AcquireLease.
+type LeaseConflict struct {
+	Mode        LeaseMode
+	Off, Len    int64 // Len 0: to the end of the file
+	Lock        bool
+	OtherClient bool   // held by another client
+	Owner       uint64 // the owner, when held by this client
+}
+
+// conflictError is EAGAIN with what was in the way.
+type conflictError struct {
+	err      error
+	conflict LeaseConflict
+}
+
+func (e *conflictError) Error() string { return e.err.Error() }
+func (e *conflictError) Unwrap() error { return e.err }
+
+// ConflictOf returns what refused lease request err met, if it says.
+func ConflictOf(err error) (LeaseConflict, bool) {
+	var ce *conflictError
+	if errors.As(err, &ce) {
+		return ce.conflict, true
+	}
+	return LeaseConflict{}, false
 }
 
 // Lease is a lease this Client holds.
@@ -169,7 +205,13 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	if mode != LeaseRead && mode != LeaseWrite {
 		return nil, fmt.Errorf("%w: lease mode %v", syscall.EINVAL, mode)
 	}
-	if off < 0 || length < 0 || off > MaxFileSize || length > MaxFileSize-off {
+	// Locks may lie anywhere an off_t reaches (programs lock bytes far
+	// past their data); caching leases cover file bytes.
+	limit := MaxFileSize
+	if opts.Lock {
+		limit = math.MaxInt64
+	}
+	if off < 0 || length < 0 || off > limit || length > limit-off {
 		return nil, fmt.Errorf("%w: lease range [%d, +%d)", syscall.EINVAL, off, length)
 	}
 	end := c.cfg.Clock.Now().Add(opts.Wait)
@@ -178,7 +220,8 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		wait := max(0, end.Sub(sent))
 		group := c.owner(ino)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
-			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond)}, wait)
+			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
+			Lock: opts.Lock, Owner: opts.Owner}, wait)
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
@@ -188,6 +231,10 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			return l, nil
 		}
 		if !errors.Is(err, syscall.EAGAIN) || !c.cfg.Clock.Now().Before(end) {
+			if cf := resp.GetConflict(); cf != nil && errors.Is(err, syscall.EAGAIN) {
+				err = &conflictError{err: err, conflict: LeaseConflict{Mode: leaseModeOf(cf.GetMode()), Off: int64(cf.GetOff()),
+					Len: int64(cf.GetLen()), Lock: cf.GetLock(), OtherClient: cf.GetOtherClient(), Owner: cf.GetOwner()}}
+			}
 			return nil, err
 		}
 		// The minister held the request as long as it would; ask again
@@ -199,6 +246,16 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		case <-c.cfg.Clock.After(pause):
 		}
 	}
+}
+
+func leaseModeOf(m wire.LeaseMode) LeaseMode {
+	switch m {
+	case wire.LeaseMode_LEASE_READ:
+		return LeaseRead
+	case wire.LeaseMode_LEASE_WRITE:
+		return LeaseWrite
+	}
+	return 0
 }
 
 func ttlOf(resp *wire.LeaseResponse) time.Duration {

@@ -59,14 +59,17 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 			// security.capability is asked for on every write; GovFS
 			// stores no capabilities, so go-fuse answers it.
 			IgnoreSecurityLabels: true,
-			Debug:                cfg.Debug,
-			Logger:               slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+			// fcntl and flock locks come to the mount, which makes them
+			// cluster-wide (locks.go).
+			EnableLocks: true,
+			Debug:       cfg.Debug,
+			Logger:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 		},
 	}
 	if cfg.DefaultPermissions {
 		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
 	}
-	srv, err := fuse.NewServer(fs.NewNodeFS(root, opts), dir, &opts.MountOptions)
+	srv, err := fuse.NewServer(newLockFS(fs.NewNodeFS(root, opts)), dir, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}

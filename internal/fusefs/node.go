@@ -46,6 +46,9 @@ type node struct {
 	fs.Inode
 	fsys *FS
 	ino  ids.Ino
+	// locks are the file locks processes hold through this mount
+	// (locks.go).
+	locks nodeLocks
 
 	mu struct {
 		sync.Mutex

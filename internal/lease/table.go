@@ -56,6 +56,13 @@ type Request struct {
 	Mode   Mode
 	// Off and End delimit the byte range [Off, End); End > Off.
 	Off, End uint64
+	// Lock makes it a lock (fcntl/flock through a mount) instead of a
+	// caching lease: locks conflict only with locks, are never revoked
+	// (a conflicting request waits for their release or expiry) and are
+	// not drained by changes. Owner tells apart the lock owners of one
+	// client; a client's leases with different owners conflict.
+	Lock  bool
+	Owner uint64
 }
 
 // Lease is a granted lease.
@@ -161,6 +168,9 @@ type Outcome struct {
 	// Revoked lists the leases this call asked back (their holders should
 	// be told now).
 	Revoked []Lease
+	// Conflict, when refused because of a lease, is one lease in the way
+	// (the oldest); nil when only intents or the fence are.
+	Conflict *Lease
 }
 
 func validate(r Request) error {
@@ -179,9 +189,29 @@ func validate(r Request) error {
 
 func overlap(a, b Request) bool { return a.Off < b.End && b.Off < a.End }
 
-// conflicts says whether leases a and b cannot both be held.
+// sameHolder: one client's leases of one owner never conflict.
+func sameHolder(a, b Request) bool { return a.Client == b.Client && a.Owner == b.Owner }
+
+// conflicts says whether leases a and b cannot both be held. Locks and
+// caching leases live apart: one never conflicts with the other.
 func conflicts(a, b Request) bool {
-	return a.Client != b.Client && a.Ino == b.Ino && (a.Mode == Write || b.Mode == Write) && overlap(a, b)
+	return !sameHolder(a, b) && a.Lock == b.Lock && a.Ino == b.Ino && (a.Mode == Write || b.Mode == Write) && overlap(a, b)
+}
+
+// coveredLock returns a lock the requester already holds that covers
+// req's range in a mode at least as strong: splitting or downgrading
+// a held lock is granted at once, ahead of any queue.
+func (t *Table) coveredLock(req Request) bool {
+	if !req.Lock {
+		return false
+	}
+	for _, l := range t.byClient[req.Client] {
+		if l.Lock && l.Owner == req.Owner && l.Ino == req.Ino && l.Off <= req.Off && req.End <= l.End &&
+			(l.Mode == Write || req.Mode == Read) {
+			return true
+		}
+	}
+	return false
 }
 
 // Acquire grants req or says why not. wait > 0 means the caller will ask
@@ -194,6 +224,9 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		return Outcome{}, err
 	}
 	t.expire(now)
+	if !now.Before(t.fenceUntil) && t.coveredLock(req) {
+		return t.grant(now, req)
+	}
 	own := t.findIntent(req)
 	if wait > 0 {
 		if own == nil {
@@ -215,10 +248,10 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		// readers: no read may be granted past it, whatever its age
 		// (found in review: an older waiting reader got a lease nobody
 		// would revoke).
-		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || in.req.Client == req.Client {
+		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || sameHolder(in.req, req) {
 			continue
 		}
-		if (in.readersOnly && req.Mode == Read && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
+		if (in.readersOnly && !req.Lock && req.Mode == Read && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
 			blocked = true
 			out.RetryAt = earliest(out.RetryAt, in.expires)
 		}
@@ -229,7 +262,11 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		}
 		blocked = true
 		out.RetryAt = earliest(out.RetryAt, l.Expires)
-		if wait > 0 && !l.Revoked {
+		if out.Conflict == nil {
+			c := *l
+			out.Conflict = &c
+		}
+		if wait > 0 && !l.Revoked && !l.Lock {
 			l.Revoked = true
 			out.Revoked = append(out.Revoked, *l)
 		}
@@ -237,10 +274,17 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 	if blocked {
 		return out, nil
 	}
+	out, err := t.grant(now, req)
+	if err == nil {
+		t.dropIntent(own)
+	}
+	return out, err
+}
+
+func (t *Table) grant(now time.Time, req Request) (Outcome, error) {
 	if len(t.byClient[req.Client]) >= t.cfg.MaxPerClient {
 		return Outcome{}, fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
 	}
-	t.dropIntent(own)
 	l := &Lease{ID: t.nextID, Request: req, Expires: now.Add(t.cfg.TTL)}
 	t.nextID++
 	t.add(l)
@@ -273,7 +317,7 @@ func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait t
 		}
 	}
 	for _, l := range t.sortedOn(ino) {
-		if l.Mode != Read || l.Client == client {
+		if l.Mode != Read || l.Client == client || l.Lock {
 			continue
 		}
 		busy = true

@@ -259,3 +259,45 @@ func TestMaxPerClient(t *testing.T) {
 	}
 	mustGrant(t, tb, now, req(2, 9, Read, 0, 0), 0)
 }
+
+func lockReq(c ClientID, owner uint64, ino ids.Ino, m Mode, off, length uint64) Request {
+	r := req(c, ino, m, off, length)
+	r.Lock, r.Owner = true, owner
+	return r
+}
+
+// Locks (fcntl/flock through a mount) conflict only with locks, between
+// owners even of one client, are never revoked, and a held lock can be
+// split or downgraded past a queue.
+func TestLocks(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	// A caching read lease and a write lock coexist.
+	mustGrant(t, tb, now, req(2, 7, Read, 0, 0), 0)
+	w := mustGrant(t, tb, now, lockReq(1, 11, 7, Write, 0, 100), 0)
+	// Another owner of the same client conflicts with it.
+	out := mustRefuse(t, tb, now, lockReq(1, 12, 7, Read, 50, 10), 0)
+	if out.Conflict == nil || out.Conflict.ID != w.ID {
+		t.Fatalf("conflict %+v, want lease %d", out.Conflict, w.ID)
+	}
+	// A waiting request of another client revokes nothing and queues.
+	out = mustRefuse(t, tb, now, lockReq(2, 21, 7, Write, 0, 0), time.Minute)
+	if len(out.Revoked) != 0 {
+		t.Fatalf("a lock was revoked: %v", out.Revoked)
+	}
+	// The holder renews it: no revoke pending.
+	clk.Advance(ttl / 2)
+	if revoke, lost := tb.Renew(clk.Now(), 1, []ID{w.ID}); len(revoke)+len(lost) != 0 {
+		t.Fatalf("renew: revoke %v lost %v", revoke, lost)
+	}
+	// Splitting the held lock ([0,40) write, [60,100) read) is granted
+	// ahead of the queued writer; a new range [200,300) is not.
+	mustGrant(t, tb, clk.Now(), lockReq(1, 11, 7, Write, 0, 40), 0)
+	mustGrant(t, tb, clk.Now(), lockReq(1, 11, 7, Read, 60, 40), 0)
+	mustRefuse(t, tb, clk.Now(), lockReq(1, 11, 7, Write, 200, 100), 0)
+	// A change by another client drains caching readers, not locks.
+	busy, _, revoked := tb.DrainReaders(clk.Now(), 3, 7, time.Second)
+	if !busy || len(revoked) != 1 || revoked[0].Lock {
+		t.Fatalf("drain: busy %v revoked %v, want the one caching read lease", busy, revoked)
+	}
+}

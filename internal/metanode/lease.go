@@ -152,6 +152,16 @@ func leaseMode(m wire.LeaseMode) lease.Mode {
 	return 0
 }
 
+func wireLeaseMode(m lease.Mode) wire.LeaseMode {
+	switch m {
+	case lease.Read:
+		return wire.LeaseMode_LEASE_READ
+	case lease.Write:
+		return wire.LeaseMode_LEASE_WRITE
+	}
+	return wire.LeaseMode_LEASE_NONE
+}
+
 func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
 	if st := s.checkCluster(req.GetClusterId()); st != nil {
 		return &wire.LeaseResponse{Status: st}, nil
@@ -187,7 +197,12 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 		if errors.Is(err, lease.ErrTooMany) {
 			err = fmt.Errorf("%w: %v", syscall.ENOLCK, err)
 		}
-		return &wire.LeaseResponse{Status: s.errStatus(g, err)}, nil
+		out := &wire.LeaseResponse{Status: s.errStatus(g, err)}
+		if resp != nil && errors.Is(err, syscall.EAGAIN) {
+			// The refusal's hints: when to ask again, what is in the way.
+			out.RetryAfterMs, out.Conflict = resp.GetRetryAfterMs(), resp.GetConflict()
+		}
+		return out, nil
 	}
 	resp.Status = &wire.Status{}
 	resp.TtlMs = uint64(ls.ttl / time.Millisecond)
@@ -211,7 +226,7 @@ func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
 
 func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
 	r := lease.Request{Client: lease.ClientID(req.GetClientId()), Ino: ids.Ino(req.GetIno()), Mode: leaseMode(req.GetMode()),
-		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen())}
+		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner()}
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}
@@ -251,7 +266,7 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			if out.RetryAt.IsZero() {
 				after = 10 * time.Millisecond
 			}
-			return &wire.LeaseResponse{RetryAfterMs: uint64((after + time.Millisecond - 1) / time.Millisecond)},
+			return &wire.LeaseResponse{RetryAfterMs: uint64((after + time.Millisecond - 1) / time.Millisecond), Conflict: conflictOf(r, out.Conflict)},
 				fmt.Errorf("%w: ino %v [%d, +%d) is leased to another client", syscall.EAGAIN, r.Ino, r.Off, req.GetLen())
 		}
 		next := end
@@ -260,6 +275,23 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 		}
 		ls.wait(ctx, ch, next)
 	}
+}
+
+// conflictOf reports a lease in the way of r (F_GETLK), nil if none.
+func conflictOf(r lease.Request, l *lease.Lease) *wire.LeaseGrant {
+	if l == nil {
+		return nil
+	}
+	g := &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: wireLeaseMode(l.Mode), Off: l.Off,
+		Lock: l.Lock, OtherClient: l.Client != r.Client}
+	if l.End != lease.ToEnd {
+		g.Len = l.End - l.Off
+	}
+	if !g.OtherClient {
+		// Owners are the requesting client's own business.
+		g.Owner = l.Owner
+	}
+	return g
 }
 
 func leaseIDs(in []uint64) []lease.ID {

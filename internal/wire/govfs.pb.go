@@ -4564,14 +4564,21 @@ type LeaseRequest struct {
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	Group     uint64                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
 	// The Client's id (the client_id of its RequestIDs).
-	ClientId      uint64    `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Op            LeaseOp   `protobuf:"varint,4,opt,name=op,proto3,enum=govfs.wire.LeaseOp" json:"op,omitempty"`
-	Ino           uint64    `protobuf:"varint,5,opt,name=ino,proto3" json:"ino,omitempty"`
-	Mode          LeaseMode `protobuf:"varint,6,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
-	Off           uint64    `protobuf:"varint,7,opt,name=off,proto3" json:"off,omitempty"`
-	Len           uint64    `protobuf:"varint,8,opt,name=len,proto3" json:"len,omitempty"`
-	WaitMs        uint64    `protobuf:"varint,9,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
-	Ids           []uint64  `protobuf:"varint,10,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	ClientId uint64    `protobuf:"varint,3,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Op       LeaseOp   `protobuf:"varint,4,opt,name=op,proto3,enum=govfs.wire.LeaseOp" json:"op,omitempty"`
+	Ino      uint64    `protobuf:"varint,5,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode     LeaseMode `protobuf:"varint,6,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
+	Off      uint64    `protobuf:"varint,7,opt,name=off,proto3" json:"off,omitempty"`
+	Len      uint64    `protobuf:"varint,8,opt,name=len,proto3" json:"len,omitempty"`
+	WaitMs   uint64    `protobuf:"varint,9,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	Ids      []uint64  `protobuf:"varint,10,rep,packed,name=ids,proto3" json:"ids,omitempty"`
+	// A lock (fcntl/flock through the mount) rather than a caching lease:
+	// locks conflict only with locks, are never revoked (a conflicting
+	// request waits until they are released or expire) and are not drained
+	// by changes. `owner` tells apart the lock owners of one client (the
+	// kernel's lock owner: a process, or an open file for flock).
+	Lock          bool   `protobuf:"varint,11,opt,name=lock,proto3" json:"lock,omitempty"`
+	Owner         uint64 `protobuf:"varint,12,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4676,13 +4683,31 @@ func (x *LeaseRequest) GetIds() []uint64 {
 	return nil
 }
 
+func (x *LeaseRequest) GetLock() bool {
+	if x != nil {
+		return x.Lock
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
 type LeaseGrant struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Mode          LeaseMode              `protobuf:"varint,3,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
-	Off           uint64                 `protobuf:"varint,4,opt,name=off,proto3" json:"off,omitempty"`
-	Len           uint64                 `protobuf:"varint,5,opt,name=len,proto3" json:"len,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino   uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode  LeaseMode              `protobuf:"varint,3,opt,name=mode,proto3,enum=govfs.wire.LeaseMode" json:"mode,omitempty"`
+	Off   uint64                 `protobuf:"varint,4,opt,name=off,proto3" json:"off,omitempty"`
+	Len   uint64                 `protobuf:"varint,5,opt,name=len,proto3" json:"len,omitempty"`
+	Lock  bool                   `protobuf:"varint,6,opt,name=lock,proto3" json:"lock,omitempty"`
+	Owner uint64                 `protobuf:"varint,7,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Whether another client holds it (in a conflict report).
+	OtherClient   bool `protobuf:"varint,8,opt,name=other_client,json=otherClient,proto3" json:"other_client,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4752,6 +4777,27 @@ func (x *LeaseGrant) GetLen() uint64 {
 	return 0
 }
 
+func (x *LeaseGrant) GetLock() bool {
+	if x != nil {
+		return x.Lock
+	}
+	return false
+}
+
+func (x *LeaseGrant) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *LeaseGrant) GetOtherClient() bool {
+	if x != nil {
+		return x.OtherClient
+	}
+	return false
+}
+
 type LeaseResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -4766,7 +4812,9 @@ type LeaseResponse struct {
 	// or granted by a previous minister).
 	Lost []uint64 `protobuf:"varint,5,rep,packed,name=lost,proto3" json:"lost,omitempty"`
 	// ACQUIRE refused (EAGAIN): ask again after this many milliseconds.
-	RetryAfterMs  uint64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	RetryAfterMs uint64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// ACQUIRE refused (EAGAIN): one of the leases in the way (F_GETLK).
+	Conflict      *LeaseGrant `protobuf:"bytes,7,opt,name=conflict,proto3" json:"conflict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4841,6 +4889,13 @@ func (x *LeaseResponse) GetRetryAfterMs() uint64 {
 		return x.RetryAfterMs
 	}
 	return 0
+}
+
+func (x *LeaseResponse) GetConflict() *LeaseGrant {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -5490,7 +5545,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x91\x02\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xbb\x02\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5503,21 +5558,27 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03len\x18\b \x01(\x04R\x03len\x12\x17\n" +
 	"\await_ms\x18\t \x01(\x04R\x06waitMs\x12\x10\n" +
 	"\x03ids\x18\n" +
-	" \x03(\x04R\x03ids\"}\n" +
+	" \x03(\x04R\x03ids\x12\x12\n" +
+	"\x04lock\x18\v \x01(\bR\x04lock\x12\x14\n" +
+	"\x05owner\x18\f \x01(\x04R\x05owner\"\xca\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12)\n" +
 	"\x04mode\x18\x03 \x01(\x0e2\x15.govfs.wire.LeaseModeR\x04mode\x12\x10\n" +
 	"\x03off\x18\x04 \x01(\x04R\x03off\x12\x10\n" +
-	"\x03len\x18\x05 \x01(\x04R\x03len\"\xd2\x01\n" +
+	"\x03len\x18\x05 \x01(\x04R\x03len\x12\x12\n" +
+	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
+	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
+	"\fother_client\x18\b \x01(\bR\votherClient\"\x86\x02\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x04R\x05ttlMs\x12\x16\n" +
 	"\x06revoke\x18\x04 \x03(\x04R\x06revoke\x12\x12\n" +
 	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
-	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\"{\n" +
+	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
+	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -5751,30 +5812,31 @@ var file_govfs_proto_depIdxs = []int32{
 	4,  // 66: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
 	6,  // 67: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
 	59, // 68: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	62, // 69: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 70: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	65, // 71: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	36, // 72: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	38, // 73: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	50, // 74: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	52, // 75: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	55, // 76: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	58, // 77: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	61, // 78: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	64, // 79: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	37, // 80: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	49, // 81: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	51, // 82: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	54, // 83: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	56, // 84: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	60, // 85: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	63, // 86: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	63, // 87: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	80, // [80:88] is the sub-list for method output_type
-	72, // [72:80] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	59, // 69: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	62, // 70: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 71: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	65, // 72: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	36, // 73: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	38, // 74: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	50, // 75: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	52, // 76: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	55, // 77: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	58, // 78: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	61, // 79: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	64, // 80: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	37, // 81: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	49, // 82: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	51, // 83: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	54, // 84: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	56, // 85: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	60, // 86: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	63, // 87: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	63, // 88: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	81, // [81:89] is the sub-list for method output_type
+	73, // [73:81] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
