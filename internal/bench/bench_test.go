@@ -291,3 +291,44 @@ func TestRunData(t *testing.T) {
 		t.Errorf("human output lacks rand_write_4k:\n%s", out.String())
 	}
 }
+
+func TestRunLocks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: govfsBin, Dir: t.TempDir(), Nodes: 3, Chunks: 3,
+		ChunkArgs: []string{"--chunk-size", "1048576"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	var out bytes.Buffer
+	rep, err := RunLocks(ctx, LocksConfig{MetaAddrs: c.Addrs(), RowSizes: []int64{300_000}, Writers: []int{1, 3},
+		FixedWriters: 3, FixedRow: 300_000, LocalDir: t.TempDir()}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (300 KB, 3 writers) once, not twice; then (300 KB, 1 writer).
+	var got []string
+	for _, p := range rep.Points {
+		got = append(got, fmt.Sprintf("%s/%d/%d", p.Experiment, p.RowBytes, p.Writers))
+		if len(p.ByRow) != p.Writers || len(p.WholeFile) != p.Writers || p.Unlocked <= 0 || p.Local <= 0 {
+			t.Errorf("point %+v: want a duration per writer and both baselines", p)
+		}
+		for _, d := range append(slices.Clone(p.ByRow), p.WholeFile...) {
+			if d <= 0 {
+				t.Errorf("point %+v: a writer's duration is %v", p, d)
+			}
+		}
+	}
+	want := []string{"one_row/300000/3", "ten_rows/300000/3", "one_row/300000/1", "ten_rows/300000/1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("points %v, want %v", got, want)
+	}
+	line, err := rep.JSON()
+	if err != nil || !strings.Contains(string(line), `"workload":"locks"`) {
+		t.Fatalf("JSON %s: %v", line, err)
+	}
+	if !strings.Contains(out.String(), "ten_rows") {
+		t.Errorf("human output:\n%s", out.String())
+	}
+}

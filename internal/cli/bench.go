@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,8 @@ Workloads:
   mount  through a FUSE mount: metadata phases by 4 threads x 2,000 files
          (own and shared directories) and data phases, each against a local
          directory and a go-fuse loopback mount of one
+  locks  the thesis' ranged-lock experiment: writers of one 10-row file
+         locking the row they write or the whole file, with real I/O
 
 Run 'govfs bench <workload> -h' for its flags.`
 
@@ -40,6 +43,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return benchData(ctx, args[1:], stdout, stderr)
 	case "mount":
 		return benchMount(ctx, args[1:], stdout, stderr)
+	case "locks":
+		return benchLocks(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
@@ -259,6 +264,85 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	_, err = fmt.Fprintf(stdout, "%s\n", line)
 	return err
+}
+
+func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs bench locks", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "metadata node addresses (default: start a local cluster with 3 chunk servers)")
+	sizes := f.String("sizes", "100000,1000000,10000000,20000000,40000000,80000000", "row sizes in bytes, swept at --fixed-writers writers")
+	writers := f.String("writers", "1,2,4,8,16,32", "writer counts, swept at --fixed-row bytes per row")
+	fixedWriters := f.Int("fixed-writers", 6, "writers of the row-size sweep")
+	fixedRow := f.Int64("fixed-row", 10_000_000, "row size of the writers sweep")
+	exps := f.String("experiments", "one_row,ten_rows", "one_row (each writer writes one random row), ten_rows (each writes all rows)")
+	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	rowSizes, err := parseInts(*sizes, "--sizes")
+	if err != nil {
+		return err
+	}
+	ws, err := parseInts(*writers, "--writers")
+	if err != nil {
+		return err
+	}
+	cfg := bench.LocksConfig{RowSizes: rowSizes, FixedWriters: *fixedWriters, FixedRow: *fixedRow, LocalDir: *localDir}
+	for _, w := range ws {
+		cfg.Writers = append(cfg.Writers, int(w))
+	}
+	for _, e := range strings.Split(*exps, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			cfg.Experiments = append(cfg.Experiments, e)
+		}
+	}
+	if *fixedWriters <= 0 || *fixedRow <= 0 {
+		return fmt.Errorf("bench locks: --fixed-writers %d and --fixed-row %d must be positive", *fixedWriters, *fixedRow)
+	}
+	for _, a := range strings.Split(*meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.MetaAddrs = append(cfg.MetaAddrs, a)
+		}
+	}
+	if len(cfg.MetaAddrs) == 0 {
+		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.MetaAddrs = local
+	}
+	rep, err := bench.RunLocks(ctx, cfg, stdout)
+	if err != nil {
+		return err
+	}
+	line, err := rep.JSON()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", line)
+	return err
+}
+
+// parseInts parses a comma-separated list of positive integers ("" is
+// an empty list).
+func parseInts(s, flagName string) ([]int64, error) {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		v, err := strconv.ParseInt(part, 10, 64)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive integer", flagName, part)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
