@@ -57,6 +57,11 @@ type LocksConfig struct {
 	Experiments []string
 	// LocalDir is where the local-disk baseline writes ("" = temp dir).
 	LocalDir string
+	// SimulateMBps, when > 0, replaces each row's write and sync by a
+	// sleep of its size at this rate, as the thesis did (200 MB/s): the
+	// locking alone is then measured, as if every writer had a disk and
+	// network of its own. 0: real I/O.
+	SimulateMBps float64
 }
 
 // LocksPoint is one measured point: each writer's duration (lock to
@@ -161,7 +166,7 @@ func RunLocks(ctx context.Context, cfg LocksConfig, out io.Writer) (*LocksReport
 		"by_row", "whole_file", "unlocked", "local", "row/unl", "whole/unl")
 	for _, p := range points {
 		for _, exp := range cfg.Experiments {
-			lp, err := runLocksPoint(ctx, clients[:p.writers], exp, p.row, buf[:p.row], local)
+			lp, err := runLocksPoint(ctx, clients[:p.writers], exp, p.row, buf[:p.row], local, cfg.SimulateMBps)
 			if err != nil {
 				return nil, err
 			}
@@ -177,7 +182,7 @@ func RunLocks(ctx context.Context, cfg LocksConfig, out io.Writer) (*LocksReport
 
 // runLocksPoint measures one experiment at one row size and writer count
 // on a fresh file.
-func runLocksPoint(ctx context.Context, clients []*client.Client, exp string, row int64, buf []byte, local *localFile) (LocksPoint, error) {
+func runLocksPoint(ctx context.Context, clients []*client.Client, exp string, row int64, buf []byte, local *localFile, simMBps float64) (LocksPoint, error) {
 	lp := LocksPoint{Experiment: exp, RowBytes: row, Writers: len(clients)}
 	path := fmt.Sprintf("/bench-locks-%d", time.Now().UnixNano())
 	c0 := clients[0]
@@ -203,6 +208,14 @@ func runLocksPoint(ctx context.Context, clients []*client.Client, exp string, ro
 		return rand.Perm(LocksRows)
 	}
 	writeRows := func(f *client.File, rows []int) error {
+		if simMBps > 0 {
+			select {
+			case <-time.After(time.Duration(float64(len(rows)) * float64(row) / (simMBps * 1e6) * float64(time.Second))):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		for _, r := range rows {
 			if _, err := f.WriteAt(ctx, buf, int64(r)*row); err != nil {
 				return err
@@ -229,8 +242,10 @@ func runLocksPoint(ctx context.Context, clients []*client.Client, exp string, ro
 		return lp, fmt.Errorf("bench locks: unlocked write: %w", err)
 	}
 	lp.Unlocked = time.Since(start)
-	if lp.Local, err = local.writeRows(buf, nrows); err != nil {
-		return lp, err
+	if simMBps == 0 {
+		if lp.Local, err = local.writeRows(buf, nrows); err != nil {
+			return lp, err
+		}
 	}
 
 	for _, byRow := range []bool{true, false} {

@@ -276,11 +276,15 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fixedRow := f.Int64("fixed-row", 10_000_000, "row size of the writers sweep")
 	exps := f.String("experiments", "one_row,ten_rows", "one_row (each writer writes one random row), ten_rows (each writes all rows)")
 	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
+	simulate := f.Float64("simulate-mbps", 0, "instead of writing, sleep as if writing at this many MB/s (the thesis used 200): measures the locking alone")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *simulate < 0 {
+		return fmt.Errorf("bench locks: --simulate-mbps %v must not be negative", *simulate)
 	}
 	rowSizes, err := parseInts(*sizes, "--sizes")
 	if err != nil {
@@ -290,7 +294,7 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	cfg := bench.LocksConfig{RowSizes: rowSizes, FixedWriters: *fixedWriters, FixedRow: *fixedRow, LocalDir: *localDir}
+	cfg := bench.LocksConfig{RowSizes: rowSizes, FixedWriters: *fixedWriters, FixedRow: *fixedRow, LocalDir: *localDir, SimulateMBps: *simulate}
 	for _, w := range ws {
 		cfg.Writers = append(cfg.Writers, int(w))
 	}

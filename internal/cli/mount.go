@@ -51,6 +51,8 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.DurationVar(&c.AttrTimeout, "attr-timeout", c.AttrTimeout, "how long the kernel trusts attributes")
 	f.DurationVar(&c.NegativeTimeout, "negative-timeout", c.NegativeTimeout, "how long the kernel remembers a missing name (0: not at all)")
 	f.IntVar(&c.WriteBuffer, "write-buffer", c.WriteBuffer, "bytes of writes buffered per open file before they are sent")
+	f.StringVar(&c.CacheDir, "cache-dir", "", "cache file blocks and journal buffered writes on local disk here (committed or reported by the next mount after a crash); one directory per mount")
+	f.Int64Var(&c.CacheSize, "cache-size", 1<<30, "bytes of file blocks the --cache-dir keeps")
 	f.BoolVar(&c.DirectMount, "direct-mount", os.Geteuid() == 0, "mount with mount(2) rather than fusermount3 (needs root)")
 	f.BoolVar(&c.Debug, "debug", false, "log every FUSE request (with --log-level debug)")
 	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
@@ -64,6 +66,16 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 		return nil, errors.New("mount: want exactly one MOUNTPOINT")
 	}
 	inv.dir = f.Arg(0)
+	if c.CacheSize <= 0 {
+		return nil, fmt.Errorf("mount: --cache-size %d must be positive", c.CacheSize)
+	}
+	if c.CacheDir != "" {
+		abs, err := filepath.Abs(c.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("mount: --cache-dir: %w", err)
+		}
+		c.CacheDir = abs
+	}
 	if inv.logFile != "" && !inv.background {
 		return nil, errors.New("mount: --log-file goes with --background (in the foreground the log goes to stderr)")
 	}

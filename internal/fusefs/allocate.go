@@ -71,6 +71,7 @@ func (n *node) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64,
 		n.resetFiles(a, nil)
 	}
 	n.forgetAttr()
+	n.changedHere()
 	return 0
 }
 

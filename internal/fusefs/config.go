@@ -40,6 +40,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Debug logs every FUSE request (go-fuse's debug output) to Logger.
 	Debug bool
+	// CacheDir, if set, is the mount's cache on local disk
+	// (internal/diskcache): blocks read, validated by inode version, and
+	// journals of buffered writes, which the next mount on the directory
+	// commits or reports after a crash. CacheSize bounds the blocks
+	// (diskcache.DefaultLimit when 0).
+	CacheDir  string
+	CacheSize int64
 }
 
 // Defaults used by DefaultConfig.
@@ -72,6 +79,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fusefs: Config.WriteBuffer = %d is below 4096 bytes", c.WriteBuffer)
 	case c.MaxWrite < 4096 || c.MaxWrite > 1<<20:
 		return fmt.Errorf("fusefs: Config.MaxWrite = %d must be 4 KiB to 1 MiB", c.MaxWrite)
+	case c.CacheSize < 0:
+		return fmt.Errorf("fusefs: Config.CacheSize = %d is negative", c.CacheSize)
 	case c.Logger == nil:
 		return errors.New("fusefs: Config.Logger is nil; use slog.New(slog.DiscardHandler) to drop logs")
 	}

@@ -32,12 +32,13 @@ type mountProcess struct {
 // startMount runs `govfs mount` on dir (an existing directory) and waits
 // for the mount. At cleanup a live mount is unmounted (lazily) and the
 // process stopped by PID.
-func startMount(t *testing.T, c *testcluster.ProcCluster, dir string) *mountProcess {
+func startMount(t *testing.T, c *testcluster.ProcCluster, dir string, extra ...string) *mountProcess {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "mount.log")
 	logf, err := os.Create(logPath)
 	must(t, err)
-	cmd := exec.Command(binary, "mount", "--meta", strings.Join(c.Addrs(), ","), dir)
+	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ",")}, extra...)
+	cmd := exec.Command(binary, append(args, dir)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

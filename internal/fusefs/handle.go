@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/diskcache"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -31,6 +32,9 @@ type handle struct {
 		off int64 // file offset of buf[0]
 		// err is a failed push not yet reported to the application.
 		err error
+		// jr is the extent's journal in the disk cache (nil without
+		// --cache-dir, or when it could not be written: see Write).
+		jr *diskcache.Journal
 	}
 }
 
@@ -141,6 +145,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 				}
 				n.mu.cacheLease = l
 				n.mu.Unlock()
+				n.setCacheVersion(a.GetVersion())
 				return n.addHandle(f), fuseFlags, 0
 			}
 		}
@@ -160,6 +165,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.mu.cacheLease, n.mu.leaseAttr = l, true
 	}
 	n.mu.Unlock()
+	if flags&syscall.O_TRUNC != 0 {
+		n.changedHere()
+	} else {
+		n.setCacheVersion(a.GetVersion())
+	}
 	if old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs()) {
 		// Attributes only (offset < 0): the next read or write asks for
 		// them, so O_APPEND writes start at the current end.
@@ -214,7 +224,16 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 			return nil, e
 		}
 	}
-	got, err := h.f.ReadAt(ctx, dest, off)
+	var got int
+	var err error
+	n.mu.Lock()
+	ver := n.mu.cacheVersion
+	n.mu.Unlock()
+	if c := n.fsys.cache; c != nil && ver != 0 && !dirty {
+		got, err = h.readCached(ctx, c, ver, dest, off)
+	} else {
+		got, err = h.f.ReadAt(ctx, dest, off)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, n.fsys.errno("read", err)
 	}
@@ -244,15 +263,33 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		k := copy(h.mu.buf[off-start:], data)
 		h.mu.buf = append(h.mu.buf, data[k:]...)
 	default:
-		if e := h.pushLocked(ctx); e != 0 {
+		if e := h.pushLocked(ctx, false); e != 0 {
 			return 0, e
 		}
 		h.mu.off = off
 		h.mu.buf = append(h.mu.buf[:0], data...)
+		if c := h.n.fsys.cache; c != nil {
+			jr, err := c.NewJournal(h.n.ino, off)
+			if err != nil {
+				h.n.fsys.log.Warn("client cache: cannot journal buffered writes; writing through", slog.Any("err", err))
+			}
+			h.mu.jr = jr
+		}
+	}
+	if h.mu.jr != nil {
+		if err := h.mu.jr.WriteAt(data, off); err != nil {
+			// Without a journal a crash would lose the extent: push it
+			// now instead (write-through).
+			h.n.fsys.log.Warn("client cache: journal write failed; writing through", slog.Any("err", err))
+			if e := h.pushLocked(ctx, false); e != 0 {
+				return 0, e
+			}
+			return uint32(len(data)), 0
+		}
 	}
 	h.dirtyEnd.Store(h.mu.off + int64(len(h.mu.buf)))
 	if len(h.mu.buf) >= limit {
-		if e := h.pushLocked(ctx); e != 0 {
+		if e := h.pushLocked(ctx, false); e != 0 {
 			return 0, e
 		}
 	}
@@ -266,7 +303,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 func (h *handle) push(ctx context.Context, report bool) syscall.Errno {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	e := h.pushLocked(ctx)
+	e := h.pushLocked(ctx, false)
 	switch {
 	case e != 0 && !report:
 		h.mu.err = &client.Error{Op: "write", Path: "buffered data", Err: e}
@@ -279,12 +316,24 @@ func (h *handle) push(ctx context.Context, report bool) syscall.Errno {
 
 // pushLocked writes the extent through the client; on failure the
 // extent is dropped (its bytes are lost, and the error is what the
-// application hears).
-func (h *handle) pushLocked(ctx context.Context) syscall.Errno {
+// application hears), except that with keepJournal (nobody is left to
+// hear it: release) its journal stays for the next mount to commit or
+// report.
+func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno {
 	if len(h.mu.buf) == 0 {
 		return 0
 	}
 	_, err := h.f.WriteAt(ctx, h.mu.buf, h.mu.off)
+	h.n.changedHere()
+	if jr := h.mu.jr; jr != nil {
+		h.mu.jr = nil
+		if err == nil || !keepJournal {
+			jr.Remove()
+		} else {
+			h.n.fsys.log.Error("client cache: buffered writes could not be pushed at release; their journal is kept for the next mount",
+				slog.Uint64("ino", uint64(h.n.ino)), slog.Any("err", err))
+		}
+	}
 	h.mu.buf = h.mu.buf[:0]
 	if cap(h.mu.buf) > h.n.fsys.cfg.WriteBuffer {
 		h.mu.buf = nil
@@ -315,7 +364,14 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno { return h.F
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = bg(ctx)
 	n := h.n
-	if e := h.push(ctx, true); e != 0 {
+	h.mu.Lock()
+	e := h.pushLocked(ctx, true)
+	if e == 0 && h.mu.err != nil {
+		e = n.fsys.errno("write", h.mu.err)
+		h.mu.err = nil
+	}
+	h.mu.Unlock()
+	if e != 0 {
 		n.fsys.log.Warn("write lost at release", slog.Uint64("ino", uint64(n.ino)), slog.Any("errno", e))
 	}
 	_ = h.f.Close()

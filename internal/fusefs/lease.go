@@ -121,6 +121,7 @@ func (n *node) leaseRevoked(l *client.Lease, _ bool) {
 	if n.mu.lease == l {
 		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
 		n.mu.openVersion = 0 // the next open drops the page cache
+		n.mu.cacheVersion = 0
 	}
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)

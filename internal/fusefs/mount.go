@@ -12,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/govfs/govfs/internal/diskcache"
 	"github.com/govfs/govfs/internal/ids"
 )
 
@@ -35,6 +36,24 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 	rootAttr, err := cfg.Client.GetAttr(ctx, ids.RootIno)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: read the root directory: %w", dir, err)
+	}
+	if cfg.CacheDir != "" {
+		c, err := diskcache.Open(cfg.CacheDir, cfg.Client.ClusterID(), cfg.CacheSize, cfg.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", dir, err)
+		}
+		fsys.cache = c
+		// Before serving: every journal is a previous mount's.
+		committed, lost := fsys.recoverJournals(ctx)
+		if committed+lost > 0 {
+			cfg.Logger.Warn("client cache: writes a previous mount left unpushed", slog.Int("committed", committed),
+				slog.Int("not_committed", lost), slog.String("kept_in", c.LostDir()))
+		}
+	}
+	closeCache := func() {
+		if fsys.cache != nil {
+			_ = fsys.cache.Close()
+		}
 	}
 	root := &node{fsys: fsys, ino: ids.RootIno}
 	root.mu.attr = rootAttr
@@ -71,12 +90,14 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 	}
 	srv, err := fuse.NewServer(newLockFS(fs.NewNodeFS(root, opts)), dir, &opts.MountOptions)
 	if err != nil {
+		closeCache()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
 	m := &Mounted{dir: dir, srv: srv, log: cfg.Logger, done: make(chan struct{})}
 	go func() {
 		defer close(m.done)
 		srv.Serve()
+		closeCache()
 	}()
 	if err := srv.WaitMount(); err != nil {
 		_ = srv.Unmount()

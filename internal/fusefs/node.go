@@ -13,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/diskcache"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -31,6 +32,8 @@ type FS struct {
 	statfs statfsCache
 	// leases are the nodes holding a read lease (lease.go).
 	leases leaseSet
+	// cache is the local disk cache (--cache-dir), nil without one.
+	cache *diskcache.Cache
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -70,6 +73,10 @@ type node struct {
 		// lease and nothing on this mount wrote since.
 		lease, cacheLease *client.Lease
 		leaseAttr         bool
+		// cacheVersion is the inode version the disk cache's blocks may
+		// be used for (that of the last open); 0 once this mount changed
+		// the file or lost its read lease, until the next open.
+		cacheVersion uint64
 	}
 }
 
@@ -465,6 +472,7 @@ func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr,
 	// Every open File of the inode learns the new size (a File that
 	// knew a larger one would not grow the file on its next write).
 	n.resetFiles(a, h)
+	n.changedHere()
 	return a, 0
 }
 

@@ -1,0 +1,146 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/diskcache"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// The mount's side of the disk cache (--cache-dir, internal/diskcache).
+//
+// Reads: while the inode's version is the one of its last open on this
+// mount (cacheVersion), reads are served in 1 MiB blocks from the cache,
+// and missing blocks are read from the cluster and cached. A change by
+// this mount (a push of buffered writes, truncate, fallocate) or the loss
+// of the read lease stops that until the next open, which reads the
+// version again (close-to-open, as without the cache); a changed version
+// never matches the old blocks.
+//
+// Writes: every write(2) that is buffered is also written to the extent's
+// journal, removed once the extent is pushed. After a crash of the mount,
+// the next mount on the same directory commits each journal left behind,
+// or reports it (recoverJournals).
+
+// setCacheVersion notes the version an open just read.
+func (n *node) setCacheVersion(v uint64) {
+	if n.fsys.cache == nil {
+		return
+	}
+	n.mu.Lock()
+	n.mu.cacheVersion = v
+	n.mu.Unlock()
+}
+
+// changedHere stops the use of cached blocks of the inode: this mount
+// changed its bytes.
+func (n *node) changedHere() {
+	if n.fsys.cache == nil {
+		return
+	}
+	n.mu.Lock()
+	n.mu.cacheVersion = 0
+	n.mu.Unlock()
+	n.fsys.cache.Forget(n.ino)
+}
+
+// readCached serves a read from version ver's blocks, reading and caching
+// the missing ones.
+func (h *handle) readCached(ctx context.Context, c *diskcache.Cache, ver uint64, dest []byte, off int64) (int, error) {
+	n := 0
+	for n < len(dest) {
+		pos := off + int64(n)
+		blk := pos / diskcache.BlockSize
+		b, ok := c.Get(h.n.ino, ver, blk)
+		if !ok {
+			buf := make([]byte, diskcache.BlockSize)
+			got, err := h.f.ReadAt(ctx, buf, blk*diskcache.BlockSize)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return n, err
+			}
+			b = buf[:got]
+			c.Put(h.n.ino, ver, blk, b)
+		}
+		inBlk := pos - blk*diskcache.BlockSize
+		if inBlk >= int64(len(b)) {
+			break // end of file
+		}
+		n += copy(dest[n:], b[inBlk:])
+		if len(b) < diskcache.BlockSize {
+			break
+		}
+	}
+	return n, nil
+}
+
+// recoverJournals commits or reports the writes a previous mount on the
+// cache directory accepted and never pushed. A journal is committed when
+// its file still exists and nobody changed it after the journal's last
+// write (its mtime is not later); otherwise it is kept in the cache's
+// lost/ directory with a note, and logged at error level: the bytes are
+// the application's, so they are never dropped silently.
+func (f *FS) recoverJournals(ctx context.Context) (committed, lost int) {
+	ds, errs := f.cache.Leftovers()
+	for _, err := range errs {
+		f.log.Error("client cache: a journal could not be read", slog.Any("err", err))
+		lost++
+	}
+	for _, d := range ds {
+		if len(d.Data) == 0 {
+			_ = f.cache.Committed(d)
+			continue
+		}
+		why, err := f.commitJournal(ctx, d)
+		if err == nil && why == "" {
+			if err := f.cache.Committed(d); err != nil {
+				f.log.Warn("client cache: remove a committed journal", slog.String("journal", d.Name()), slog.Any("err", err))
+			}
+			f.log.Info("client cache: committed writes left by a previous mount", slog.Uint64("ino", uint64(d.Ino)),
+				slog.Int64("off", d.Off), slog.Int("bytes", len(d.Data)))
+			committed++
+			continue
+		}
+		if err != nil {
+			why = fmt.Sprintf("commit failed: %v", err)
+		}
+		p, lerr := f.cache.Lost(d, why)
+		f.log.Error("client cache: writes left by a previous mount were NOT committed; they are kept on local disk",
+			slog.Uint64("ino", uint64(d.Ino)), slog.Int64("off", d.Off), slog.Int("bytes", len(d.Data)),
+			slog.String("why", why), slog.String("kept_in", p), slog.Any("keep_err", lerr))
+		lost++
+	}
+	return committed, lost
+}
+
+// commitJournal writes a leftover journal's bytes, unless the file is
+// gone or changed since (then it says why).
+func (f *FS) commitJournal(ctx context.Context, d *diskcache.Dirty) (why string, err error) {
+	a, err := f.c.GetAttr(ctx, d.Ino, client.Linearizable())
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return "the file no longer exists", nil
+	case err != nil:
+		return "", err
+	case a.GetType() != wire.FileType_REGULAR:
+		return fmt.Sprintf("inode %d is now a %v", d.Ino, a.GetType()), nil
+	case time.Unix(0, a.GetMtimeNs()).After(d.LastWrite):
+		return fmt.Sprintf("the file was modified at %s, after this mount's last write into it at %s (another client's change is not overwritten)",
+			time.Unix(0, a.GetMtimeNs()).UTC().Format(time.RFC3339Nano), d.LastWrite.UTC().Format(time.RFC3339Nano)), nil
+	}
+	file, _, err := f.c.OpenIno(ctx, d.Ino, syscall.O_RDWR)
+	if err != nil {
+		return "", err
+	}
+	defer file.Close()
+	if _, err := file.WriteAt(ctx, d.Data, d.Off); err != nil {
+		return "", err
+	}
+	return "", file.Sync(ctx)
+}
