@@ -383,6 +383,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		n.mu.hidden = ""
 	}
 	n.mu.Unlock()
+	if last {
+		// No descriptor of the file is open here, so no process of this
+		// mount can hold a lock on it (OFD locks are not named at close).
+		n.releaseAllLocks()
+	}
 	if last && hidden != "" {
 		if err := n.fsys.c.UnlinkAt(ctx, parent, hidden); err != nil {
 			n.fsys.log.Warn("remove an unlinked file's hidden name", slog.String("name", hidden), slog.Any("err", err))

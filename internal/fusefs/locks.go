@@ -236,6 +236,20 @@ func (n *node) unlock(owner uint64, start, end uint64) syscall.Errno {
 	return n.carveLocked(owner, start, end)
 }
 
+// releaseAllLocks gives back every lock held on the node.
+func (n *node) releaseAllLocks() {
+	nl := &n.locks
+	nl.mu.Lock()
+	held := nl.byOwner
+	nl.byOwner = nil
+	nl.mu.Unlock()
+	for _, hs := range held {
+		for _, h := range hs {
+			n.releaseLease(h.lease)
+		}
+	}
+}
+
 // releaseLease gives a lock lease back before the unlock returns, so
 // that once fcntl(F_UNLCK) or close returns another client can take the
 // range. If the minister cannot be reached the lease ends at its TTL.

@@ -90,6 +90,22 @@ func TestMountLocks(t *testing.T) {
 	must(t, syscall.Flock(int(fb.Fd()), syscall.LOCK_UN))
 	must(t, syscall.Flock(int(fa.Fd()), syscall.LOCK_UN))
 
+	// An open-file-description lock ends with the last close of its
+	// description (the kernel does not name it at close: the mount
+	// releases every lock of a file no descriptor has open).
+	const fOFDSetlk = 37 // F_OFD_SETLK
+	fo, err := os.OpenFile(filepath.Join(dirA, "f"), os.O_RDWR, 0)
+	must(t, err)
+	must(t, setlk(fo, fOFDSetlk, syscall.F_WRLCK, 0, 10))
+	wantErrno(t, "OFD lock held", setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 5, 1), syscall.EAGAIN)
+	must(t, fo.Close())
+	must(t, fa.Close()) // the last descriptor of the file on mount A
+	must(t, setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 5, 1))
+	must(t, setlk(fb, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
+	fa, err = os.OpenFile(filepath.Join(dirA, "f"), os.O_RDWR, 0)
+	must(t, err)
+	defer fa.Close()
+
 	// A lock of a dead mount ends with its lease.
 	must(t, setlk(fa, syscall.F_SETLK, syscall.F_WRLCK, 0, 0))
 	wantErrno(t, "whole-file lock held", setlk(fb, syscall.F_SETLK, syscall.F_RDLCK, 5000, 1), syscall.EAGAIN)
