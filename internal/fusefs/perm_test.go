@@ -1,0 +1,106 @@
+package fusefs_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// asUser runs a shell script as uid/gid and returns its combined output.
+func asUser(t *testing.T, uid, gid uint32, script string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func modeOf(t *testing.T, p string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(p)
+	must(t, err)
+	return st.Mode()
+}
+
+// TestMountPermissions checks, as an unprivileged user on a mount with
+// --allow-other --default-permissions, what the kernel and the mount
+// must do together: permission bits, the sticky directory, setuid and
+// setgid cleared by a write and by chown, chown refused to a non-owner.
+func TestMountPermissions(t *testing.T) {
+	canMount(t)
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	const nobody, nogroup = 65534, 65534
+	c := startCluster(t)
+	mnt := mountProc(t, c, "--allow-other", "--default-permissions")
+	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		must(t, os.Chmod(d, 0o755)) // t.TempDir is 0700 on the way
+	}
+	pub := filepath.Join(mnt, "pub")
+	must(t, os.Mkdir(pub, 0o777))
+	// syscall.Chmod: os.Chmod takes Go's mode bits, where 0o1000 is not
+	// the sticky bit.
+	must(t, syscall.Chmod(pub, 0o1777)) // sticky, like /tmp
+	if m := modeOf(t, pub); m&os.ModeSticky == 0 {
+		t.Fatalf("pub: mode %v, want sticky", m)
+	}
+
+	// setuid and setgid go when the owner (not root) writes.
+	f := filepath.Join(pub, "tool")
+	if out, err := asUser(t, nobody, nogroup, "echo v1 > "+f+" && chmod 6755 "+f+" && echo v2 >> "+f); err != nil {
+		t.Fatalf("as nobody: %v: %s", err, out)
+	}
+	if m := modeOf(t, f); m&(os.ModeSetuid|os.ModeSetgid) != 0 || m.Perm() != 0o755 {
+		t.Fatalf("after a write by its owner: mode %v, want 0755 without setuid/setgid", m)
+	}
+	// ... and when root gives the file away.
+	must(t, syscall.Chmod(f, 0o4755))
+	if m := modeOf(t, f); m&os.ModeSetuid == 0 {
+		t.Fatalf("chmod 4755: mode %v", m)
+	}
+	must(t, os.Chown(f, 1, 1))
+	if m := modeOf(t, f); m&os.ModeSetuid != 0 {
+		t.Fatalf("after chown: mode %v, want setuid cleared", m)
+	}
+
+	// The sticky bit: nobody may not remove or rename root's file.
+	rootFile := filepath.Join(pub, "rootfile")
+	must(t, os.WriteFile(rootFile, []byte("root's"), 0o666))
+	for _, script := range []string{"rm -f " + rootFile, "mv " + rootFile + " " + pub + "/stolen"} {
+		if out, err := asUser(t, nobody, nogroup, script); err == nil || !strings.Contains(out, "not permitted") {
+			t.Errorf("%q as nobody in a sticky directory: %v %q, want EPERM", script, err, out)
+		}
+	}
+	if _, err := os.Stat(rootFile); err != nil {
+		t.Fatalf("root's file after nobody's attempts: %v", err)
+	}
+
+	// Permission bits.
+	secret := filepath.Join(mnt, "secret")
+	must(t, os.WriteFile(secret, []byte("x"), 0o600))
+	if out, err := asUser(t, nobody, nogroup, "cat "+secret); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("nobody reading a 0600 root file: %v %q, want EACCES", err, out)
+	}
+	if out, err := asUser(t, nobody, nogroup, "touch "+mnt+"/newfile"); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("nobody creating in root's 0755 directory: %v %q, want EACCES", err, out)
+	}
+	// chown by a non-owner, and giving one's file away, are refused.
+	if out, err := asUser(t, nobody, nogroup, "chown 1 "+secret); err == nil || !strings.Contains(out, "not permitted") {
+		t.Errorf("nobody chowning root's file: %v %q, want EPERM", err, out)
+	}
+	own := filepath.Join(pub, "own")
+	if out, err := asUser(t, nobody, nogroup, "touch "+own+" && chown 1 "+own); err == nil || !strings.Contains(out, "not permitted") {
+		t.Errorf("nobody giving its file away: %v %q, want EPERM", err, out)
+	}
+	// The new file belongs to its creator.
+	st, err := os.Stat(own)
+	must(t, err)
+	if s := st.Sys().(*syscall.Stat_t); s.Uid != nobody || s.Gid != nogroup {
+		t.Errorf("nobody's new file is %d:%d", s.Uid, s.Gid)
+	}
+}
