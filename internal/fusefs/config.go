@@ -47,6 +47,9 @@ type Config struct {
 	// (diskcache.DefaultLimit when 0).
 	CacheDir  string
 	CacheSize int64
+	// ReadAhead is the kernel's read-ahead for the mount, in bytes (0:
+	// leave the kernel's default, 128 KiB). Setting it needs root.
+	ReadAhead int
 }
 
 // Defaults used by DefaultConfig.
@@ -54,6 +57,10 @@ const (
 	DefaultTimeout     = time.Second
 	DefaultWriteBuffer = 8 << 20
 	DefaultMaxWrite    = 1 << 20
+	// DefaultReadAhead: with the kernel's 128 KiB a sequential reader
+	// waits a chunk-server round trip every 128 KiB (≈120 MB/s here);
+	// 8 MiB keeps enough requests in flight (≈650 MB/s, docs/benchmarks.md).
+	DefaultReadAhead = 8 << 20
 )
 
 // DefaultConfig returns a Config with every field but Client set.
@@ -64,6 +71,7 @@ func DefaultConfig() Config {
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,
 		FsName:       "govfs",
+		ReadAhead:    DefaultReadAhead,
 		Logger:       slog.New(slog.DiscardHandler),
 	}
 }
@@ -79,6 +87,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fusefs: Config.WriteBuffer = %d is below 4096 bytes", c.WriteBuffer)
 	case c.MaxWrite < 4096 || c.MaxWrite > 1<<20:
 		return fmt.Errorf("fusefs: Config.MaxWrite = %d must be 4 KiB to 1 MiB", c.MaxWrite)
+	case c.ReadAhead < 0:
+		return fmt.Errorf("fusefs: Config.ReadAhead = %d is negative", c.ReadAhead)
 	case c.CacheSize < 0:
 		return fmt.Errorf("fusefs: Config.CacheSize = %d is negative", c.CacheSize)
 	case c.Logger == nil:

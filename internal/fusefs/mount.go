@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/internal/diskcache"
@@ -104,7 +105,25 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 		<-m.done
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
+	if cfg.ReadAhead > 0 {
+		if err := setReadAhead(dir, cfg.ReadAhead); err != nil {
+			cfg.Logger.Info("kernel read-ahead left at its default (sequential reads are slower); as root: echo N > /sys/class/bdi/<dev>/read_ahead_kb",
+				slog.Any("err", err))
+		}
+	}
 	return m, nil
+}
+
+// setReadAhead sets the kernel's read-ahead of the mount on dir (its
+// backing device's bdi), which needs root. FUSE cannot raise it in INIT:
+// the kernel takes the smaller of that and the bdi's.
+func setReadAhead(dir string, bytes int) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", (bytes+1023)/1024)), 0)
 }
 
 // Done is closed when the mount is gone and serving has stopped.
