@@ -35,7 +35,65 @@ type handle struct {
 		// jr is the extent's journal in the disk cache (nil without
 		// --cache-dir, or when it could not be written: see Write).
 		jr *diskcache.Journal
+		// bg is the previous, full extent being pushed in the background
+		// while this one fills (nil if none). Every other push waits for
+		// it first, so extents land in the order they were written.
+		bg *bgPush
 	}
+}
+
+// bgPush is an extent pushed in the background. The goroutine never
+// takes the handle's lock, so waiting for it under that lock is safe.
+type bgPush struct {
+	done chan struct{}
+	end  int64 // file offset after the extent
+	err  error // set before done is closed
+}
+
+// waitBgLocked waits for the background push, if any; its failure is
+// kept for the handle's next write, flush or fsync.
+func (h *handle) waitBgLocked() {
+	p := h.mu.bg
+	if p == nil {
+		return
+	}
+	<-p.done
+	h.mu.bg = nil
+	if p.err != nil && h.mu.err == nil {
+		h.mu.err = &client.Error{Op: "write", Path: "buffered data", Err: p.err}
+	}
+}
+
+// pushAsyncLocked pushes the full extent in the background (after the
+// previous one) and starts an empty one.
+func (h *handle) pushAsyncLocked(ctx context.Context) {
+	h.waitBgLocked()
+	buf, off, jr := h.mu.buf, h.mu.off, h.mu.jr
+	h.mu.buf, h.mu.jr = make([]byte, 0, len(buf)), nil
+	p := &bgPush{done: make(chan struct{}), end: off + int64(len(buf))}
+	h.mu.bg = p
+	go func() {
+		defer close(p.done)
+		_, err := h.f.WriteAt(ctx, buf, off)
+		h.n.changedHere()
+		if jr != nil {
+			jr.Remove()
+		}
+		p.err = err
+	}()
+}
+
+// setDirtyEndLocked publishes the end of the buffered writes, the
+// extent being pushed included.
+func (h *handle) setDirtyEndLocked() {
+	end := int64(0)
+	if len(h.mu.buf) > 0 {
+		end = h.mu.off + int64(len(h.mu.buf))
+	}
+	if p := h.mu.bg; p != nil {
+		end = max(end, p.end)
+	}
+	h.dirtyEnd.Store(end)
 }
 
 var (
@@ -287,12 +345,12 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			return uint32(len(data)), 0
 		}
 	}
-	h.dirtyEnd.Store(h.mu.off + int64(len(h.mu.buf)))
 	if len(h.mu.buf) >= limit {
-		if e := h.pushLocked(ctx, false); e != 0 {
-			return 0, e
-		}
+		// Full: pushed while the next extent fills (a sequential
+		// writer's data then flows without waiting for each push).
+		h.pushAsyncLocked(ctx)
 	}
+	h.setDirtyEndLocked()
 	return uint32(len(data)), 0
 }
 
@@ -320,7 +378,9 @@ func (h *handle) push(ctx context.Context, report bool) syscall.Errno {
 // hear it: release) its journal stays for the next mount to commit or
 // report.
 func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno {
+	h.waitBgLocked()
 	if len(h.mu.buf) == 0 {
+		h.setDirtyEndLocked()
 		return 0
 	}
 	_, err := h.f.WriteAt(ctx, h.mu.buf, h.mu.off)

@@ -397,6 +397,20 @@ func TestMount(t *testing.T) {
 			t.Fatal("close succeeded with every chunk server dead")
 		}
 		t.Logf("close: %v", err)
+		// Exactly one full extent (the default 8 MiB write buffer): it is
+		// pushed in the background by the last write, so only the
+		// background push can fail, and close must still say so.
+		g, err := os.Create(filepath.Join(quick, "doomed-extent"))
+		must(t, err)
+		for range 8 {
+			if _, err := g.Write(make([]byte, 1<<20)); err != nil {
+				t.Logf("write failed early: %v", err)
+				break
+			}
+		}
+		if err := g.Close(); err == nil {
+			t.Fatal("close succeeded after a full extent's background push failed")
+		}
 	})
 }
 
