@@ -64,6 +64,10 @@ type File struct {
 		// set by loadChunks.
 		inline     bool
 		inlineData []byte
+		// primed: chunks (and inline) were read with the attributes at
+		// open and not used by a read yet; the first read trusts them
+		// (close-to-open) instead of reading an inline file's bytes again.
+		primed bool
 	}
 }
 
@@ -398,7 +402,8 @@ func (f *File) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// A small file inline in the ministry: its bytes come with the chunk
 	// table, fresh on every read (they are at most a few KiB).
 	f.mu.Lock()
-	fresh := f.mu.chunks == nil || f.mu.inline
+	fresh := f.mu.chunks == nil || (f.mu.inline && !f.mu.primed)
+	f.mu.primed = false
 	f.mu.Unlock()
 	if fresh {
 		if _, err := f.loadChunks(ctx); err != nil {

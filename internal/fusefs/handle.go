@@ -192,7 +192,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	ctx = bg(ctx)
 	// The lease first: attributes read after it was granted stay current
 	// while it is held (a change by another client revokes it first).
-	l := n.readLease(ctx)
+	// A write-only open does not ask for one: it reads nothing to cache,
+	// and a minister round trip is saved. (Asking in the background
+	// instead was tried: pages read before the grant could then be
+	// stale for the whole lease.)
+	var l *client.Lease
+	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
+		l = n.currentLease()
+	} else {
+		l = n.readLease(ctx)
+	}
 	if l != nil && flags&syscall.O_TRUNC == 0 {
 		if a, _ := n.cachedLeaseAttr(); a != nil {
 			if f, err := n.fsys.c.FileOf(a, openFlags(flags)); err == nil {

@@ -102,6 +102,13 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 	return l
 }
 
+// currentLease returns the node's valid read lease, nil if none.
+func (n *node) currentLease() *client.Lease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.validLeaseLocked()
+}
+
 // dropLease gives the node's lease back (eviction).
 func (n *node) dropLease(ctx context.Context) {
 	n.mu.Lock()

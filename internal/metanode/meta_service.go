@@ -263,15 +263,22 @@ func query(r interface {
 		}
 		return &wire.ReadResponse{Names: names}, nil
 	case *wire.ReadRequest_GetChunks:
-		cs, err := namespace.GetChunks(r, ids.Ino(op.GetChunks.GetIno()))
+		ino := ids.Ino(op.GetChunks.GetIno())
+		cs, more, err := namespace.GetChunksUpTo(r, ino, int(op.GetChunks.GetMaxChunks()))
 		if err != nil {
 			return nil, err
 		}
-		data, inline, err := namespace.InlineData(r, ids.Ino(op.GetChunks.GetIno()))
+		data, inline, err := namespace.InlineData(r, ino)
 		if err != nil {
 			return nil, err
 		}
-		return &wire.ReadResponse{Chunks: cs, Inline: inline, InlineData: data}, nil
+		resp := &wire.ReadResponse{Chunks: cs, Inline: inline, InlineData: data, ChunksOmitted: more}
+		if op.GetChunks.GetWithAttr() {
+			if resp.Attr, err = namespace.GetAttr(r, ino); err != nil {
+				return nil, err
+			}
+		}
+		return resp, nil
 	case *wire.ReadRequest_Readlink:
 		v, err := namespace.Readlink(r, ids.Ino(op.Readlink.GetIno()))
 		if err != nil {

@@ -61,13 +61,24 @@ func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
 
 // GetChunks lists the chunks recorded for a regular file, in index order.
 func GetChunks(r engine.Reader, ino ids.Ino) ([]*wire.ChunkRef, error) {
+	cs, _, err := GetChunksUpTo(r, ino, 0)
+	return cs, err
+}
+
+// GetChunksUpTo is GetChunks that gives up past max records (max > 0):
+// then it returns none and more = true.
+func GetChunksUpTo(r engine.Reader, ino ids.Ino, max int) (cs []*wire.ChunkRef, more bool, err error) {
 	if _, err := loadInode(r, ino); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []*wire.ChunkRef
 	var decodeErr error
 	p := chunkPrefix(ino)
-	err := r.Scan(p, prefixEnd(p), func(_, v []byte) bool {
+	err = r.Scan(p, prefixEnd(p), func(_, v []byte) bool {
+		if max > 0 && len(out) == max {
+			more = true
+			return false
+		}
 		c := &wire.ChunkRef{}
 		if decodeErr = proto.Unmarshal(v, c); decodeErr != nil {
 			return false
@@ -79,9 +90,12 @@ func GetChunks(r engine.Reader, ino ids.Ino) ([]*wire.ChunkRef, error) {
 		err = decodeErr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("namespace: list chunks of %v: %w", ino, err)
+		return nil, false, fmt.Errorf("namespace: list chunks of %v: %w", ino, err)
 	}
-	return out, nil
+	if more {
+		return nil, true, nil
+	}
+	return out, false, nil
 }
 
 // dropChunks deletes the chunk records of an inode being removed (the

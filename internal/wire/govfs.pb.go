@@ -3313,8 +3313,14 @@ func (x *DropInlineOp) GetChunk() *ChunkRef {
 
 // GetChunksReq lists the chunks of a regular file, in index order.
 type GetChunksReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ino   uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	// with_attr: the answer carries the inode's attributes too, read in
+	// the same snapshot (an open's one round trip). max_chunks > 0: when
+	// the file has more chunk records, none are returned and
+	// chunks_omitted is set (an open of a large file needs only the attrs).
+	WithAttr      bool   `protobuf:"varint,2,opt,name=with_attr,json=withAttr,proto3" json:"with_attr,omitempty"`
+	MaxChunks     uint32 `protobuf:"varint,3,opt,name=max_chunks,json=maxChunks,proto3" json:"max_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3352,6 +3358,20 @@ func (*GetChunksReq) Descriptor() ([]byte, []int) {
 func (x *GetChunksReq) GetIno() uint64 {
 	if x != nil {
 		return x.Ino
+	}
+	return 0
+}
+
+func (x *GetChunksReq) GetWithAttr() bool {
+	if x != nil {
+		return x.WithAttr
+	}
+	return false
+}
+
+func (x *GetChunksReq) GetMaxChunks() uint32 {
+	if x != nil {
+		return x.MaxChunks
 	}
 	return 0
 }
@@ -3750,8 +3770,11 @@ type ReadResponse struct {
 	Chunks []*ChunkRef `protobuf:"bytes,10,rep,name=chunks,proto3" json:"chunks,omitempty"`
 	// get_chunks: the file's bytes when they live inline in the ministry
 	// (then they are the whole content, zeros up to the size).
-	Inline        bool   `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
-	InlineData    []byte `protobuf:"bytes,12,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	Inline     bool   `protobuf:"varint,11,opt,name=inline,proto3" json:"inline,omitempty"`
+	InlineData []byte `protobuf:"bytes,12,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
+	// get_chunks with max_chunks: the file has more records than that;
+	// chunks is empty.
+	ChunksOmitted bool `protobuf:"varint,13,opt,name=chunks_omitted,json=chunksOmitted,proto3" json:"chunks_omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3868,6 +3891,13 @@ func (x *ReadResponse) GetInlineData() []byte {
 		return x.InlineData
 	}
 	return nil
+}
+
+func (x *ReadResponse) GetChunksOmitted() bool {
+	if x != nil {
+		return x.ChunksOmitted
+	}
+	return false
 }
 
 type ClusterInfoRequest struct {
@@ -5435,9 +5465,12 @@ const file_govfs_proto_rawDesc = "" +
 	"\fDropInlineOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06expect\x18\x03 \x01(\fR\x06expect\x12*\n" +
-	"\x05chunk\x18\x04 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunkJ\x04\b\x02\x10\x03\" \n" +
+	"\x05chunk\x18\x04 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunkJ\x04\b\x02\x10\x03\"\\\n" +
 	"\fGetChunksReq\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\"7\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1b\n" +
+	"\twith_attr\x18\x02 \x01(\bR\bwithAttr\x12\x1d\n" +
+	"\n" +
+	"max_chunks\x18\x03 \x01(\rR\tmaxChunks\"7\n" +
 	"\tLookupReq\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"\x1e\n" +
@@ -5461,7 +5494,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x1a\n" +
 	"\bministry\x18\x04 \x01(\x04R\bministry\x12$\n" +
-	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\x97\x03\n" +
+	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xbe\x03\n" +
 	"\fReadResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12$\n" +
@@ -5477,7 +5510,8 @@ const file_govfs_proto_rawDesc = "" +
 	" \x03(\v2\x14.govfs.wire.ChunkRefR\x06chunks\x12\x16\n" +
 	"\x06inline\x18\v \x01(\bR\x06inline\x12\x1f\n" +
 	"\vinline_data\x18\f \x01(\fR\n" +
-	"inlineData\"\x14\n" +
+	"inlineData\x12%\n" +
+	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\"\x14\n" +
 	"\x12ClusterInfoRequest\"\xfb\x02\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
