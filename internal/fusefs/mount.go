@@ -10,8 +10,8 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"golang.org/x/sys/unix"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/govfs/govfs/internal/diskcache"
 	"github.com/govfs/govfs/internal/ids"
