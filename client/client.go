@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,6 +74,9 @@ type Client struct {
 	data dataproto.Pool
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
+	// leaseToken numbers this Client's lease acquisitions (LeaseRequest
+	// token: a retried acquire gets its first grant back).
+	leaseToken atomic.Uint64
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some

@@ -215,13 +215,14 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		return nil, fmt.Errorf("%w: lease range [%d, +%d)", syscall.EINVAL, off, length)
 	}
 	end := c.cfg.Clock.Now().Add(opts.Wait)
+	token := c.leaseToken.Add(1)
 	for {
 		sent := c.cfg.Clock.Now()
 		wait := max(0, end.Sub(sent))
 		group := c.owner(ino)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
-			Lock: opts.Lock, Owner: opts.Owner}, wait)
+			Lock: opts.Lock, Owner: opts.Owner, Token: token}, wait)
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,

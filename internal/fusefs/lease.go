@@ -109,13 +109,17 @@ func (n *node) currentLease() *client.Lease {
 	return n.validLeaseLocked()
 }
 
-// dropLease gives the node's lease back (eviction).
+// dropLease gives the node's lease back (eviction). The kernel was told
+// to trust the attributes until the lease's end: they are invalidated
+// first, since other clients' changes no longer wait for this mount.
 func (n *node) dropLease(ctx context.Context) {
 	n.mu.Lock()
 	l := n.mu.lease
 	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	n.mu.openVersion = 0
 	n.mu.Unlock()
 	if l != nil {
+		_ = n.NotifyContent(0, 0) // attributes and data; ENOENT if forgotten
 		_ = l.Release(ctx)
 	}
 }

@@ -63,6 +63,11 @@ type Request struct {
 	// client; a client's leases with different owners conflict.
 	Lock  bool
 	Owner uint64
+	// Token names one acquisition of the client (0: none): asking
+	// again with the same token while its lease lives returns that
+	// lease (a retry whose answer was lost). It plays no part in
+	// conflicts.
+	Token uint64
 }
 
 // Lease is a granted lease.
@@ -85,6 +90,11 @@ type Config struct {
 	// MaxPerClient bounds the leases one client holds (DefaultMaxPerClient
 	// when 0).
 	MaxPerClient int
+	// FirstID is the first lease id handed out (1 when 0). A minister
+	// starts each term's table at term<<32, so that an id of a previous
+	// term, still believed held by a client cut off for longer than the
+	// fence, never names a lease of this term.
+	FirstID ID
 }
 
 const (
@@ -118,6 +128,7 @@ type Table struct {
 	nextID     ID
 	nextSeq    uint64
 	leases     map[ID]*Lease
+	byToken    map[tokenKey]ID
 	byIno      map[ids.Ino]map[ID]*Lease
 	byClient   map[ClientID]map[ID]*Lease
 	intents    map[ids.Ino][]*intent
@@ -134,7 +145,11 @@ func New(cfg Config) *Table {
 	if cfg.MaxPerClient <= 0 {
 		cfg.MaxPerClient = DefaultMaxPerClient
 	}
-	return &Table{cfg: cfg, nextID: 1, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
+	first := cfg.FirstID
+	if first == 0 {
+		first = 1
+	}
+	return &Table{cfg: cfg, nextID: first, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
 		byClient: map[ClientID]map[ID]*Lease{}, intents: map[ids.Ino][]*intent{}}
 }
 
@@ -145,7 +160,7 @@ func (t *Table) TTL() time.Duration { return t.cfg.TTL }
 // now+Fence: the caller just became the minister, and leases granted by
 // its predecessor may live until then.
 func (t *Table) StartTerm(now time.Time) {
-	t.leases = map[ID]*Lease{}
+	t.leases, t.byToken = map[ID]*Lease{}, nil
 	t.byIno = map[ids.Ino]map[ID]*Lease{}
 	t.byClient = map[ClientID]map[ID]*Lease{}
 	t.intents = map[ids.Ino][]*intent{}
@@ -224,6 +239,13 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		return Outcome{}, err
 	}
 	t.expire(now)
+	if req.Token != 0 {
+		if id, ok := t.byToken[tokenKey{req.Client, req.Token}]; ok {
+			if l := t.leases[id]; l != nil {
+				return Outcome{Granted: true, Lease: *l}, nil
+			}
+		}
+	}
 	if !now.Before(t.fenceUntil) && t.coveredLock(req) {
 		return t.grant(now, req)
 	}
@@ -275,9 +297,10 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		return out, nil
 	}
 	out, err := t.grant(now, req)
-	if err == nil {
-		t.dropIntent(own)
-	}
+	// Granted, or refused for good (too many leases: the caller gets
+	// ENOLCK and does not ask again): either way the intent must not
+	// hold others back any longer.
+	t.dropIntent(own)
 	return out, err
 }
 
@@ -463,8 +486,19 @@ func (t *Table) dropIntent(in *intent) {
 	}
 }
 
+type tokenKey struct {
+	client ClientID
+	token  uint64
+}
+
 func (t *Table) add(l *Lease) {
 	t.leases[l.ID] = l
+	if l.Token != 0 {
+		if t.byToken == nil {
+			t.byToken = map[tokenKey]ID{}
+		}
+		t.byToken[tokenKey{l.Client, l.Token}] = l.ID
+	}
 	if t.byIno[l.Ino] == nil {
 		t.byIno[l.Ino] = map[ID]*Lease{}
 	}
@@ -477,6 +511,9 @@ func (t *Table) add(l *Lease) {
 
 func (t *Table) remove(l *Lease) {
 	delete(t.leases, l.ID)
+	if k := (tokenKey{l.Client, l.Token}); l.Token != 0 && t.byToken[k] == l.ID {
+		delete(t.byToken, k)
+	}
 	if m := t.byIno[l.Ino]; m != nil {
 		delete(m, l.ID)
 		if len(m) == 0 {

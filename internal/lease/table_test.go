@@ -301,3 +301,43 @@ func TestLocks(t *testing.T) {
 		t.Fatalf("drain: busy %v revoked %v, want the one caching read lease", busy, revoked)
 	}
 }
+
+// Lease ids start where the config says (a minister's term), and a
+// request refused for the per-client bound leaves no intent behind.
+func TestFirstIDAndRefusedIntent(t *testing.T) {
+	clk := clock.NewManual(time.Unix(1000, 0))
+	tb := New(Config{TTL: ttl, FirstID: 7 << 32, MaxPerClient: 1})
+	l := mustGrant(t, tb, clk.Now(), req(1, 5, Read, 0, 0), 0)
+	if l.ID != 7<<32 {
+		t.Fatalf("first id %d, want %d", l.ID, uint64(7)<<32)
+	}
+	// Client 1 is at its bound: a waiting request fails with ErrTooMany
+	// and must not hold client 2's conflicting request back.
+	if _, err := tb.Acquire(clk.Now(), req(1, 6, Write, 0, 0), time.Minute); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("acquire past the bound: %v", err)
+	}
+	mustGrant(t, tb, clk.Now(), req(2, 6, Read, 0, 0), 0)
+}
+
+// A retried acquisition (same token) gets its first grant back, not a
+// second lease; another token is another acquisition.
+func TestTokenRetry(t *testing.T) {
+	tb, clk := newTable(t)
+	r := req(1, 9, Write, 0, 100)
+	r.Token = 42
+	first := mustGrant(t, tb, clk.Now(), r, 0)
+	again := mustGrant(t, tb, clk.Now(), r, 0)
+	if again.ID != first.ID || len(tb.byClient[1]) != 1 {
+		t.Fatalf("retry granted %d (client holds %d), want the first lease %d again", again.ID, len(tb.byClient[1]), first.ID)
+	}
+	r.Token = 43
+	if other := mustGrant(t, tb, clk.Now(), r, 0); other.ID == first.ID {
+		t.Fatal("a new acquisition got the old lease")
+	}
+	// Once the lease is gone the token names nothing.
+	tb.Release(clk.Now(), 1, []ID{first.ID})
+	r.Token = 42
+	if l := mustGrant(t, tb, clk.Now(), r, 0); l.ID == first.ID {
+		t.Fatal("a released lease came back")
+	}
+}

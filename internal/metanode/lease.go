@@ -93,7 +93,7 @@ func (s *leaseService) syncLocked(g ids.GroupID) (*groupLeases, error) {
 		return gl, &multiraft.NotLeaderError{Group: g, Leader: lead}
 	}
 	if gl.term != term || gl.table == nil {
-		gl.table = lease.New(lease.Config{TTL: s.ttl})
+		gl.table = lease.New(lease.Config{TTL: s.ttl, FirstID: lease.ID(term<<32 | 1)})
 		gl.term = term
 		gl.broadcastLocked()
 		if s.n.host.PriorLeader(g) {
@@ -226,7 +226,7 @@ func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
 
 func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
 	r := lease.Request{Client: lease.ClientID(req.GetClientId()), Ino: ids.Ino(req.GetIno()), Mode: leaseMode(req.GetMode()),
-		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner()}
+		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner(), Token: req.GetToken()}
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}

@@ -4607,8 +4607,12 @@ type LeaseRequest struct {
 	// request waits until they are released or expire) and are not drained
 	// by changes. `owner` tells apart the lock owners of one client (the
 	// kernel's lock owner: a process, or an open file for flock).
-	Lock          bool   `protobuf:"varint,11,opt,name=lock,proto3" json:"lock,omitempty"`
-	Owner         uint64 `protobuf:"varint,12,opt,name=owner,proto3" json:"owner,omitempty"`
+	Lock  bool   `protobuf:"varint,11,opt,name=lock,proto3" json:"lock,omitempty"`
+	Owner uint64 `protobuf:"varint,12,opt,name=owner,proto3" json:"owner,omitempty"`
+	// ACQUIRE: the same for every attempt of one acquisition, so that a
+	// retry whose first attempt was granted (its reply lost) gets that
+	// lease back instead of a second one nobody would renew or release.
+	Token         uint64 `protobuf:"varint,13,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4723,6 +4727,13 @@ func (x *LeaseRequest) GetLock() bool {
 func (x *LeaseRequest) GetOwner() uint64 {
 	if x != nil {
 		return x.Owner
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
 	}
 	return 0
 }
@@ -5579,7 +5590,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xbb\x02\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xd1\x02\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5594,7 +5605,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ids\x18\n" +
 	" \x03(\x04R\x03ids\x12\x12\n" +
 	"\x04lock\x18\v \x01(\bR\x04lock\x12\x14\n" +
-	"\x05owner\x18\f \x01(\x04R\x05owner\"\xca\x01\n" +
+	"\x05owner\x18\f \x01(\x04R\x05owner\x12\x14\n" +
+	"\x05token\x18\r \x01(\x04R\x05token\"\xca\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
