@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/govfs/govfs/internal/ids"
 )
 
 func readAll(t *testing.T, c *Client, path string) []byte {
@@ -140,4 +142,32 @@ func TestInlineRegressReadFileSparseInline(t *testing.T) {
 	defer cancel()
 	_, err = c.ReadFile(ctx2, path, &w)
 	t.Logf("ReadFile: %v, %d bytes", err, w.n)
+}
+
+// OpenIno with O_TRUNC of an inline file, then a write and a read through
+// that File: the bytes read at open (before the truncate) must not come
+// back.
+func TestInlineRegressOpenTruncPrimed(t *testing.T) {
+	ctx := t.Context()
+	c := dataClient(t)
+	path := testDir(t, c) + "/f"
+	if _, err := c.WriteFile(ctx, path, bytes.NewReader([]byte("hello world")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Stat(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := c.OpenIno(ctx, ids.Ino(a.GetIno()), syscall.O_RDWR|syscall.O_TRUNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(ctx, []byte("Z"), 3); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if n, err := f.ReadAt(ctx, buf, 0); n != 4 || !bytes.Equal(buf, []byte("\x00\x00\x00Z")) {
+		t.Fatalf("read %q (%d, %v), want three zeros and Z", buf[:n], n, err)
+	}
 }

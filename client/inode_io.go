@@ -120,8 +120,11 @@ func (c *Client) openIno(ctx context.Context, ino ids.Ino, flags int) (*File, *w
 			return nil, nil, err
 		}
 		attr = a
+		f.mu.Lock()
 		f.mu.size = 0
 		f.mu.chunks = map[uint64]*wire.ChunkRef{}
+		f.mu.inline, f.mu.inlineData, f.mu.primed = false, nil, false
+		f.mu.Unlock()
 	}
 	return f, attr, nil
 }
@@ -188,4 +191,14 @@ func (f *File) Reset(a *wire.Attr) {
 	f.mu.size = int64(a.GetSize())
 	f.mu.chunks = nil
 	f.mu.hasAppend = false
+	f.mu.primed = false
+}
+
+// Unprime makes the next read of a small inline file fetch its bytes
+// again rather than trust those read at open: another File of the same
+// process changed the file since.
+func (f *File) Unprime() {
+	f.mu.Lock()
+	f.mu.primed = false
+	f.mu.Unlock()
 }

@@ -72,6 +72,10 @@ func (j *Journal) WriteAt(p []byte, off int64) error {
 	return nil
 }
 
+// Close closes the journal and leaves it on disk, for the next mount
+// on the directory to commit or report.
+func (j *Journal) Close() { j.f.Close() }
+
 // Remove deletes the journal: its extent was pushed (or its failure
 // reported to the application).
 func (j *Journal) Remove() {

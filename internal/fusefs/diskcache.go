@@ -39,16 +39,21 @@ func (n *node) setCacheVersion(v uint64) {
 	n.mu.Unlock()
 }
 
-// changedHere stops the use of cached blocks of the inode: this mount
-// changed its bytes.
+// changedHere notes that this mount changed the file's bytes: the other
+// open Files of the inode read them again (not the bytes read at their
+// open), and cached blocks are no longer used until the next open.
 func (n *node) changedHere() {
-	if n.fsys.cache == nil {
-		return
-	}
 	n.mu.Lock()
+	hs := n.handlesLocked()
 	n.mu.cacheVersion = 0
+	n.mu.changes++
 	n.mu.Unlock()
-	n.fsys.cache.Forget(n.ino)
+	for _, h := range hs {
+		h.f.Unprime()
+	}
+	if n.fsys.cache != nil {
+		n.fsys.cache.Forget(n.ino)
+	}
 }
 
 // readCached serves a read from version ver's blocks, reading and caching
@@ -60,13 +65,24 @@ func (h *handle) readCached(ctx context.Context, c *diskcache.Cache, ver uint64,
 		blk := pos / diskcache.BlockSize
 		b, ok := c.Get(h.n.ino, ver, blk)
 		if !ok {
+			h.n.mu.Lock()
+			changes := h.n.mu.changes
+			h.n.mu.Unlock()
 			buf := make([]byte, diskcache.BlockSize)
 			got, err := h.f.ReadAt(ctx, buf, blk*diskcache.BlockSize)
 			if err != nil && !errors.Is(err, io.EOF) {
 				return n, err
 			}
 			b = buf[:got]
-			c.Put(h.n.ino, ver, blk, b)
+			// Not if this mount changed the file while the block was
+			// read: the bytes may predate the change, which leaves the
+			// version as it is until the change is synced.
+			h.n.mu.Lock()
+			unchanged := h.n.mu.changes == changes && h.n.mu.cacheVersion == ver
+			h.n.mu.Unlock()
+			if unchanged {
+				c.Put(h.n.ino, ver, blk, b)
+			}
 		}
 		inBlk := pos - blk*diskcache.BlockSize
 		if inBlk >= int64(len(b)) {
@@ -92,12 +108,27 @@ func (f *FS) recoverJournals(ctx context.Context) (committed, lost int) {
 		f.log.Error("client cache: a journal could not be read", slog.Any("err", err))
 		lost++
 	}
+	// Each file's attributes are read once, before any journal is
+	// committed: committing one sets the mtime, which must not make the
+	// file's other journals look overwritten by another client.
+	type attrOf struct {
+		a   *wire.Attr
+		err error
+	}
+	attrs := map[uint64]attrOf{}
+	for _, d := range ds {
+		if _, ok := attrs[uint64(d.Ino)]; !ok {
+			a, err := f.c.GetAttr(ctx, d.Ino, client.Linearizable())
+			attrs[uint64(d.Ino)] = attrOf{a, err}
+		}
+	}
 	for _, d := range ds {
 		if len(d.Data) == 0 {
 			_ = f.cache.Committed(d)
 			continue
 		}
-		why, err := f.commitJournal(ctx, d)
+		at := attrs[uint64(d.Ino)]
+		why, err := f.commitJournal(ctx, d, at.a, at.err)
 		if err == nil && why == "" {
 			if err := f.cache.Committed(d); err != nil {
 				f.log.Warn("client cache: remove a committed journal", slog.String("journal", d.Name()), slog.Any("err", err))
@@ -121,8 +152,7 @@ func (f *FS) recoverJournals(ctx context.Context) (committed, lost int) {
 
 // commitJournal writes a leftover journal's bytes, unless the file is
 // gone or changed since (then it says why).
-func (f *FS) commitJournal(ctx context.Context, d *diskcache.Dirty) (why string, err error) {
-	a, err := f.c.GetAttr(ctx, d.Ino, client.Linearizable())
+func (f *FS) commitJournal(ctx context.Context, d *diskcache.Dirty, a *wire.Attr, err error) (why string, _ error) {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		return "the file no longer exists", nil

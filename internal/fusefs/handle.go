@@ -330,15 +330,26 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		k := copy(h.mu.buf[off-start:], data)
 		h.mu.buf = append(h.mu.buf, data[k:]...)
 	default:
-		if e := h.pushLocked(ctx, false); e != 0 {
-			return 0, e
+		// An empty buffer (its extent pushed in the background) needs no
+		// push, and this write must not wait for the background one:
+		// every later push waits for it, so the order is kept.
+		if len(h.mu.buf) > 0 {
+			if e := h.pushLocked(ctx, false); e != 0 {
+				return 0, e
+			}
 		}
 		h.mu.off = off
 		h.mu.buf = append(h.mu.buf[:0], data...)
 		if c := h.n.fsys.cache; c != nil {
 			jr, err := c.NewJournal(h.n.ino, off)
 			if err != nil {
+				// Without a journal a crash would lose the extent: write
+				// it through instead.
 				h.n.fsys.log.Warn("client cache: cannot journal buffered writes; writing through", slog.Any("err", err))
+				if e := h.pushLocked(ctx, false); e != 0 {
+					return 0, e
+				}
+				return uint32(len(data)), 0
 			}
 			h.mu.jr = jr
 		}
@@ -399,6 +410,7 @@ func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno
 		if err == nil || !keepJournal {
 			jr.Remove()
 		} else {
+			jr.Close()
 			h.n.fsys.log.Error("client cache: buffered writes could not be pushed at release; their journal is kept for the next mount",
 				slog.Uint64("ino", uint64(h.n.ino)), slog.Any("err", err))
 		}

@@ -105,12 +105,12 @@ func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fus
 	if !errors.Is(err, syscall.EAGAIN) {
 		return n.fsys.errno("getlk", err)
 	}
-	// Report what is in the way; without details, the range asked for.
-	*out = fuse.FileLock{Start: lk.Start, End: lk.End, Typ: syscall.F_WRLCK}
-	if flags&fuse.LK_FLOCK != 0 {
-		out.Start, out.End = 0, math.MaxInt64
-	}
+	// Report the lock in the way. Refused without one (only a queued
+	// request, or a new minister's fence, stood in the way): nobody
+	// holds a conflicting lock.
+	*out = fuse.FileLock{Typ: syscall.F_UNLCK}
 	if cf, ok := client.ConflictOf(err); ok && cf.Lock {
+		out.Typ = syscall.F_WRLCK
 		out.Start = uint64(cf.Off)
 		out.End = math.MaxInt64
 		if cf.Len > 0 {
@@ -142,7 +142,7 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	var write bool
 	switch lk.Typ {
 	case syscall.F_UNLCK:
-		return n.unlock(owner, start, end)
+		return n.unlock(ctx, owner, start, end)
 	case syscall.F_RDLCK:
 	case syscall.F_WRLCK:
 		write = true
@@ -161,8 +161,8 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 	}
 	nl := &n.locks
 	nl.mu.Lock()
-	defer nl.mu.Unlock()
 	if e := n.carveLocked(owner, start, end); e != 0 {
+		nl.mu.Unlock()
 		n.releaseLease(l)
 		return e
 	}
@@ -170,7 +170,22 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 		nl.byOwner = map[uint64][]heldLock{}
 	}
 	nl.byOwner[owner] = append(nl.byOwner[owner], heldLock{lease: l, start: start, end: end, write: write})
+	nl.mu.Unlock()
+	// Whoever held the range before may have changed the file: what
+	// this mount cached of it is not to be trusted (as NFS does when a
+	// lock is taken).
+	n.lockTaken()
 	return 0
+}
+
+// lockTaken drops what the kernel and this mount cache of the file's
+// data and attributes.
+func (n *node) lockTaken() {
+	n.changedHere()
+	n.mu.Lock()
+	n.mu.openVersion, n.mu.leaseAttr = 0, false
+	n.mu.Unlock()
+	_ = n.NotifyContent(0, 0) // ENOENT when the kernel forgot the inode
 }
 
 // acquireLock gets a lock lease; with wait it waits, step by step, until
@@ -197,14 +212,19 @@ func (n *node) acquireLock(ctx context.Context, owner uint64, write bool, start,
 // carveLocked takes [start, end) out of owner's locks on the node: the
 // parts outside it are locked again as they were (granted at once: a
 // held lock covers them) and the old leases given back.
+//
+// All pieces are locked before anything is given back: if one cannot be
+// (the minister unreachable), the new pieces are given back and the
+// owner's locks stay exactly as they were.
 func (n *node) carveLocked(owner uint64, start, end uint64) syscall.Errno {
 	nl := &n.locks
-	var keep []heldLock
+	var keep, added, old []heldLock
 	for _, h := range nl.byOwner[owner] {
 		if h.end <= start || end <= h.start {
 			keep = append(keep, h)
 			continue
 		}
+		old = append(old, h)
 		// What is left of h on either side of the range.
 		for _, piece := range [][2]uint64{{h.start, start}, {end, h.end}} {
 			if piece[0] < h.start || piece[1] > h.end || piece[0] >= piece[1] {
@@ -212,13 +232,18 @@ func (n *node) carveLocked(owner uint64, start, end uint64) syscall.Errno {
 			}
 			l, err := n.acquireLock(context.Background(), owner, h.write, piece[0], piece[1], false)
 			if err != nil {
-				nl.byOwner[owner] = append(keep, h)
+				for _, a := range added {
+					n.releaseLease(a.lease)
+				}
 				return n.fsys.errno("split lock", err)
 			}
-			keep = append(keep, heldLock{lease: l, start: piece[0], end: piece[1], write: h.write})
+			added = append(added, heldLock{lease: l, start: piece[0], end: piece[1], write: h.write})
 		}
+	}
+	for _, h := range old {
 		n.releaseLease(h.lease)
 	}
+	keep = append(keep, added...)
 	if len(keep) == 0 {
 		delete(nl.byOwner, owner)
 	} else {
@@ -228,9 +253,20 @@ func (n *node) carveLocked(owner uint64, start, end uint64) syscall.Errno {
 }
 
 // unlock releases owner's locks on [start, end), splitting those that
-// reach beyond it.
-func (n *node) unlock(owner uint64, start, end uint64) syscall.Errno {
+// reach beyond it. The file's buffered writes are pushed and synced
+// first: whoever takes the range next must read them (a lock protects
+// data only if its writes are out before it is given back).
+func (n *node) unlock(ctx context.Context, owner uint64, start, end uint64) syscall.Errno {
 	nl := &n.locks
+	nl.mu.Lock()
+	held := len(nl.byOwner[owner]) > 0
+	nl.mu.Unlock()
+	if !held {
+		return 0
+	}
+	if e := n.syncAll(bg(ctx)); e != 0 {
+		return e
+	}
 	nl.mu.Lock()
 	defer nl.mu.Unlock()
 	return n.carveLocked(owner, start, end)
@@ -346,8 +382,19 @@ func (l *lockFS) dropOwner(hdr fuse.InHeader, fh, owner uint64, flags uint32) {
 }
 
 func (l *lockFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	// The writes first (close pushes them), then the locks.
+	st := l.RawFileSystem.Flush(cancel, in)
 	l.dropOwner(in.InHeader, in.Fh, in.LockOwner, 0)
-	return l.RawFileSystem.Flush(cancel, in)
+	return st
+}
+
+// Forget: the kernel no longer knows the node, so no lock owner of it
+// can be named again (OFD owners are never named at FLUSH).
+func (l *lockFS) Forget(nodeID, nlookup uint64) {
+	l.mu.Lock()
+	delete(l.owners, nodeID)
+	l.mu.Unlock()
+	l.RawFileSystem.Forget(nodeID, nlookup)
 }
 
 func (l *lockFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {

@@ -106,6 +106,30 @@ func TestMountLocks(t *testing.T) {
 	must(t, err)
 	defer fa.Close()
 
+	// A lock protects data: what A wrote under its lock (buffered, no
+	// fsync) is what B reads once it holds the lock, even though B read
+	// (and cached) the old bytes before.
+	must(t, os.WriteFile(filepath.Join(dirA, "data"), []byte("old!"), 0o644))
+	da, err := os.OpenFile(filepath.Join(dirA, "data"), os.O_RDWR, 0)
+	must(t, err)
+	defer da.Close()
+	db, err := os.OpenFile(filepath.Join(dirB, "data"), os.O_RDWR, 0)
+	must(t, err)
+	defer db.Close()
+	four := make([]byte, 4)
+	if _, err := db.ReadAt(four, 0); err != nil || string(four) != "old!" {
+		t.Fatalf("B's first read %q, %v", four, err)
+	}
+	must(t, setlk(da, syscall.F_SETLK, syscall.F_WRLCK, 0, 0))
+	_, err = da.WriteAt([]byte("new!"), 0)
+	must(t, err)
+	must(t, setlk(da, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
+	must(t, setlk(db, syscall.F_SETLKW, syscall.F_RDLCK, 0, 0))
+	if _, err := db.ReadAt(four, 0); err != nil || string(four) != "new!" {
+		t.Fatalf("B read %q (%v) under its lock after A's locked write, want new!", four, err)
+	}
+	must(t, setlk(db, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
+
 	// A lock of a dead mount ends with its lease.
 	must(t, setlk(fa, syscall.F_SETLK, syscall.F_WRLCK, 0, 0))
 	wantErrno(t, "whole-file lock held", setlk(fb, syscall.F_SETLK, syscall.F_RDLCK, 5000, 1), syscall.EAGAIN)

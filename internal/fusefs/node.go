@@ -77,6 +77,8 @@ type node struct {
 		// be used for (that of the last open); 0 once this mount changed
 		// the file or lost its read lease, until the next open.
 		cacheVersion uint64
+		// changes counts this mount's changes of the file's bytes.
+		changes uint64
 	}
 }
 

@@ -213,6 +213,17 @@ func conflicts(a, b Request) bool {
 	return !sameHolder(a, b) && a.Lock == b.Lock && a.Ino == b.Ino && (a.Mode == Write || b.Mode == Write) && overlap(a, b)
 }
 
+// holdsOverlapping says whether the requester (client and owner) holds a
+// lock overlapping req.
+func (t *Table) holdsOverlapping(req Request) bool {
+	for _, l := range t.byClient[req.Client] {
+		if l.Lock && l.Owner == req.Owner && l.Ino == req.Ino && overlap(l.Request, req) {
+			return true
+		}
+	}
+	return false
+}
+
 // coveredLock returns a lock the requester already holds that covers
 // req's range in a mode at least as strong: splitting or downgrading
 // a held lock is granted at once, ahead of any queue.
@@ -252,7 +263,9 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 	own := t.findIntent(req)
 	if wait > 0 {
 		if own == nil {
-			own = &intent{req: req, seq: t.nextSeq}
+			ir := req
+			ir.Token = 0
+			own = &intent{req: ir, seq: t.nextSeq}
 			t.nextSeq++
 			t.intents[req.Ino] = append(t.intents[req.Ino], own)
 		}
@@ -265,7 +278,14 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 	}
 	var out Outcome
 	blocked := false
+	// An owner converting a lock it holds (read to write, or flock
+	// shared to exclusive) is not queued behind waiters: they may be
+	// waiting for that very lock, and both would wait for ever.
+	converting := req.Lock && t.holdsOverlapping(req)
 	for _, in := range t.intents[req.Ino] {
+		if converting {
+			break
+		}
 		// Newer intents wait behind older ones, except a change draining
 		// readers: no read may be granted past it, whatever its age
 		// (found in review: an older waiting reader got a lease nobody
@@ -460,6 +480,7 @@ func (t *Table) sortedOn(ino ids.Ino) []*Lease {
 }
 
 func (t *Table) findIntent(req Request) *intent {
+	req.Token = 0 // a waiter asking again in a later step keeps its place
 	for _, in := range t.intents[req.Ino] {
 		if !in.readersOnly && in.req == req {
 			return in

@@ -341,3 +341,21 @@ func TestTokenRetry(t *testing.T) {
 		t.Fatal("a released lease came back")
 	}
 }
+
+// An owner upgrading its read lock is not queued behind a writer that
+// waits for that very lock (which would deadlock both), and a waiter
+// asking again with a new token keeps its place.
+func TestLockUpgradePastQueue(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	mustGrant(t, tb, now, lockReq(1, 11, 7, Read, 0, 100), 0)
+	w := lockReq(2, 21, 7, Write, 0, 100)
+	w.Token = 1
+	mustRefuse(t, tb, now, w, time.Minute) // queued behind the read lock
+	mustGrant(t, tb, now, lockReq(1, 11, 7, Write, 0, 100), time.Minute)
+	w.Token = 2
+	mustRefuse(t, tb, now, w, time.Minute)
+	if n := len(tb.intents[7]); n != 1 {
+		t.Fatalf("%d intents for one waiter asking twice, want 1", n)
+	}
+}
