@@ -134,6 +134,9 @@ func (n *node) leaseRevoked(l *client.Lease, _ bool) {
 		n.mu.openVersion = 0 // the next open drops the page cache
 		n.mu.cacheVersion = 0
 	}
+	// The change that revoked the lease may not be applied on every
+	// clerk yet: the next getattr asks linearizably.
+	n.mu.linearize = true
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)
 	// Data and attributes; ENOENT when the kernel forgot the inode.

@@ -183,7 +183,7 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 func (n *node) lockTaken() {
 	n.changedHere()
 	n.mu.Lock()
-	n.mu.openVersion, n.mu.leaseAttr = 0, false
+	n.mu.openVersion, n.mu.leaseAttr, n.mu.linearize = 0, false, true
 	n.mu.Unlock()
 	_ = n.NotifyContent(0, 0) // ENOENT when the kernel forgot the inode
 }

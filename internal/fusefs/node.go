@@ -79,6 +79,10 @@ type node struct {
 		cacheVersion uint64
 		// changes counts this mount's changes of the file's bytes.
 		changes uint64
+		// linearize: another client changed the file (a revoke said so,
+		// or a lock was taken): the next getattr reads linearizably, as
+		// a clerk may not have applied the change yet.
+		linearize bool
 	}
 }
 
@@ -238,7 +242,18 @@ func (n *node) openChild(name string) *node {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, err := n.fsys.c.Lookup(bg(ctx), n.ino, name)
+	var opts []client.ReadOption
+	if in := n.GetChild(name); in != nil {
+		if ch, ok := in.Operations().(*node); ok {
+			ch.mu.Lock()
+			if ch.mu.linearize {
+				// The attributes come with the entry: not stale ones.
+				opts = append(opts, client.Linearizable())
+			}
+			ch.mu.Unlock()
+		}
+	}
+	a, err := n.fsys.c.Lookup(bg(ctx), n.ino, name, opts...)
 	if err != nil {
 		return nil, n.fsys.errno("lookup", err)
 	}
@@ -252,8 +267,21 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(n.leaseAttrTimeout(l))
 		return 0
 	}
-	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
+	n.mu.Lock()
+	lin := n.mu.linearize
+	n.mu.linearize = false
+	n.mu.Unlock()
+	var opts []client.ReadOption
+	if lin {
+		opts = append(opts, client.Linearizable())
+	}
+	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino, opts...)
 	if err != nil {
+		if lin {
+			n.mu.Lock()
+			n.mu.linearize = true
+			n.mu.Unlock()
+		}
 		return n.fsys.errno("getattr", err)
 	}
 	n.setAttr(a, &out.Attr)
