@@ -130,6 +130,30 @@ func TestMountLocks(t *testing.T) {
 	}
 	must(t, setlk(db, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
 
+	// An upgrade is not queued behind a waiter for the same range: A
+	// holds a read lock, B waits for a write lock, A upgrades (it would
+	// wait for ever behind B, which waits for A), unlocks, and B gets it.
+	must(t, setlk(da, syscall.F_SETLK, syscall.F_RDLCK, 0, 0))
+	bWaits := make(chan error, 1)
+	go func() { bWaits <- setlk(db, syscall.F_SETLKW, syscall.F_WRLCK, 0, 0) }()
+	time.Sleep(300 * time.Millisecond) // B is queued
+	upgraded := make(chan error, 1)
+	go func() { upgraded <- setlk(da, syscall.F_SETLKW, syscall.F_WRLCK, 0, 0) }()
+	select {
+	case err := <-upgraded:
+		must(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("A's upgrade is stuck behind B, which waits for A")
+	}
+	must(t, setlk(da, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
+	select {
+	case err := <-bWaits:
+		must(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("B did not get the lock after A's unlock")
+	}
+	must(t, setlk(db, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
+
 	// A lock of a dead mount ends with its lease.
 	must(t, setlk(fa, syscall.F_SETLK, syscall.F_WRLCK, 0, 0))
 	wantErrno(t, "whole-file lock held", setlk(fb, syscall.F_SETLK, syscall.F_RDLCK, 5000, 1), syscall.EAGAIN)
