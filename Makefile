@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin/govfs
 
-.PHONY: dev test build proto bench-meta vet clean fuse3 testtools
+.PHONY: dev test build proto bench-meta bench-fio vet clean fuse3 testtools
 
 dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
@@ -51,6 +51,10 @@ testtools:
 
 bench-meta: build
 	./$(BIN) bench meta
+
+# fio through a dev-cluster mount and on a local directory (installs fio).
+bench-fio: build fuse3
+	scripts/bench-fio.sh
 
 vet:
 	$(GO) vet ./...
