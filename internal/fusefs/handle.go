@@ -48,11 +48,16 @@ type bgPush struct {
 	done chan struct{}
 	end  int64 // file offset after the extent
 	err  error // set before done is closed
+	// jr is the extent's journal when the push failed (the waiter
+	// decides whether to keep it).
+	jr *diskcache.Journal
 }
 
 // waitBgLocked waits for the background push, if any; its failure is
-// kept for the handle's next write, flush or fsync.
-func (h *handle) waitBgLocked() {
+// kept for the handle's next write, flush or fsync. With keepJournal
+// (release: nobody will hear of the failure) the failed extent's journal
+// stays for the next mount to commit or report.
+func (h *handle) waitBgLocked(keepJournal bool) {
 	p := h.mu.bg
 	if p == nil {
 		return
@@ -62,12 +67,21 @@ func (h *handle) waitBgLocked() {
 	if p.err != nil && h.mu.err == nil {
 		h.mu.err = &client.Error{Op: "write", Path: "buffered data", Err: p.err}
 	}
+	if p.jr != nil {
+		if keepJournal {
+			h.n.fsys.log.Error("client cache: buffered writes could not be pushed at release; their journal is kept for the next mount",
+				slog.Uint64("ino", uint64(h.n.ino)), slog.Any("err", p.err))
+			p.jr.Close()
+		} else {
+			p.jr.Remove()
+		}
+	}
 }
 
 // pushAsyncLocked pushes the full extent in the background (after the
 // previous one) and starts an empty one.
 func (h *handle) pushAsyncLocked(ctx context.Context) {
-	h.waitBgLocked()
+	h.waitBgLocked(false)
 	buf, off, jr := h.mu.buf, h.mu.off, h.mu.jr
 	h.mu.buf, h.mu.jr = make([]byte, 0, len(buf)), nil
 	p := &bgPush{done: make(chan struct{}), end: off + int64(len(buf))}
@@ -77,7 +91,11 @@ func (h *handle) pushAsyncLocked(ctx context.Context) {
 		_, err := h.f.WriteAt(ctx, buf, off)
 		h.n.changedHere()
 		if jr != nil {
-			jr.Remove()
+			if err == nil {
+				jr.Remove()
+			} else {
+				p.jr = jr
+			}
 		}
 		p.err = err
 	}()
@@ -398,7 +416,7 @@ func (h *handle) push(ctx context.Context, report bool) syscall.Errno {
 // hear it: release) its journal stays for the next mount to commit or
 // report.
 func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno {
-	h.waitBgLocked()
+	h.waitBgLocked(keepJournal)
 	if len(h.mu.buf) == 0 {
 		h.setDirtyEndLocked()
 		return 0
