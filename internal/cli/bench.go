@@ -211,6 +211,22 @@ func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.Pr
 	return stop, c.Addrs(), nil
 }
 
+// benchCluster returns the metadata addresses of --meta or, when it is
+// empty, of a local cluster (3 metadata nodes, 3 chunk servers) started
+// for the run; stop ends that cluster (a no-op for --meta).
+func benchCluster(ctx context.Context, meta string, stderr io.Writer) (addrs []string, stop func(), err error) {
+	for _, a := range strings.Split(meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) > 0 {
+		return addrs, func() {}, nil
+	}
+	stop, addrs, err = startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
+	return addrs, stop, err
+}
+
 func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := flag.NewFlagSet("govfs bench data", flag.ContinueOnError)
 	f.SetOutput(stderr)
@@ -239,20 +255,11 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *clients <= 0 || *ops <= 0 {
 		return fmt.Errorf("bench data: --clients %d and --ops %d must be positive", *clients, *ops)
 	}
-	var addrs []string
-	for _, a := range strings.Split(*meta, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
+	addrs, stop, err := benchCluster(ctx, *meta, stderr)
+	if err != nil {
+		return err
 	}
-	if len(addrs) == 0 {
-		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addrs = local
-	}
+	defer stop()
 	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir,
 		Clients: *clients, Ops: *ops, Cold: *cache == "cold"}, stdout)
 	if err != nil {
@@ -306,19 +313,12 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *fixedWriters <= 0 || *fixedRow <= 0 {
 		return fmt.Errorf("bench locks: --fixed-writers %d and --fixed-row %d must be positive", *fixedWriters, *fixedRow)
 	}
-	for _, a := range strings.Split(*meta, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			cfg.MetaAddrs = append(cfg.MetaAddrs, a)
-		}
+	addrs, stop, err := benchCluster(ctx, *meta, stderr)
+	if err != nil {
+		return err
 	}
-	if len(cfg.MetaAddrs) == 0 {
-		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
-		if err != nil {
-			return err
-		}
-		defer stop()
-		cfg.MetaAddrs = local
-	}
+	defer stop()
+	cfg.MetaAddrs = addrs
 	rep, err := bench.RunLocks(ctx, cfg, stdout)
 	if err != nil {
 		return err
@@ -396,20 +396,11 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	dir := *mountpoint
 	if dir == "" {
-		var addrs []string
-		for _, a := range strings.Split(*meta, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				addrs = append(addrs, a)
-			}
+		addrs, stop, err := benchCluster(ctx, *meta, stderr)
+		if err != nil {
+			return err
 		}
-		if len(addrs) == 0 {
-			stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
-			if err != nil {
-				return err
-			}
-			defer stop()
-			addrs = local
-		}
+		defer stop()
 		bin, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("bench mount: find the govfs binary: %w", err)
