@@ -36,17 +36,18 @@ func (n *node) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64,
 	if mode&^uint32(fallocKeepSize|fallocPunchHole|fallocZeroRange) != 0 {
 		return syscall.EOPNOTSUPP
 	}
-	if size == 0 || off > uint64(client.MaxFileSize) || size > uint64(client.MaxFileSize)-off {
-		if size == 0 {
-			return syscall.EINVAL
-		}
+	switch {
+	case size == 0:
+		return syscall.EINVAL
+	case off > uint64(client.MaxFileSize) || size > uint64(client.MaxFileSize)-off:
 		return syscall.EFBIG
 	}
 	end := off + size
 	if e := n.flushAll(ctx); e != 0 {
 		return e
 	}
-	a, err := n.fsys.c.GetAttr(ctx, n.ino)
+	// Linearizable: the size decides what is zeroed and whether to grow.
+	a, err := n.fsys.c.GetAttr(ctx, n.ino, client.Linearizable())
 	if err != nil {
 		return n.fsys.errno("fallocate", err)
 	}
