@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/metanode"
 	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/testcluster"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -42,12 +42,11 @@ type cluster struct {
 }
 
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := testcluster.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 func startCluster(t *testing.T, n int, tweak func(*metanode.Config)) *cluster {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -67,13 +68,30 @@ type exit struct {
 	err  error
 }
 
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
+func freePort() (string, error) { return FreeAddr() }
+
+// Ports FreeAddr picks from: below Linux's ephemeral range (32768-60999),
+// which every outgoing connection of every test running at the same time
+// draws its source port from. A port picked there and released could be
+// taken as a source port before the server binds it (seen in CI as
+// "address already in use").
+const freeLow, freeHigh = 20000, 32000
+
+// FreeAddr returns a 127.0.0.1 address with a port that was free a moment
+// ago, for a server a test is about to start.
+func FreeAddr() (string, error) {
+	start := rand.IntN(freeHigh - freeLow)
+	for i := range freeHigh - freeLow {
+		port := freeLow + (start+i)%(freeHigh-freeLow)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr, nil
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return "", fmt.Errorf("no free port on 127.0.0.1 between %d and %d", freeLow, freeHigh)
 }
 
 // StartProcs starts (or restarts, on an existing Dir) the cluster.
