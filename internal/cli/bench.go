@@ -170,12 +170,10 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 	}
-	line, err := rep.JSON()
-	if err != nil {
+	if err := printJSON(stdout, rep); err != nil {
 		return fmt.Errorf("bench meta: %w", err)
 	}
-	_, err = fmt.Fprintf(stdout, "%s\n", line)
-	return err
+	return nil
 }
 
 // startBenchCluster starts a local 3-node cluster of this binary in a
@@ -265,12 +263,7 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	line, err := rep.JSON()
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "%s\n", line)
-	return err
+	return printJSON(stdout, rep)
 }
 
 func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -323,6 +316,11 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	return printJSON(stdout, rep)
+}
+
+// printJSON ends a bench run with its one-line JSON report.
+func printJSON(stdout io.Writer, rep interface{ JSON() ([]byte, error) }) error {
 	line, err := rep.JSON()
 	if err != nil {
 		return err
@@ -441,10 +439,5 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	line, err := rep.JSON()
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(stdout, "%s\n", line)
-	return err
+	return printJSON(stdout, rep)
 }
