@@ -68,6 +68,11 @@ type Request struct {
 	// lease (a retry whose answer was lost). It plays no part in
 	// conflicts.
 	Token uint64
+	// Dir makes a whole-range write lease a directory lease: besides
+	// conflicting as a write lease, it is drained (DrainReaders) by
+	// other clients' changes to the directory's entries, as read leases
+	// are by changes to their inode.
+	Dir bool
 }
 
 // Lease is a granted lease.
@@ -116,7 +121,7 @@ type intent struct {
 	seq     uint64
 	expires time.Time
 	// readersOnly: a mutation draining read leases; it blocks read
-	// requests only.
+	// requests and directory leases only.
 	readersOnly bool
 }
 
@@ -198,6 +203,8 @@ func validate(r Request) error {
 		return fmt.Errorf("%w: client id 0", ErrBadRequest)
 	case r.Ino == 0:
 		return fmt.Errorf("%w: inode 0", ErrBadRequest)
+	case r.Dir && (r.Mode != Write || r.Lock || r.Off != 0 || r.End != ToEnd):
+		return fmt.Errorf("%w: a directory lease is a whole-range write lease, not a lock", ErrBadRequest)
 	}
 	return nil
 }
@@ -293,7 +300,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || sameHolder(in.req, req) {
 			continue
 		}
-		if (in.readersOnly && !req.Lock && req.Mode == Read && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
+		if (in.readersOnly && !req.Lock && (req.Mode == Read || req.Dir) && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
 			blocked = true
 			out.RetryAt = earliest(out.RetryAt, in.expires)
 		}
@@ -335,9 +342,9 @@ func (t *Table) grant(now time.Time, req Request) (Outcome, error) {
 }
 
 // DrainReaders prepares a change of ino by client: it revokes the read
-// leases other clients hold on ino and, with wait > 0, keeps an intent
-// until now+wait that keeps new read leases of others from being
-// granted. It reports whether such read leases are still live and, if
+// leases and directory leases other clients hold on ino and, with wait >
+// 0, keeps an intent until now+wait that keeps new ones of others from
+// being granted. It reports whether such read leases are still live and, if
 // so, when the first of them expires. Call DoneDraining when the change
 // is applied (or abandoned).
 func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait time.Duration) (busy bool, retryAt time.Time, revoked []Lease) {
@@ -360,7 +367,7 @@ func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait t
 		}
 	}
 	for _, l := range t.sortedOn(ino) {
-		if l.Mode != Read || l.Client == client || l.Lock {
+		if (l.Mode != Read && !l.Dir) || l.Client == client || l.Lock {
 			continue
 		}
 		busy = true

@@ -359,3 +359,43 @@ func TestLockUpgradePastQueue(t *testing.T) {
 		t.Fatalf("%d intents for one waiter asking twice, want 1", n)
 	}
 }
+
+// TestDirLeases: a directory lease is exclusive, drained by another
+// client's entry change (not by its holder's own), and the drain's intent
+// keeps new directory leases out until the change is done.
+func TestDirLeases(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	dir := func(c ClientID) Request { r := req(c, 9, Write, 0, 0); r.Dir = true; return r }
+	l := mustGrant(t, tb, now, dir(1), 0)
+	mustRefuse(t, tb, now, dir(2), 0)
+	// The holder's own change drains nothing.
+	if busy, _, revoked := tb.DrainReaders(now, 1, 9, time.Second); busy || len(revoked) != 0 {
+		t.Fatalf("own change: busy %v, revoked %v", busy, revoked)
+	}
+	tb.DoneDraining(1, 9)
+	// Another client's change revokes it and waits for it.
+	busy, at, revoked := tb.DrainReaders(now, 2, 9, time.Second)
+	if !busy || at != l.Expires || len(revoked) != 1 || revoked[0].ID != l.ID {
+		t.Fatalf("other's change: busy %v at %v revoked %v; want the directory lease revoked", busy, at, revoked)
+	}
+	tb.Release(now, 1, []ID{l.ID})
+	if busy, _, _ := tb.DrainReaders(now, 2, 9, time.Second); busy {
+		t.Fatal("still busy after the release")
+	}
+	// Until that change is done, nobody else gets a directory lease.
+	mustRefuse(t, tb, now, dir(3), 0)
+	tb.DoneDraining(2, 9)
+	mustGrant(t, tb, now, dir(3), 0)
+	// A plain write lease is not drained by entry changes.
+	w := mustGrant(t, tb, now, req(4, 10, Write, 0, 0), 0)
+	if busy, _, revoked := tb.DrainReaders(now, 2, 10, 0); busy || len(revoked) != 0 {
+		t.Fatalf("write lease %d drained: busy %v, revoked %v", w.ID, busy, revoked)
+	}
+	// A directory lease must be a whole-range write lease.
+	bad := req(5, 11, Read, 0, 0)
+	bad.Dir = true
+	if _, err := tb.Acquire(now, bad, 0); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("read directory lease: %v, want ErrBadRequest", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -226,7 +227,7 @@ func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
 
 func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
 	r := lease.Request{Client: lease.ClientID(req.GetClientId()), Ino: ids.Ino(req.GetIno()), Mode: leaseMode(req.GetMode()),
-		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner(), Token: req.GetToken()}
+		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner(), Token: req.GetToken(), Dir: req.GetDir()}
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}
@@ -376,21 +377,80 @@ func mutatedIno(cmd *wire.Command) ids.Ino {
 	return 0
 }
 
-// drainReaders runs before a client's change to an inode is proposed:
-// other clients' read leases on it are revoked, and the change waits
-// until they are given back or expire (at most one TTL), so a reader
-// caching under a read lease never serves what this change replaced once
-// it is acknowledged. During a new minister's fence the change waits for
-// the fence to end instead: read leases the predecessor granted are not
-// known here. One call waits at most a few seconds (the client's call
-// deadline) and then answers UNAVAILABLE, and the client asks again; the
-// intent left in the table keeps new readers out meanwhile. It returns a
-// function to call when the change is done. Nothing happens on a
-// non-leader (the proposal is refused anyway).
+// entryDirs returns the directories whose entries cmd changes: their
+// directory leases are drained.
+func entryDirs(cmd *wire.Command) []ids.Ino {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Create:
+		return []ids.Ino{ids.Ino(op.Create.GetParent())}
+	case *wire.Command_Link:
+		return []ids.Ino{ids.Ino(op.Link.GetNewParent())}
+	case *wire.Command_Unlink:
+		return []ids.Ino{ids.Ino(op.Unlink.GetParent())}
+	case *wire.Command_Rename:
+		if op.Rename.GetParent() == op.Rename.GetNewParent() {
+			return []ids.Ino{ids.Ino(op.Rename.GetParent())}
+		}
+		return []ids.Ino{ids.Ino(op.Rename.GetParent()), ids.Ino(op.Rename.GetNewParent())}
+	}
+	return nil
+}
+
+// drainSet is what one client command drains: the inodes it changes
+// (read leases) and the directories whose entries it changes (directory
+// leases), with the client sending it.
+type drainSet struct {
+	client lease.ClientID
+	inos   []ids.Ino
+	dirs   []ids.Ino
+}
+
+func drainSetOf(cmd *wire.Command) drainSet {
+	var d drainSet
+	add := func(c *wire.Command) {
+		if d.client == 0 {
+			d.client = lease.ClientID(c.GetReq().GetClientId())
+		}
+		if ino := mutatedIno(c); ino != 0 && !slices.Contains(d.inos, ino) {
+			d.inos = append(d.inos, ino)
+		}
+		for _, dir := range entryDirs(c) {
+			if !slices.Contains(d.dirs, dir) {
+				d.dirs = append(d.dirs, dir)
+			}
+		}
+	}
+	if b := cmd.GetBatch(); b != nil {
+		for _, c := range b.GetCmds() {
+			add(c)
+		}
+	} else {
+		add(cmd)
+	}
+	return d
+}
+
+// drainReaders runs before a client's change is proposed: other
+// clients' read leases on the inodes it changes, and their directory
+// leases on the directories whose entries it changes, are revoked, and
+// the change waits until they are given back or expire (at most one
+// TTL), so a reader caching under a read lease never serves what this
+// change replaced once it is acknowledged, and a directory lease holder
+// never answers from a listing this change made stale. During a new
+// minister's fence a change of inodes waits for the fence to end instead:
+// read leases the predecessor granted are not known here. Entry changes
+// do not wait for the fence (they would all stall for a TTL after every
+// failover): a predecessor's directory lease lives on at most until its
+// expiry, and a batch of its holder that then conflicts fails and is
+// reported (docs/fuse.md). One call waits at most a few seconds (the
+// client's call deadline) and then answers UNAVAILABLE, and the client
+// asks again; the intents left in the table keep new leases out
+// meanwhile. It returns a function to call when the change is done.
+// Nothing happens on a non-leader (the proposal is refused anyway).
 func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
-	ino := mutatedIno(cmd)
-	client := lease.ClientID(cmd.GetReq().GetClientId())
-	if ino == 0 || client == 0 {
+	ds := drainSetOf(cmd)
+	client := ds.client
+	if client == 0 || len(ds.inos)+len(ds.dirs) == 0 {
 		return func() {}, nil
 	}
 	clk := ls.n.cfg.Clock
@@ -400,15 +460,17 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		end = dl.Add(-500 * time.Millisecond)
 	}
 	intent := ls.ttl + ls.ttl/10
-	drained := false
+	var drained []ids.Ino
 	done := func() {
-		if !drained {
+		if len(drained) == 0 {
 			return
 		}
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
 		if gl := ls.mu.groups[g]; gl != nil && gl.table != nil {
-			gl.table.DoneDraining(client, ino)
+			for _, ino := range drained {
+				gl.table.DoneDraining(client, ino)
+			}
 		}
 	}
 	for {
@@ -421,18 +483,28 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 		var busy bool
 		var at time.Time
-		if fence := gl.table.FencedUntil(); now.Before(fence) {
+		drain := ds.dirs
+		if fence := gl.table.FencedUntil(); now.Before(fence) && len(ds.inos) > 0 {
 			busy, at = true, fence
 		} else {
-			// Always, even with no lease at all: the intent it leaves
-			// keeps a reader from being granted (and caching the old
-			// state) between here and the commit.
-			var revoked []lease.Lease
-			drained = true
-			busy, at, revoked = gl.table.DrainReaders(now, client, ino, intent)
-			if len(revoked) > 0 {
-				gl.broadcastLocked()
+			drain = append(slices.Clone(ds.inos), ds.dirs...)
+		}
+		// Always, even with no lease at all: the intent it leaves keeps
+		// a reader from being granted (and caching the old state)
+		// between here and the commit.
+		anyRevoked := false
+		for _, ino := range drain {
+			if !slices.Contains(drained, ino) {
+				drained = append(drained, ino)
 			}
+			b, a, revoked := gl.table.DrainReaders(now, client, ino, intent)
+			if b {
+				busy, at = true, earliestTime(at, a)
+			}
+			anyRevoked = anyRevoked || len(revoked) > 0
+		}
+		if anyRevoked {
+			gl.broadcastLocked()
 		}
 		ch := gl.changed
 		ls.mu.Unlock()
@@ -440,13 +512,14 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			return done, nil
 		}
 		if !now.Before(end) || ctx.Err() != nil {
-			// The intent stays (it expires by itself): the client asks
-			// again, and new readers stay out meanwhile.
-			return func() {}, fmt.Errorf("%w: waiting for other clients to give back their read leases on ino %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, ino)
+			// The intents stay (they expire by themselves): the client
+			// asks again, and new leases stay out meanwhile.
+			return func() {}, fmt.Errorf("%w: waiting for other clients to give back their leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, append(ds.inos, ds.dirs...))
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}
 }
+
 func earliestTime(a, b time.Time) time.Time {
 	if a.IsZero() || b.Before(a) {
 		return b

@@ -90,7 +90,9 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 	case *wire.Command_Rename:
 		names = append(names, op.Rename.GetName(), op.Rename.GetNewName())
 	case *wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr, *wire.Command_SetChunk,
-		*wire.Command_WriteInline, *wire.Command_DropInline:
+		*wire.Command_WriteInline, *wire.Command_DropInline, *wire.Command_ReserveInodes:
+	case *wire.Command_Batch:
+		return validateBatch(g, cmd)
 	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
@@ -110,6 +112,47 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		}
 	}
 	return nil
+}
+
+// validateBatch checks a batch and each of its commands: all of one
+// client, each with its request id, none a batch or a president
+// operation. One bad command refuses the whole batch.
+func validateBatch(g ids.GroupID, cmd *wire.Command) error {
+	if cmd.GetReq().GetClientId() != 0 {
+		return errors.New("a batch carries no request id (its commands do)")
+	}
+	cmds := cmd.GetBatch().GetCmds()
+	if len(cmds) == 0 || len(cmds) > namespace.MaxBatch {
+		return fmt.Errorf("batch of %d commands (want 1 to %d)", len(cmds), namespace.MaxBatch)
+	}
+	client := cmds[0].GetReq().GetClientId()
+	for i, sub := range cmds {
+		switch sub.GetOp().(type) {
+		case *wire.Command_Batch:
+			return fmt.Errorf("batch command %d is a batch", i)
+		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
+			return fmt.Errorf("batch command %d: %T goes to the president group, never in a batch", i, sub.GetOp())
+		}
+		if c := sub.GetReq().GetClientId(); c == 0 || c != client {
+			return fmt.Errorf("batch command %d: client id %d (every command of a batch needs the same non-zero client id, %d)", i, c, client)
+		}
+		if err := validateCommand(g, sub); err != nil {
+			return fmt.Errorf("batch command %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// needsFreeInodes says whether cmd takes inode numbers from the
+// ministry's grant (a create without a reserved number, a reservation).
+func needsFreeInodes(cmd *wire.Command) bool {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Create:
+		return op.Create.GetIno() == 0
+	case *wire.Command_ReserveInodes:
+		return true
+	}
+	return false
 }
 
 func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wire.MutateResponse, error) {
@@ -133,7 +176,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	// the president's first grant lands (milliseconds). Answer a create in
 	// that window with a retryable UNAVAILABLE instead of proposing it and
 	// recording a permanent ENOSPC for its request id.
-	if _, isCreate := cmd.GetOp().(*wire.Command_Create); isCreate {
+	if needsFreeInodes(cmd) {
 		var free uint64
 		err := s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 			var err error

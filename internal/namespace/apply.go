@@ -24,6 +24,12 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	if err := expireClients(rw, cmd.NowNs); err != nil {
 		return nil, err
 	}
+	if b := cmd.GetBatch(); b != nil {
+		if cmd.GetReq().GetClientId() != 0 {
+			return &wire.Result{Errno: uint32(syscall.EINVAL), Message: "namespace: a batch carries no request id (its commands do)"}, nil
+		}
+		return applyBatch(rw, cmd.NowNs, b)
+	}
 	req := cmd.GetReq()
 	if req.GetClientId() == 0 {
 		return applyOp(rw, cmd)
@@ -70,7 +76,9 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 	case *wire.Command_GrantInodes:
 		return grantInodes(t, op.GrantInodes)
 	case *wire.Command_Create:
-		return create(t, op.Create)
+		return create(t, cmd.GetReq().GetClientId(), op.Create)
+	case *wire.Command_ReserveInodes:
+		return reserveInodes(t, cmd.GetReq().GetClientId(), op.ReserveInodes)
 	case *wire.Command_Link:
 		return link(t, op.Link)
 	case *wire.Command_Unlink:
@@ -151,7 +159,7 @@ func newInode(now int64, ino ids.Ino, typ wire.FileType, mode uint32, cred *wire
 	return &wire.Inode{Attr: a}
 }
 
-func create(t *tx, op *wire.CreateOp) (*wire.Result, error) {
+func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	parent := ids.Ino(op.Parent)
 	if err := ValidateName(op.Name); err != nil {
 		return nil, err
@@ -197,8 +205,13 @@ func create(t *tx, op *wire.CreateOp) (*wire.Result, error) {
 	if op.Type == wire.FileType_DIRECTORY && pin.Attr.Nlink == ^uint32(0) {
 		return nil, errnof(syscall.EMLINK, "mkdir %v/%q: too many subdirectories", parent, op.Name)
 	}
-	ino, err := allocIno(t)
-	if err != nil {
+	var ino ids.Ino
+	if op.Ino != 0 {
+		if err := useReserved(t, client, op.Ino); err != nil {
+			return nil, err
+		}
+		ino = ids.Ino(op.Ino)
+	} else if ino, err = allocIno(t); err != nil {
 		return nil, err
 	}
 	in := newInode(t.now, ino, op.Type, op.Mode, op.Cred)

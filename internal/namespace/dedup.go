@@ -188,6 +188,9 @@ func expireClients(rw engine.ReadWriter, now int64) error {
 		if err := rw.Delete(clientKey(client)); err != nil {
 			return fmt.Errorf("namespace: forget client %d: %w", client, err)
 		}
+		if err := rw.Delete(reserveKey(client)); err != nil {
+			return fmt.Errorf("namespace: forget client %d: %w", client, err)
+		}
 		if err := rw.Delete(k); err != nil {
 			return fmt.Errorf("namespace: forget client %d: %w", client, err)
 		}

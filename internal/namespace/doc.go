@@ -41,6 +41,9 @@
 //	                          encoding) + seq watermark (8)
 //	"t" <last use> <client>   empty; index of clients by last use, for expiry
 //	"e"                       u64 minute (command time) of the last expiry run
+//	"v" <client>              inode numbers reserved by the client
+//	                          (ReserveInodesOp): next u64, end u64; see
+//	                          async.go
 //
 // Times in keys are int64 nanoseconds with the sign bit flipped, so that
 // they sort in time order as unsigned bytes.

@@ -899,6 +899,8 @@ type Command struct {
 	//	*Command_SetChunk
 	//	*Command_WriteInline
 	//	*Command_DropInline
+	//	*Command_ReserveInodes
+	//	*Command_Batch
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -1077,6 +1079,24 @@ func (x *Command) GetDropInline() *DropInlineOp {
 	return nil
 }
 
+func (x *Command) GetReserveInodes() *ReserveInodesOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ReserveInodes); ok {
+			return x.ReserveInodes
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBatch() *BatchOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -1193,6 +1213,14 @@ type Command_DropInline struct {
 	DropInline *DropInlineOp `protobuf:"bytes,21,opt,name=drop_inline,json=dropInline,proto3,oneof"`
 }
 
+type Command_ReserveInodes struct {
+	ReserveInodes *ReserveInodesOp `protobuf:"bytes,22,opt,name=reserve_inodes,json=reserveInodes,proto3,oneof"`
+}
+
+type Command_Batch struct {
+	Batch *BatchOp `protobuf:"bytes,23,opt,name=batch,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1246,6 +1274,10 @@ func (*Command_WriteInline) isCommand_Op() {}
 
 func (*Command_DropInline) isCommand_Op() {}
 
+func (*Command_ReserveInodes) isCommand_Op() {}
+
+func (*Command_Batch) isCommand_Op() {}
+
 func (*Command_InitCluster) isCommand_Op() {}
 
 func (*Command_AllocInodes) isCommand_Op() {}
@@ -1276,7 +1308,13 @@ type CreateOp struct {
 	// fifos always fail with EEXIST.
 	Exclusive bool `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	// Device number (CHAR_DEVICE and BLOCK_DEVICE only).
-	Rdev          uint64 `protobuf:"varint,8,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Rdev uint64 `protobuf:"varint,8,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	// The new inode's number, chosen by the client (0: the ministry picks
+	// one). It must lie in the range this client reserved with
+	// ReserveInodesOp, above every number it used from that range: an
+	// asynchronous create (docs/fuse.md) answers the application before
+	// the ministry has seen the create, with the inode number it will get.
+	Ino           uint64 `protobuf:"varint,9,opt,name=ino,proto3" json:"ino,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1367,6 +1405,113 @@ func (x *CreateOp) GetRdev() uint64 {
 	return 0
 }
 
+func (x *CreateOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+// ReserveInodesOp sets aside up to `count` (at most 4096) consecutive
+// unused inode numbers of the ministry for the sending client, in
+// Result.start/end (fewer when the current grant runs out; ENOSPC when
+// none is left). It replaces the client's previous reservation in this
+// ministry; the numbers it did not use are never handed out again. A
+// reservation is forgotten with the client's request results (idle for
+// an hour).
+type ReserveInodesOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveInodesOp) Reset() {
+	*x = ReserveInodesOp{}
+	mi := &file_govfs_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveInodesOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveInodesOp) ProtoMessage() {}
+
+func (x *ReserveInodesOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveInodesOp.ProtoReflect.Descriptor instead.
+func (*ReserveInodesOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReserveInodesOp) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// BatchOp applies one client's commands in order, in one log entry
+// (asynchronous metadata operations, docs/fuse.md). Each keeps its own
+// request id, so a batch sent again is answered from the recorded
+// results; each succeeds or fails on its own (Result.results, in
+// order). The batch itself carries no request id; batches do not nest.
+type BatchOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cmds          []*Command             `protobuf:"bytes,1,rep,name=cmds,proto3" json:"cmds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchOp) Reset() {
+	*x = BatchOp{}
+	mi := &file_govfs_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchOp) ProtoMessage() {}
+
+func (x *BatchOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
+func (*BatchOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BatchOp) GetCmds() []*Command {
+	if x != nil {
+		return x.Cmds
+	}
+	return nil
+}
+
 type LinkOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
@@ -1378,7 +1523,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_govfs_proto_msgTypes[8]
+	mi := &file_govfs_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1535,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[8]
+	mi := &file_govfs_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1548,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{8}
+	return file_govfs_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LinkOp) GetIno() uint64 {
@@ -1441,7 +1586,7 @@ type UnlinkOp struct {
 
 func (x *UnlinkOp) Reset() {
 	*x = UnlinkOp{}
-	mi := &file_govfs_proto_msgTypes[9]
+	mi := &file_govfs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1598,7 @@ func (x *UnlinkOp) String() string {
 func (*UnlinkOp) ProtoMessage() {}
 
 func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[9]
+	mi := &file_govfs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1611,7 @@ func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkOp.ProtoReflect.Descriptor instead.
 func (*UnlinkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{9}
+	return file_govfs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UnlinkOp) GetParent() uint64 {
@@ -1504,7 +1649,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_govfs_proto_msgTypes[10]
+	mi := &file_govfs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1661,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[10]
+	mi := &file_govfs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1674,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{10}
+	return file_govfs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenameOp) GetParent() uint64 {
@@ -1595,7 +1740,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_govfs_proto_msgTypes[11]
+	mi := &file_govfs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1752,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[11]
+	mi := &file_govfs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1765,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{11}
+	return file_govfs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetattrOp) GetIno() uint64 {
@@ -1707,7 +1852,7 @@ type SetXattrOp struct {
 
 func (x *SetXattrOp) Reset() {
 	*x = SetXattrOp{}
-	mi := &file_govfs_proto_msgTypes[12]
+	mi := &file_govfs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1864,7 @@ func (x *SetXattrOp) String() string {
 func (*SetXattrOp) ProtoMessage() {}
 
 func (x *SetXattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[12]
+	mi := &file_govfs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1877,7 @@ func (x *SetXattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrOp.ProtoReflect.Descriptor instead.
 func (*SetXattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{12}
+	return file_govfs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetXattrOp) GetIno() uint64 {
@@ -1773,7 +1918,7 @@ type RemoveXattrOp struct {
 
 func (x *RemoveXattrOp) Reset() {
 	*x = RemoveXattrOp{}
-	mi := &file_govfs_proto_msgTypes[13]
+	mi := &file_govfs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1930,7 @@ func (x *RemoveXattrOp) String() string {
 func (*RemoveXattrOp) ProtoMessage() {}
 
 func (x *RemoveXattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[13]
+	mi := &file_govfs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1943,7 @@ func (x *RemoveXattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrOp.ProtoReflect.Descriptor instead.
 func (*RemoveXattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{13}
+	return file_govfs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveXattrOp) GetIno() uint64 {
@@ -1828,7 +1973,7 @@ type ChunkRef struct {
 
 func (x *ChunkRef) Reset() {
 	*x = ChunkRef{}
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1985,7 @@ func (x *ChunkRef) String() string {
 func (*ChunkRef) ProtoMessage() {}
 
 func (x *ChunkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1998,7 @@ func (x *ChunkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRef.ProtoReflect.Descriptor instead.
 func (*ChunkRef) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{14}
+	return file_govfs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChunkRef) GetIndex() uint64 {
@@ -1890,7 +2035,7 @@ type SetChunkOp struct {
 
 func (x *SetChunkOp) Reset() {
 	*x = SetChunkOp{}
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2047,7 @@ func (x *SetChunkOp) String() string {
 func (*SetChunkOp) ProtoMessage() {}
 
 func (x *SetChunkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2060,7 @@ func (x *SetChunkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChunkOp.ProtoReflect.Descriptor instead.
 func (*SetChunkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{15}
+	return file_govfs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetChunkOp) GetIno() uint64 {
@@ -1944,7 +2089,7 @@ type GrantInodesOp struct {
 
 func (x *GrantInodesOp) Reset() {
 	*x = GrantInodesOp{}
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2101,7 @@ func (x *GrantInodesOp) String() string {
 func (*GrantInodesOp) ProtoMessage() {}
 
 func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2114,7 @@ func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantInodesOp.ProtoReflect.Descriptor instead.
 func (*GrantInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{16}
+	return file_govfs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GrantInodesOp) GetStart() uint64 {
@@ -1997,7 +2142,7 @@ type InitMinistryOp struct {
 
 func (x *InitMinistryOp) Reset() {
 	*x = InitMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2154,7 @@ func (x *InitMinistryOp) String() string {
 func (*InitMinistryOp) ProtoMessage() {}
 
 func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2167,7 @@ func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitMinistryOp.ProtoReflect.Descriptor instead.
 func (*InitMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{17}
+	return file_govfs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InitMinistryOp) GetRootIno() uint64 {
@@ -2051,7 +2196,7 @@ type InitClusterOp struct {
 
 func (x *InitClusterOp) Reset() {
 	*x = InitClusterOp{}
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2208,7 @@ func (x *InitClusterOp) String() string {
 func (*InitClusterOp) ProtoMessage() {}
 
 func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2221,7 @@ func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitClusterOp.ProtoReflect.Descriptor instead.
 func (*InitClusterOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{18}
+	return file_govfs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *InitClusterOp) GetClusterId() string {
@@ -2104,7 +2249,7 @@ type AllocInodesOp struct {
 
 func (x *AllocInodesOp) Reset() {
 	*x = AllocInodesOp{}
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2261,7 @@ func (x *AllocInodesOp) String() string {
 func (*AllocInodesOp) ProtoMessage() {}
 
 func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2274,7 @@ func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocInodesOp.ProtoReflect.Descriptor instead.
 func (*AllocInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{19}
+	return file_govfs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AllocInodesOp) GetMinistry() uint64 {
@@ -2169,7 +2314,7 @@ type ChunkServer struct {
 
 func (x *ChunkServer) Reset() {
 	*x = ChunkServer{}
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2326,7 @@ func (x *ChunkServer) String() string {
 func (*ChunkServer) ProtoMessage() {}
 
 func (x *ChunkServer) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2339,7 @@ func (x *ChunkServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServer.ProtoReflect.Descriptor instead.
 func (*ChunkServer) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{20}
+	return file_govfs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChunkServer) GetId() uint64 {
@@ -2265,7 +2410,7 @@ type RegisterChunkServerOp struct {
 
 func (x *RegisterChunkServerOp) Reset() {
 	*x = RegisterChunkServerOp{}
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2422,7 @@ func (x *RegisterChunkServerOp) String() string {
 func (*RegisterChunkServerOp) ProtoMessage() {}
 
 func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2435,7 @@ func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterChunkServerOp.ProtoReflect.Descriptor instead.
 func (*RegisterChunkServerOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{21}
+	return file_govfs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterChunkServerOp) GetServer() *ChunkServer {
@@ -2322,7 +2467,7 @@ type ReplicaGroup struct {
 
 func (x *ReplicaGroup) Reset() {
 	*x = ReplicaGroup{}
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2479,7 @@ func (x *ReplicaGroup) String() string {
 func (*ReplicaGroup) ProtoMessage() {}
 
 func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2492,7 @@ func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaGroup.ProtoReflect.Descriptor instead.
 func (*ReplicaGroup) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{22}
+	return file_govfs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaGroup) GetId() uint64 {
@@ -2410,7 +2555,7 @@ type ReplaceMemberOp struct {
 
 func (x *ReplaceMemberOp) Reset() {
 	*x = ReplaceMemberOp{}
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2567,7 @@ func (x *ReplaceMemberOp) String() string {
 func (*ReplaceMemberOp) ProtoMessage() {}
 
 func (x *ReplaceMemberOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2580,7 @@ func (x *ReplaceMemberOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceMemberOp.ProtoReflect.Descriptor instead.
 func (*ReplaceMemberOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{23}
+	return file_govfs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplaceMemberOp) GetGroup() uint64 {
@@ -2486,7 +2631,7 @@ type MemberSyncedOp struct {
 
 func (x *MemberSyncedOp) Reset() {
 	*x = MemberSyncedOp{}
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2643,7 @@ func (x *MemberSyncedOp) String() string {
 func (*MemberSyncedOp) ProtoMessage() {}
 
 func (x *MemberSyncedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2656,7 @@ func (x *MemberSyncedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSyncedOp.ProtoReflect.Descriptor instead.
 func (*MemberSyncedOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{24}
+	return file_govfs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MemberSyncedOp) GetGroup() uint64 {
@@ -2549,7 +2694,7 @@ type CreateReplicaGroupOp struct {
 
 func (x *CreateReplicaGroupOp) Reset() {
 	*x = CreateReplicaGroupOp{}
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2706,7 @@ func (x *CreateReplicaGroupOp) String() string {
 func (*CreateReplicaGroupOp) ProtoMessage() {}
 
 func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2719,7 @@ func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaGroupOp.ProtoReflect.Descriptor instead.
 func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{25}
+	return file_govfs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
@@ -2601,7 +2746,7 @@ type AllocChunkHandlesOp struct {
 
 func (x *AllocChunkHandlesOp) Reset() {
 	*x = AllocChunkHandlesOp{}
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2758,7 @@ func (x *AllocChunkHandlesOp) String() string {
 func (*AllocChunkHandlesOp) ProtoMessage() {}
 
 func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2771,7 @@ func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
 func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{26}
+	return file_govfs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *AllocChunkHandlesOp) GetCount() uint64 {
@@ -2649,14 +2794,16 @@ type Result struct {
 	End     uint64 `protobuf:"varint,4,opt,name=end,proto3" json:"end,omitempty"`
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// set_chunk: the chunk recorded.
-	Chunk         *ChunkRef `protobuf:"bytes,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Chunk *ChunkRef `protobuf:"bytes,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// batch: one result per command, in order.
+	Results       []*Result `protobuf:"bytes,7,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2815,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2828,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{27}
+	return file_govfs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -2726,6 +2873,13 @@ func (x *Result) GetChunk() *ChunkRef {
 	return nil
 }
 
+func (x *Result) GetResults() []*Result {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2736,7 +2890,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2902,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2915,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{28}
+	return file_govfs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Member) GetId() uint64 {
@@ -2791,7 +2945,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2957,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2970,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{29}
+	return file_govfs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -2865,7 +3019,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3031,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3044,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -2925,7 +3079,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3091,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3104,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -2998,7 +3152,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3164,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3177,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -3188,7 +3342,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3354,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3367,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -3262,7 +3416,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3428,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3441,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -3327,7 +3481,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3339,7 +3493,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3352,7 +3506,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -3386,7 +3540,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3552,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3565,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -3437,7 +3591,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3603,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3616,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -3485,7 +3639,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3651,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3664,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -3544,7 +3698,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3556,7 +3710,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3569,7 +3723,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -3595,7 +3749,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3761,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3774,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -3639,7 +3793,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3805,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3818,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -3687,7 +3841,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3699,7 +3853,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3712,7 +3866,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -3781,7 +3935,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3947,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3960,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -3908,7 +4062,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4074,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4087,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 type ClusterInfoResponse struct {
@@ -3954,7 +4108,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +4120,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +4133,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -4046,7 +4200,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4212,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4225,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 type GroupStatus struct {
@@ -4091,7 +4245,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4257,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4270,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -4201,7 +4355,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4213,7 +4367,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4226,7 +4380,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -4320,7 +4474,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4486,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4499,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -4419,7 +4573,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4431,7 +4585,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4444,7 +4598,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -4496,7 +4650,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +4662,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +4675,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -4612,14 +4766,20 @@ type LeaseRequest struct {
 	// ACQUIRE: the same for every attempt of one acquisition, so that a
 	// retry whose first attempt was granted (its reply lost) gets that
 	// lease back instead of a second one nobody would renew or release.
-	Token         uint64 `protobuf:"varint,13,opt,name=token,proto3" json:"token,omitempty"`
+	Token uint64 `protobuf:"varint,13,opt,name=token,proto3" json:"token,omitempty"`
+	// A directory lease (mode WRITE, whole range, on a directory): while
+	// it is held, other clients' changes to the directory's entries
+	// (create, link, unlink, rename in or out of it) revoke it and wait
+	// until it is given back, so the holder may answer those operations
+	// itself and send them later in batches (docs/fuse.md).
+	Dir           bool `protobuf:"varint,14,opt,name=dir,proto3" json:"dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4631,7 +4791,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4644,7 +4804,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -4738,6 +4898,13 @@ func (x *LeaseRequest) GetToken() uint64 {
 	return 0
 }
 
+func (x *LeaseRequest) GetDir() bool {
+	if x != nil {
+		return x.Dir
+	}
+	return false
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4755,7 +4922,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4934,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4947,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -4862,7 +5029,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4874,7 +5041,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4887,7 +5054,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -4953,7 +5120,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4965,7 +5132,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4978,7 +5145,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -5020,7 +5187,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5032,7 +5199,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5045,7 +5212,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -5071,7 +5238,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5083,7 +5250,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5096,7 +5263,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -5124,7 +5291,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5136,7 +5303,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5149,7 +5316,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -5211,7 +5378,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5223,7 +5390,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5236,7 +5403,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KV) GetKey() []byte {
@@ -5295,8 +5462,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x8f\n" +
-	"\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x82\v\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -5314,7 +5480,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\tset_chunk\x18\x13 \x01(\v2\x16.govfs.wire.SetChunkOpH\x00R\bsetChunk\x12>\n" +
 	"\fwrite_inline\x18\x14 \x01(\v2\x19.govfs.wire.WriteInlineOpH\x00R\vwriteInline\x12;\n" +
 	"\vdrop_inline\x18\x15 \x01(\v2\x18.govfs.wire.DropInlineOpH\x00R\n" +
-	"dropInline\x12>\n" +
+	"dropInline\x12D\n" +
+	"\x0ereserve_inodes\x18\x16 \x01(\v2\x1b.govfs.wire.ReserveInodesOpH\x00R\rreserveInodes\x12+\n" +
+	"\x05batch\x18\x17 \x01(\v2\x13.govfs.wire.BatchOpH\x00R\x05batch\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
@@ -5322,7 +5490,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandles\x12D\n" +
 	"\x0ereplace_member\x18# \x01(\v2\x1b.govfs.wire.ReplaceMemberOpH\x00R\rreplaceMember\x12A\n" +
 	"\rmember_synced\x18$ \x01(\v2\x1a.govfs.wire.MemberSyncedOpH\x00R\fmemberSyncedB\x04\n" +
-	"\x02op\"\xe4\x01\n" +
+	"\x02op\"\xf6\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12(\n" +
@@ -5331,7 +5499,12 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04cred\x18\x05 \x01(\v2\x10.govfs.wire.CredR\x04cred\x12\x16\n" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x1c\n" +
 	"\texclusive\x18\a \x01(\bR\texclusive\x12\x12\n" +
-	"\x04rdev\x18\b \x01(\x04R\x04rdev\"T\n" +
+	"\x04rdev\x18\b \x01(\x04R\x04rdev\x12\x10\n" +
+	"\x03ino\x18\t \x01(\x04R\x03ino\"'\n" +
+	"\x0fReserveInodesOp\x12\x14\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"2\n" +
+	"\aBatchOp\x12'\n" +
+	"\x04cmds\x18\x01 \x03(\v2\x13.govfs.wire.CommandR\x04cmds\"T\n" +
 	"\x06LinkOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1d\n" +
 	"\n" +
@@ -5424,14 +5597,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\x12'\n" +
 	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\xb2\x01\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\xe0\x01\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12$\n" +
 	"\x04attr\x18\x02 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x14\n" +
 	"\x05start\x18\x03 \x01(\x04R\x05start\x12\x10\n" +
 	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
-	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\",\n" +
+	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\x12,\n" +
+	"\aresults\x18\a \x03(\v2\x12.govfs.wire.ResultR\aresults\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x88\x01\n" +
@@ -5590,7 +5764,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xd1\x02\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xe3\x02\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5606,7 +5780,8 @@ const file_govfs_proto_rawDesc = "" +
 	" \x03(\x04R\x03ids\x12\x12\n" +
 	"\x04lock\x18\v \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\f \x01(\x04R\x05owner\x12\x14\n" +
-	"\x05token\x18\r \x01(\x04R\x05token\"\xca\x01\n" +
+	"\x05token\x18\r \x01(\x04R\x05token\x12\x10\n" +
+	"\x03dir\x18\x0e \x01(\bR\x03dir\"\xca\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -5718,7 +5893,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -5734,59 +5909,61 @@ var file_govfs_proto_goTypes = []any{
 	(*Cred)(nil),                   // 11: govfs.wire.Cred
 	(*Command)(nil),                // 12: govfs.wire.Command
 	(*CreateOp)(nil),               // 13: govfs.wire.CreateOp
-	(*LinkOp)(nil),                 // 14: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),               // 15: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),               // 16: govfs.wire.RenameOp
-	(*SetattrOp)(nil),              // 17: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),             // 18: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),          // 19: govfs.wire.RemoveXattrOp
-	(*ChunkRef)(nil),               // 20: govfs.wire.ChunkRef
-	(*SetChunkOp)(nil),             // 21: govfs.wire.SetChunkOp
-	(*GrantInodesOp)(nil),          // 22: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),         // 23: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),          // 24: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),          // 25: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),            // 26: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil),  // 27: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),           // 28: govfs.wire.ReplicaGroup
-	(*ReplaceMemberOp)(nil),        // 29: govfs.wire.ReplaceMemberOp
-	(*MemberSyncedOp)(nil),         // 30: govfs.wire.MemberSyncedOp
-	(*CreateReplicaGroupOp)(nil),   // 31: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 32: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 33: govfs.wire.Result
-	(*Member)(nil),                 // 34: govfs.wire.Member
-	(*Ministry)(nil),               // 35: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 36: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 37: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 38: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 39: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 40: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 41: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 42: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 43: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 44: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 45: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 46: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 47: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 48: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 49: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 50: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 51: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 52: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 53: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 54: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 55: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 56: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 57: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 58: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 59: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 60: govfs.wire.LeaseResponse
-	(*RaftBatch)(nil),              // 61: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 62: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 63: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 64: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 65: govfs.wire.KV
-	nil,                            // 66: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*ReserveInodesOp)(nil),        // 14: govfs.wire.ReserveInodesOp
+	(*BatchOp)(nil),                // 15: govfs.wire.BatchOp
+	(*LinkOp)(nil),                 // 16: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),               // 17: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),               // 18: govfs.wire.RenameOp
+	(*SetattrOp)(nil),              // 19: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),             // 20: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),          // 21: govfs.wire.RemoveXattrOp
+	(*ChunkRef)(nil),               // 22: govfs.wire.ChunkRef
+	(*SetChunkOp)(nil),             // 23: govfs.wire.SetChunkOp
+	(*GrantInodesOp)(nil),          // 24: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 25: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 26: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 27: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 28: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 29: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 30: govfs.wire.ReplicaGroup
+	(*ReplaceMemberOp)(nil),        // 31: govfs.wire.ReplaceMemberOp
+	(*MemberSyncedOp)(nil),         // 32: govfs.wire.MemberSyncedOp
+	(*CreateReplicaGroupOp)(nil),   // 33: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 34: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 35: govfs.wire.Result
+	(*Member)(nil),                 // 36: govfs.wire.Member
+	(*Ministry)(nil),               // 37: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 38: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 39: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 40: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 41: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 42: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 43: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 44: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 45: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 46: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 47: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 48: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 49: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 50: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 51: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 52: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 53: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 54: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 55: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 56: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 57: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 58: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 59: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 60: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 61: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 62: govfs.wire.LeaseResponse
+	(*RaftBatch)(nil),              // 63: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 64: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 65: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 66: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 67: govfs.wire.KV
+	nil,                            // 68: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -5795,94 +5972,98 @@ var file_govfs_proto_depIdxs = []int32{
 	1,  // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
 	10, // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
 	13, // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
-	14, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
-	15, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
-	16, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
-	17, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
-	18, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
-	19, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	22, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	23, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	21, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	39, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	40, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
-	24, // 17: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	25, // 18: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	27, // 19: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	31, // 20: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	32, // 21: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	29, // 22: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	30, // 23: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	1,  // 24: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	11, // 25: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	20, // 26: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	20, // 27: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	34, // 28: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	26, // 29: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	7,  // 30: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	20, // 31: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	12, // 32: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	6,  // 33: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	33, // 34: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 35: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	42, // 36: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	43, // 37: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	44, // 38: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	45, // 39: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	46, // 40: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	47, // 41: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	41, // 42: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	20, // 43: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,  // 44: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	7,  // 45: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	6,  // 46: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	7,  // 47: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	48, // 48: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	20, // 49: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	6,  // 50: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	34, // 51: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	35, // 52: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	28, // 53: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	26, // 54: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	6,  // 55: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	53, // 56: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	34, // 57: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	57, // 58: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	28, // 59: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	6,  // 60: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	28, // 61: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	66, // 62: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	26, // 63: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	5,  // 64: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	4,  // 65: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	4,  // 66: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	6,  // 67: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	59, // 68: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	59, // 69: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	62, // 70: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 71: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	65, // 72: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	36, // 73: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	38, // 74: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	50, // 75: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	52, // 76: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	55, // 77: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	58, // 78: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	61, // 79: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	64, // 80: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	37, // 81: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	49, // 82: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	51, // 83: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	54, // 84: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	56, // 85: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	60, // 86: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	63, // 87: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	63, // 88: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	81, // [81:89] is the sub-list for method output_type
-	73, // [73:81] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	16, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
+	17, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
+	18, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
+	19, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
+	20, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
+	21, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
+	24, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	25, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	23, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	41, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	42, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	14, // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
+	15, // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
+	26, // 19: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	27, // 20: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	29, // 21: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	33, // 22: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	34, // 23: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	31, // 24: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	32, // 25: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	1,  // 26: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	11, // 27: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	12, // 28: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	22, // 29: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	22, // 30: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	36, // 31: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	28, // 32: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	7,  // 33: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	22, // 34: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	35, // 35: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	12, // 36: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	6,  // 37: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	35, // 38: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 39: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	44, // 40: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	45, // 41: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	46, // 42: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	47, // 43: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	48, // 44: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	49, // 45: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	43, // 46: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	22, // 47: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,  // 48: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	7,  // 49: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	6,  // 50: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	7,  // 51: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	50, // 52: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	22, // 53: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	6,  // 54: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	36, // 55: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	37, // 56: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	30, // 57: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	28, // 58: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	6,  // 59: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	55, // 60: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	36, // 61: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	59, // 62: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	30, // 63: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	6,  // 64: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	30, // 65: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	68, // 66: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	28, // 67: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	5,  // 68: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	4,  // 69: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	4,  // 70: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	6,  // 71: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	61, // 72: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	61, // 73: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	64, // 74: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 75: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	67, // 76: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	38, // 77: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	40, // 78: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	52, // 79: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	54, // 80: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	57, // 81: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	60, // 82: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	63, // 83: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	66, // 84: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	39, // 85: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	51, // 86: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	53, // 87: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	56, // 88: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	58, // 89: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	62, // 90: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	65, // 91: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	65, // 92: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	85, // [85:93] is the sub-list for method output_type
+	77, // [77:85] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -5903,6 +6084,8 @@ func file_govfs_proto_init() {
 		(*Command_SetChunk)(nil),
 		(*Command_WriteInline)(nil),
 		(*Command_DropInline)(nil),
+		(*Command_ReserveInodes)(nil),
+		(*Command_Batch)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
@@ -5911,7 +6094,7 @@ func file_govfs_proto_init() {
 		(*Command_ReplaceMember)(nil),
 		(*Command_MemberSynced)(nil),
 	}
-	file_govfs_proto_msgTypes[32].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[34].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -5926,7 +6109,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

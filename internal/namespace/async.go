@@ -1,0 +1,134 @@
+package namespace
+
+import (
+	"encoding/binary"
+	"fmt"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Asynchronous metadata operations (docs/fuse.md, "Asynchronous
+// creates"): a mount holding a directory lease answers creates itself,
+// with inode numbers it reserved beforehand, and sends the operations
+// later in batches.
+
+// MaxReserve bounds one ReserveInodesOp.
+const MaxReserve = 4096
+
+// MaxBatch bounds the commands of one BatchOp.
+const MaxBatch = 1024
+
+func reserveKey(client uint64) []byte { return u64Key(kindReserve, client) }
+
+// reservation is a client's "v" record: the next number it may use and
+// the end of its range.
+type reservation struct{ next, end uint64 }
+
+func loadReservation(r engine.Reader, client uint64) (reservation, bool, error) {
+	v, err := r.Get(reserveKey(client))
+	if err != nil {
+		return reservation{}, false, fmt.Errorf("namespace: get reservation of client %d: %w", client, err)
+	}
+	if v == nil {
+		return reservation{}, false, nil
+	}
+	if len(v) != 16 {
+		return reservation{}, false, fmt.Errorf("namespace: corrupt reservation of client %d (%d bytes)", client, len(v))
+	}
+	return reservation{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}, true, nil
+}
+
+func (v reservation) encode() []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, v.next), v.end)
+}
+
+// takeRange hands out up to n consecutive unused numbers of the first
+// range that has any.
+func (g *inoRanges) takeRange(n uint64) (start, end uint64, ok bool) {
+	for len(g.ranges) > 0 {
+		r := g.ranges[0]
+		if g.next < r[0] {
+			g.next = r[0]
+		}
+		if g.next <= uint64(ids.RootIno) {
+			g.next = uint64(ids.RootIno) + 1
+		}
+		if g.next < r[1] {
+			start = g.next
+			end = min(r[1], start+n)
+			g.next = end
+			return start, end, true
+		}
+		g.ranges = g.ranges[1:]
+	}
+	return 0, 0, false
+}
+
+func reserveInodes(t *tx, client uint64, op *wire.ReserveInodesOp) (*wire.Result, error) {
+	if client == 0 {
+		return nil, errnof(syscall.EINVAL, "reserve inodes: the command has no client id")
+	}
+	if op.Count == 0 || op.Count > MaxReserve {
+		return nil, errnof(syscall.EINVAL, "reserve inodes: count %d (want 1 to %d)", op.Count, MaxReserve)
+	}
+	g, err := loadRanges(t.r)
+	if err != nil {
+		return nil, err
+	}
+	start, end, ok := g.takeRange(op.Count)
+	if !ok {
+		return nil, errnof(syscall.ENOSPC, "no inode numbers left; the ministry must be granted more by the president")
+	}
+	t.set(inodeRangesKey, g.encode())
+	t.set(reserveKey(client), reservation{start, end}.encode())
+	return &wire.Result{Start: start, End: end}, nil
+}
+
+// useReserved checks that ino is the client's to use and moves the
+// client's cursor past it.
+func useReserved(t *tx, client uint64, ino uint64) error {
+	if client == 0 {
+		return errnof(syscall.EINVAL, "create with inode %d: the command has no client id", ino)
+	}
+	v, found, err := loadReservation(t.r, client)
+	if err != nil {
+		return err
+	}
+	if !found || ino < v.next || ino >= v.end {
+		return errnof(syscall.EINVAL, "create with inode %d: not in the client's reserved range [%d, %d)", ino, v.next, v.end)
+	}
+	if v, err := t.r.Get(inodeKey(ids.Ino(ino))); err != nil {
+		return fmt.Errorf("namespace: get inode %d: %w", ino, err)
+	} else if v != nil || t.inodes[ids.Ino(ino)] != nil {
+		return errnof(syscall.EINVAL, "create with inode %d: already used", ino)
+	}
+	if ino+1 == v.end {
+		t.del(reserveKey(client))
+	} else {
+		t.set(reserveKey(client), reservation{ino + 1, v.end}.encode())
+	}
+	return nil
+}
+
+// applyBatch applies each command of b in order through Apply, so each
+// is deduplicated by its own request id.
+func applyBatch(rw engine.ReadWriter, now int64, b *wire.BatchOp) (*wire.Result, error) {
+	out := &wire.Result{Results: make([]*wire.Result, 0, len(b.Cmds))}
+	for i, sub := range b.Cmds {
+		if _, nested := sub.GetOp().(*wire.Command_Batch); nested || sub.GetVersion() != CommandVersion {
+			out.Results = append(out.Results, &wire.Result{Errno: uint32(syscall.EINVAL),
+				Message: fmt.Sprintf("namespace: batch command %d: nested batch or version %d", i, sub.GetVersion())})
+			continue
+		}
+		sub.NowNs = now
+		res, err := Apply(rw, sub)
+		if err != nil {
+			return nil, err
+		}
+		out.Results = append(out.Results, res)
+	}
+	return out, nil
+}

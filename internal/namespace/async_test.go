@@ -1,0 +1,118 @@
+package namespace
+
+import (
+	"syscall"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+func createWith(parent ids.Ino, name string, typ wire.FileType, ino uint64) *wire.Command_Create {
+	return &wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: typ, Mode: 0o644, Exclusive: true, Ino: ino}}
+}
+
+func subCmd(client, seq uint64, op *wire.Command_Create) *wire.Command {
+	return &wire.Command{Version: 1, Req: &wire.RequestID{ClientId: client, Seq: seq}, Op: op}
+}
+
+// TestReservedInodes: a client creates with numbers it reserved, in
+// increasing order, and nobody else's; the ministry never hands them out
+// itself.
+func TestReservedInodes(t *testing.T) {
+	v := newEnv(t)
+	const c1, c2 = 7, 8
+	res := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 10}}, &wire.RequestID{ClientId: c1, Seq: 1})
+	if res.Errno != 0 || res.End-res.Start != 10 {
+		t.Fatalf("reserve: %v", res)
+	}
+	start := res.Start
+	// The ministry's own allocation skips the reserved range.
+	if ino := v.mkfile(root, "plain"); uint64(ino) >= start && uint64(ino) < start+10 {
+		t.Fatalf("ministry allocated reserved inode %d", ino)
+	}
+	if r := v.cmd(createWith(root, "a", wire.FileType_REGULAR, start+2), &wire.RequestID{ClientId: c1, Seq: 2}); r.Errno != 0 || r.Attr.Ino != start+2 {
+		t.Fatalf("create with reserved ino: %v", r)
+	}
+	v.mustLookup(root, "a", ids.Ino(start+2))
+	for _, bad := range []struct {
+		client uint64
+		ino    uint64
+		why    string
+	}{
+		{c1, start + 1, "below the cursor"},
+		{c1, start + 2, "used"},
+		{c1, start + 10, "past the end"},
+		{c2, start + 5, "another client's"},
+		{0, start + 5, "no client id"},
+	} {
+		var req *wire.RequestID
+		if bad.client != 0 {
+			req = &wire.RequestID{ClientId: bad.client, Seq: 100 + bad.ino}
+		}
+		r := v.cmd(createWith(root, "b", wire.FileType_REGULAR, bad.ino), req)
+		if syscall.Errno(r.Errno) != syscall.EINVAL || r.Message == "" {
+			t.Fatalf("%s: %v, want EINVAL", bad.why, r)
+		}
+	}
+	if _, ok := v.lookup(root, "b"); ok {
+		t.Fatal("a refused create left a name")
+	}
+	for _, bad := range []uint64{0, MaxReserve + 1} {
+		r := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: bad}}, &wire.RequestID{ClientId: c1, Seq: 500 + bad})
+		if syscall.Errno(r.Errno) != syscall.EINVAL {
+			t.Fatalf("reserve %d: %v, want EINVAL", bad, r)
+		}
+	}
+}
+
+// TestBatch: commands of a batch apply in order, each on its own; sent
+// again, the batch is answered from the recorded results.
+func TestBatch(t *testing.T) {
+	v := newEnv(t)
+	const c = 9
+	res := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 100}}, &wire.RequestID{ClientId: c, Seq: 1})
+	s := res.Start
+	dir := &wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(root), Name: []byte("d"), Type: wire.FileType_DIRECTORY, Mode: 0o755, Ino: s}}
+	batch := &wire.BatchOp{Cmds: []*wire.Command{
+		subCmd(c, 2, dir),
+		subCmd(c, 3, createWith(ids.Ino(s), "f", wire.FileType_REGULAR, s+1)),
+		subCmd(c, 4, createWith(ids.Ino(s), "f", wire.FileType_REGULAR, s+2)), // EEXIST
+		{Version: 1, Req: &wire.RequestID{ClientId: c, Seq: 5}, Op: &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: s, Name: []byte("f")}}},
+		subCmd(c, 6, createWith(ids.Ino(s), "g", wire.FileType_REGULAR, s+3)),
+	}}
+	first := v.apply(&wire.Command_Batch{Batch: proto.Clone(batch).(*wire.BatchOp)})
+	want := []syscall.Errno{0, 0, syscall.EEXIST, 0, 0}
+	if len(first.Results) != len(want) {
+		t.Fatalf("batch: %d results, want %d", len(first.Results), len(want))
+	}
+	for i, w := range want {
+		if syscall.Errno(first.Results[i].Errno) != w {
+			t.Fatalf("batch command %d: %v, want %v", i, first.Results[i], w)
+		}
+	}
+	v.mustLookup(ids.Ino(s), "g", ids.Ino(s+3))
+	if _, ok := v.lookup(ids.Ino(s), "f"); ok {
+		t.Fatal("f survived its unlink")
+	}
+	v.gone(ids.Ino(s + 1))
+	dump := v.dump()
+	again := v.apply(&wire.Command_Batch{Batch: proto.Clone(batch).(*wire.BatchOp)})
+	if !proto.Equal(first, again) {
+		t.Fatalf("batch sent again: %v, first %v", again, first)
+	}
+	if v.dump() != dump {
+		t.Fatal("a batch sent again changed the state")
+	}
+	// A nested batch is refused; a batch with a request id too.
+	r := v.apply(&wire.Command_Batch{Batch: &wire.BatchOp{Cmds: []*wire.Command{{Version: 1, Op: &wire.Command_Batch{Batch: &wire.BatchOp{}}}}}})
+	if len(r.Results) != 1 || syscall.Errno(r.Results[0].Errno) != syscall.EINVAL {
+		t.Fatalf("nested batch: %v", r)
+	}
+	r = v.cmd(&wire.Command_Batch{Batch: &wire.BatchOp{}}, &wire.RequestID{ClientId: c, Seq: 50})
+	if syscall.Errno(r.Errno) != syscall.EINVAL {
+		t.Fatalf("batch with a request id: %v", r)
+	}
+}
