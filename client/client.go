@@ -77,6 +77,8 @@ type Client struct {
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest
 	// token: a retried acquire gets its first grant back).
 	leaseToken atomic.Uint64
+	// deferred queues metadata changes sent later in batches (async.go).
+	deferred deferredQueue
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some
@@ -145,8 +147,14 @@ func dedup(in []string) []string {
 	return out
 }
 
-// Close closes all connections. Calls in flight fail.
+// Close sends the deferred metadata changes (async.go), then closes all
+// connections. Calls in flight fail.
 func (c *Client) Close() error {
+	// Before the leases go: another client's change could otherwise come
+	// between a directory lease's end and its holder's deferred changes.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.OpTimeout)
+	c.flushDeferred(ctx)
+	cancel()
 	c.leases.close() // before c.mu: its loops use the connections
 	c.mu.Lock()
 	defer c.mu.Unlock()

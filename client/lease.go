@@ -86,6 +86,11 @@ type LeaseOptions struct {
 	// owners conflict.
 	Lock  bool
 	Owner uint64
+	// Dir asks for a directory lease (mode LeaseWrite, whole range, on a
+	// directory): other clients' changes to the directory's entries
+	// revoke it and wait until it is given back, so the holder may answer
+	// them itself and send them later (DeferMutation).
+	Dir bool
 }
 
 // LeaseConflict describes a lease in the way of a refused AcquireLease.
@@ -222,7 +227,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		group := c.owner(ino)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
-			Lock: opts.Lock, Owner: opts.Owner, Token: token}, wait)
+			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,

@@ -219,6 +219,10 @@ func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (
 // cluster-map commands).
 func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
+	if cmd.GetBatch() == nil {
+		// Deferred changes first: this one may depend on them (async.go).
+		c.flushDeferred(ctx)
+	}
 	redirects := 0
 	var res *wire.Result
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
@@ -287,6 +291,8 @@ func (c *Client) redirect(group *ids.GroupID, route ids.Ino, st *wire.Status, ho
 // answer and the group that served it.
 func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest, opts []ReadOption) (*wire.ReadResponse, ids.GroupID, error) {
 	o := c.readOptions(opts)
+	// Deferred changes first: nothing this Client reads may miss them.
+	c.flushDeferred(ctx)
 	group := c.owner(route)
 	redirects := 0
 	override := ""

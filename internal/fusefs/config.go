@@ -20,6 +20,11 @@ type Config struct {
 	// does not exist (0: not at all, so another client's creates show at
 	// once).
 	NegativeTimeout time.Duration
+	// AsyncDirs lets the mount take directory leases and answer
+	// creates, unlinks and renames in a directory it changes often
+	// itself, sending them to the ministry in batches (asyncdir.go,
+	// docs/fuse.md "Asynchronous creates").
+	AsyncDirs bool
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -68,6 +73,7 @@ func DefaultConfig() Config {
 	return Config{
 		EntryTimeout: DefaultTimeout,
 		AttrTimeout:  DefaultTimeout,
+		AsyncDirs:    true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,
 		FsName:       "govfs",

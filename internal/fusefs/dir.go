@@ -136,6 +136,9 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 
 func (d *dirHandle) Releasedir(context.Context, uint32) {}
 
-// Fsyncdir has nothing to do: every namespace change is durable when it
-// returns.
-func (d *dirHandle) Fsyncdir(context.Context, uint32) syscall.Errno { return 0 }
+// Fsyncdir sends the changes queued under directory leases
+// (asyncdir.go) and reports a failed one of this directory; every other
+// namespace change is durable when it returns.
+func (d *dirHandle) Fsyncdir(ctx context.Context, _ uint32) syscall.Errno {
+	return d.n.syncDir(bg(ctx))
+}

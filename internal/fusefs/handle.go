@@ -455,7 +455,15 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	return h.n.fsys.errno("flush", h.f.Sync(ctx))
 }
 
-func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno { return h.Flush(ctx) }
+// Fsync also sends the namespace changes queued under directory leases
+// (asyncdir.go): a new file fsynced exists for every client.
+func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	if e := h.Flush(ctx); e != 0 {
+		return e
+	}
+	h.n.fsys.c.FlushDeferred(bg(ctx))
+	return 0
+}
 
 // Release runs after the last close: push what is left (nobody can hear
 // an error now, so it is logged), close the File and, for a file

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -52,6 +53,8 @@ type node struct {
 	// locks are the file locks processes hold through this mount
 	// (locks.go).
 	locks nodeLocks
+	// dir is a directory's asynchronous state (asyncdir.go).
+	dir dirState
 
 	mu struct {
 		sync.Mutex
@@ -242,6 +245,20 @@ func (n *node) openChild(name string) *node {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.cfg.AsyncDirs {
+		n.dir.mu.Lock()
+		if n.asyncLocked() {
+			if _, ok := n.dir.names[name]; !ok {
+				// The listing is complete under the directory lease.
+				n.dir.mu.Unlock()
+				if len(name) > client.MaxNameLen {
+					return nil, syscall.ENAMETOOLONG
+				}
+				return nil, syscall.ENOENT
+			}
+		}
+		n.dir.mu.Unlock()
+	}
 	var opts []client.ReadOption
 	if in := n.GetChild(name); in != nil {
 		if ch, ok := in.Operations().(*node); ok {
@@ -302,12 +319,29 @@ func (n *node) newCred(ctx context.Context, mode uint32, dir bool) (*wire.Cred, 
 	return &wire.Cred{Uid: uid, Gid: gid}, mode
 }
 
+// make creates name in n: under n's directory lease answered here and
+// queued (asyncdir.go), otherwise by the ministry.
 func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out *fuse.EntryOut) (*fs.Inode, *wire.Attr, syscall.Errno) {
+	ctx = bg(ctx)
 	spec.Cred, spec.Mode = n.newCred(ctx, spec.Mode&0o7777, spec.Type == wire.FileType_DIRECTORY)
-	a, err := n.fsys.c.MakeNode(bg(ctx), n.ino, name, spec)
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
+	if n.leaseForChangeLocked(ctx) {
+		if _, exists := n.dir.names[name]; exists {
+			return nil, nil, syscall.EEXIST
+		}
+		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, n.deferredDone(name))
+		if err != nil {
+			return nil, nil, n.fsys.errno("create", err)
+		}
+		n.dir.names[name] = dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()}
+		return n.child(ctx, a, out), a, 0
+	}
+	a, err := n.fsys.c.MakeNode(ctx, n.ino, name, spec)
 	if err != nil {
 		return nil, nil, n.fsys.errno("create", err)
 	}
+	n.setNameLocked(name, &dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()})
 	return n.child(ctx, a, out), a, 0
 }
 
@@ -362,15 +396,37 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if !ok {
 		return nil, syscall.EXDEV
 	}
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
 	a, err := n.fsys.c.LinkAt(bg(ctx), t.ino, n.ino, name)
 	if err != nil {
 		return nil, n.fsys.errno("link", err)
 	}
+	n.setNameLocked(name, &dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()})
 	return n.child(ctx, a, out), 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.fsys.errno("rmdir", n.fsys.c.RmdirAt(bg(ctx), n.ino, name))
+	ctx = bg(ctx)
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
+	if n.leaseForChangeLocked(ctx) {
+		if e, ok := n.dir.names[name]; !ok {
+			return syscall.ENOENT
+		} else if e.typ != wire.FileType_DIRECTORY {
+			return syscall.ENOTDIR
+		}
+	}
+	if err := n.fsys.c.RmdirAt(ctx, n.ino, name); err != nil {
+		return n.fsys.errno("rmdir", err)
+	}
+	n.setNameLocked(name, nil)
+	if in := n.GetChild(name); in != nil {
+		if ch, ok := in.Operations().(*node); ok {
+			ch.dropDirLease(ctx)
+		}
+	}
+	return 0
 }
 
 // Unlink removes name; a regular file that is open on this mount with one
@@ -378,7 +434,39 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // release (see the package doc).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = bg(ctx)
-	if ch := n.openChild(name); ch != nil {
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
+	ch := n.openChild(name)
+	if n.leaseForChangeLocked(ctx) {
+		e, ok := n.dir.names[name]
+		switch {
+		case !ok:
+			return syscall.ENOENT
+		case e.typ == wire.FileType_DIRECTORY:
+			return syscall.EISDIR
+		case ch == nil && !e.referral:
+			if err := n.fsys.c.DeferredUnlink(n.ino, name, n.deferredDone(name)); err != nil {
+				return n.fsys.errno("unlink", err)
+			}
+			delete(n.dir.names, name)
+			return 0
+		}
+	}
+	e := n.unlinkSync(ctx, name, ch)
+	if e == 0 {
+		n.setNameLocked(name, nil)
+		if n.dir.names != nil && ch != nil {
+			// It may have become a hidden name: list again.
+			n.dir.names = nil
+		}
+	}
+	return e
+}
+
+// unlinkSync removes name through the ministry; ch is the child when
+// it is open on this mount.
+func (n *node) unlinkSync(ctx context.Context, name string, ch *node) syscall.Errno {
+	if ch != nil {
 		a, err := n.fsys.c.GetAttr(ctx, ch.ino)
 		if err == nil && a.GetType() == wire.FileType_REGULAR && a.GetNlink() == 1 {
 			hidden := hiddenPrefix + strconv.FormatUint(uint64(ch.ino), 10)
@@ -409,7 +497,76 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
-	return n.fsys.errno("rename", n.fsys.c.RenameAt(bg(ctx), n.ino, name, np.ino, newName, flags))
+	ctx = bg(ctx)
+	defer lockDirs(n, np)()
+	if done, e := n.renameDeferred(ctx, name, np, newName, flags); done {
+		return e
+	}
+	if err := n.fsys.c.RenameAt(ctx, n.ino, name, np.ino, newName, flags); err != nil {
+		return n.fsys.errno("rename", err)
+	}
+	// What moved is known only from a listing: without one, the other
+	// directory's listing is no longer trusted.
+	src, srcKnown := n.dir.names[name]
+	dst, dstKnown := np.dir.names[newName]
+	switch {
+	case flags&client.RenameExchange != 0 && srcKnown && dstKnown:
+		n.setNameLocked(name, &dst)
+		np.setNameLocked(newName, &src)
+	case flags&client.RenameExchange == 0 && srcKnown:
+		n.setNameLocked(name, nil)
+		np.setNameLocked(newName, &src)
+	default:
+		n.dir.names, np.dir.names = nil, nil
+	}
+	return 0
+}
+
+// renameDeferred answers a rename from the listings of n and np when
+// both directories are leased and the rename needs nothing the listings
+// do not say (done false: do it synchronously). Both dir.mu held.
+func (n *node) renameDeferred(ctx context.Context, name string, np *node, newName string, flags uint32) (bool, syscall.Errno) {
+	if !n.leaseForChangeLocked(ctx) || (np != n && !np.asyncLocked()) {
+		return false, 0
+	}
+	src, ok := n.dir.names[name]
+	if !ok {
+		return true, syscall.ENOENT
+	}
+	dst, exists := np.dir.names[newName]
+	exchange := flags&client.RenameExchange != 0
+	switch {
+	case src.referral || (exists && dst.referral):
+		return false, 0 // EXDEV, from the ministry
+	case np == n && name == newName, exists && dst.ino == src.ino:
+		return false, 0 // the same file: POSIX does nothing
+	case np != n && (src.typ == wire.FileType_DIRECTORY || (exchange && exists && dst.typ == wire.FileType_DIRECTORY)):
+		return false, 0 // ".." changes and the loop check: the ministry's
+	case np.openChild(newName) != nil:
+		return false, 0
+	case flags&client.RenameNoReplace != 0 && exists:
+		return true, syscall.EEXIST
+	case exchange && !exists:
+		return true, syscall.ENOENT
+	case !exchange && exists && src.typ == wire.FileType_DIRECTORY && dst.typ != wire.FileType_DIRECTORY:
+		return true, syscall.ENOTDIR
+	case !exchange && exists && src.typ != wire.FileType_DIRECTORY && dst.typ == wire.FileType_DIRECTORY:
+		return true, syscall.EISDIR
+	case !exchange && exists && dst.typ == wire.FileType_DIRECTORY:
+		return false, 0 // is it empty? the ministry knows
+	}
+	if err := n.fsys.c.DeferredRename(n.ino, name, np.ino, newName, flags, n.deferredDone(name)); err != nil {
+		if errors.Is(err, syscall.EXDEV) {
+			return false, 0
+		}
+		return true, n.fsys.errno("rename", err)
+	}
+	delete(n.dir.names, name)
+	if exchange {
+		n.dir.names[name] = dst
+	}
+	np.dir.names[newName] = src
+	return true, 0
 }
 
 // ---- attributes ----

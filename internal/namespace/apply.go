@@ -25,9 +25,8 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return nil, err
 	}
 	if b := cmd.GetBatch(); b != nil {
-		if cmd.GetReq().GetClientId() != 0 {
-			return &wire.Result{Errno: uint32(syscall.EINVAL), Message: "namespace: a batch carries no request id (its commands do)"}, nil
-		}
+		// Its commands are deduplicated one by one; the batch's own
+		// request id (the proposing host's) only names its proposal.
 		return applyBatch(rw, cmd.NowNs, b)
 	}
 	req := cmd.GetReq()

@@ -21,6 +21,15 @@ const MaxReserve = 4096
 // MaxBatch bounds the commands of one BatchOp.
 const MaxBatch = 1024
 
+// A batch command keeps the time its client stamped it with when that is
+// at most maxClientAhead after, or maxClientBehind before, the minister's
+// time for the batch (a deferred operation waits in its client's queue
+// and through retries); otherwise it takes the minister's.
+const (
+	maxClientAhead  = int64(1e9)
+	maxClientBehind = int64(30e9)
+)
+
 func reserveKey(client uint64) []byte { return u64Key(kindReserve, client) }
 
 // reservation is a client's "v" record: the next number it may use and
@@ -123,7 +132,12 @@ func applyBatch(rw engine.ReadWriter, now int64, b *wire.BatchOp) (*wire.Result,
 				Message: fmt.Sprintf("namespace: batch command %d: nested batch or version %d", i, sub.GetVersion())})
 			continue
 		}
-		sub.NowNs = now
+		// The client's time, when close to the minister's: the
+		// holder of a directory lease answered the operation with
+		// attributes stamped with it (client.MakeNodeDeferred).
+		if d := sub.NowNs - now; sub.NowNs == 0 || d > maxClientAhead || d < -maxClientBehind {
+			sub.NowNs = now
+		}
 		res, err := Apply(rw, sub)
 		if err != nil {
 			return nil, err

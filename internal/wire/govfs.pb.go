@@ -1467,7 +1467,9 @@ func (x *ReserveInodesOp) GetCount() uint64 {
 // (asynchronous metadata operations, docs/fuse.md). Each keeps its own
 // request id, so a batch sent again is answered from the recorded
 // results; each succeeds or fails on its own (Result.results, in
-// order). The batch itself carries no request id; batches do not nest.
+// order). A client sends the batch without a request id (the proposing
+// host numbers it, to match the proposal to its waiter; it is not
+// deduplicated); batches do not nest.
 type BatchOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cmds          []*Command             `protobuf:"bytes,1,rep,name=cmds,proto3" json:"cmds,omitempty"`

@@ -1,0 +1,311 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Deferred metadata operations (docs/fuse.md, "Asynchronous creates").
+//
+// A caller holding a directory lease (LeaseOptions.Dir) knows that no
+// other client changes the directory's entries, so it can answer a
+// create, unlink or rename there itself and let the Client send it later:
+// MakeNodeDeferred and DeferMutation queue the command and return at once.
+// The queue is sent in batches (BatchOp: many commands per RPC and per
+// log entry), one batch in flight at a time, so a batch holds whatever
+// queued while the previous one was on its way. Order is kept: every
+// other metadata request of this Client (read or change) first waits
+// until everything queued before it is applied, so nothing this Client
+// does can see the namespace without its own deferred operations.
+// A deferred operation that fails (the lease was lost and another client
+// got there first, ENOSPC) is reported to its done function and logged.
+
+// reserveCount is how many inode numbers one ReserveInodesOp asks for.
+const reserveCount = 1024
+
+// DeferredDone hears how a deferred operation ended: err is its errno
+// (or the reason the batch could not be sent), res the ministry's result.
+type DeferredDone func(res *wire.Result, err error)
+
+type deferredOp struct {
+	group ids.GroupID
+	route ids.Ino
+	cmd   *wire.Command
+	what  string
+	done  DeferredDone
+}
+
+type deferredQueue struct {
+	// outstanding counts queued and in-flight operations: 0 lets every
+	// other request go without touching the locks below.
+	outstanding atomic.Int64
+	// sendMu is held while batches are on their way: a flush waits for
+	// the sender, so what was queued before it is applied when it
+	// returns.
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	// pending is the queue, in order; running says a background sender
+	// is draining it.
+	pending []*deferredOp
+	running bool
+	// resvMu orders taking a reserved number and queueing its create
+	// against a new reservation (which replaces the old one: every create
+	// numbered from the old range must be applied first).
+	resvMu sync.Mutex
+	resv   map[ids.GroupID]*[2]uint64
+}
+
+// MakeNodeDeferred is MakeNode answered at once: the new inode's number
+// comes from a range reserved beforehand, its attributes are made here
+// (as the ministry will make them) and the create is queued. The caller
+// must hold a directory lease on parent and know that name is free there;
+// the create is exclusive, so should another client have taken the name
+// after all (a lost lease), done hears EEXIST.
+func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name string, spec NodeSpec, done DeferredDone) (*wire.Attr, error) {
+	p := inoNamePath(uint64(parent), name)
+	switch spec.Type {
+	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET,
+		wire.FileType_CHAR_DEVICE, wire.FileType_BLOCK_DEVICE:
+	case wire.FileType_SYMLINK:
+		if err := checkTarget(spec.Target); err != nil {
+			return nil, opErr("symlink", p, err)
+		}
+	default:
+		return nil, opErr("mknod", p, fmt.Errorf("%w: file type %v", syscall.EINVAL, spec.Type))
+	}
+	if err := checkName(name); err != nil {
+		return nil, opErr("create", p, err)
+	}
+	cred := spec.Cred
+	if cred == nil {
+		cred = c.cfg.Cred
+	}
+	group := c.owner(parent)
+	q := &c.deferred
+	q.resvMu.Lock()
+	defer q.resvMu.Unlock()
+	ino, err := c.reservedIno(ctx, group, parent)
+	if err != nil {
+		return nil, opErr("create", p, err)
+	}
+	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
+		Mode: spec.Mode & 0o7777, Exclusive: true, Rdev: spec.Rdev, Ino: uint64(ino),
+		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}}
+	if spec.Type == wire.FileType_SYMLINK {
+		op.Target = []byte(spec.Target)
+	}
+	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
+	// What namespace.newInode makes of it, with the command's own time
+	// (the ministry keeps a batch command's time when it is close to
+	// its own).
+	a := &wire.Attr{Ino: uint64(ino), Type: spec.Type, Mode: op.Mode, Uid: op.Cred.Uid, Gid: op.Cred.Gid,
+		Nlink: 1, AtimeNs: cmd.NowNs, MtimeNs: cmd.NowNs, CtimeNs: cmd.NowNs, CrtimeNs: cmd.NowNs,
+		Version: 1, Rdev: spec.Rdev}
+	switch spec.Type {
+	case wire.FileType_DIRECTORY:
+		a.Nlink = 2
+	case wire.FileType_SYMLINK:
+		a.Size = uint64(len(spec.Target))
+	}
+	c.learnChild(ino, group, 0)
+	c.enqueue(&deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done})
+	return a, nil
+}
+
+// DeferredUnlink queues the removal of name (a non-directory) from
+// parent, under a directory lease on parent.
+func (c *Client) DeferredUnlink(parent ids.Ino, name string, done DeferredDone) error {
+	p := inoNamePath(uint64(parent), name)
+	if err := checkName(name); err != nil {
+		return opErr("remove", p, err)
+	}
+	cmd := c.newCommand(func(cmd *wire.Command) {
+		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name)}}
+	})
+	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: "remove " + p, done: done})
+	return nil
+}
+
+// DeferredRename queues a rename, under directory leases on both
+// parents (which one ministry must own).
+func (c *Client) DeferredRename(parent ids.Ino, name string, newParent ids.Ino, newName string, flags uint32, done DeferredDone) error {
+	p := inoNamePath(uint64(parent), name)
+	if err := checkRenameFlags(flags); err != nil {
+		return opErr("rename", p, err)
+	}
+	if err := checkName(name); err != nil {
+		return opErr("rename", p, err)
+	}
+	if err := checkName(newName); err != nil {
+		return opErr("rename", p, err)
+	}
+	g := c.owner(parent)
+	if c.owner(newParent) != g {
+		return opErr("rename", p, fmt.Errorf("%w: the directories belong to different ministries", syscall.EXDEV))
+	}
+	cmd := c.newCommand(func(cmd *wire.Command) {
+		cmd.Op = &wire.Command_Rename{Rename: &wire.RenameOp{Parent: uint64(parent), Name: []byte(name),
+			NewParent: uint64(newParent), NewName: []byte(newName), Flags: flags}}
+	})
+	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done})
+	return nil
+}
+
+// FlushDeferred sends the deferred operations queued so far and returns
+// once they are applied (or failed: their done functions say).
+func (c *Client) FlushDeferred(ctx context.Context) {
+	c.flushDeferred(ctx)
+}
+
+// reservedIno takes the next reserved inode number of group, reserving
+// more when none is left. Called with resvMu held.
+func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.Ino) (ids.Ino, error) {
+	q := &c.deferred
+	if q.resv == nil {
+		q.resv = map[ids.GroupID]*[2]uint64{}
+	}
+	r := q.resv[group]
+	if r == nil || r[0] >= r[1] {
+		// The new reservation replaces the old one: every create numbered
+		// from it must be applied first. mutate flushes the queue.
+		cmd := c.newCommand(func(cmd *wire.Command) {
+			cmd.Op = &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: reserveCount}}
+		})
+		res, err := c.mutateIn(ctx, group, route, cmd)
+		if err != nil {
+			return 0, fmt.Errorf("reserve inode numbers: %w", err)
+		}
+		if res.GetStart() == 0 || res.GetStart() >= res.GetEnd() {
+			return 0, fmt.Errorf("%w: reserve inode numbers: empty range [%d, %d)", syscall.EIO, res.GetStart(), res.GetEnd())
+		}
+		r = &[2]uint64{res.GetStart(), res.GetEnd()}
+		q.resv[group] = r
+	}
+	ino := ids.Ino(r[0])
+	r[0]++
+	return ino, nil
+}
+
+// enqueue queues op and makes sure a sender drains the queue.
+func (c *Client) enqueue(op *deferredOp) {
+	q := &c.deferred
+	q.outstanding.Add(1)
+	q.mu.Lock()
+	q.pending = append(q.pending, op)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go c.drainDeferred()
+	}
+}
+
+// drainDeferred is the background sender: it sends batches until the
+// queue is empty.
+func (c *Client) drainDeferred() {
+	q := &c.deferred
+	for {
+		c.sendDeferred(context.Background())
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+	}
+}
+
+// flushDeferred returns when everything queued before the call has been
+// sent and answered. Every other metadata request calls it first.
+func (c *Client) flushDeferred(ctx context.Context) {
+	if c.deferred.outstanding.Load() == 0 {
+		return
+	}
+	c.sendDeferred(ctx)
+}
+
+// sendDeferred sends what is queued, in batches of at most
+// namespace.MaxBatch commands per ministry, in queue order.
+func (c *Client) sendDeferred(ctx context.Context) {
+	q := &c.deferred
+	q.sendMu.Lock()
+	type outcome struct {
+		op  *deferredOp
+		res *wire.Result
+		err error
+	}
+	var outs []outcome
+	for {
+		q.mu.Lock()
+		ops := q.pending
+		q.pending = nil
+		q.mu.Unlock()
+		if len(ops) == 0 {
+			break
+		}
+		for len(ops) > 0 {
+			// A run of one group's commands, in order.
+			n := 1
+			for n < len(ops) && n < maxBatch && ops[n].group == ops[0].group {
+				n++
+			}
+			run := ops[:n]
+			ops = ops[n:]
+			results, err := c.sendBatch(ctx, run)
+			for i, op := range run {
+				o := outcome{op: op, err: err}
+				if err == nil {
+					o.res = results[i]
+					if e := o.res.GetErrno(); e != 0 {
+						o.err = &errnoMsg{errno: syscall.Errno(e), msg: o.res.GetMessage()}
+					}
+				}
+				outs = append(outs, o)
+			}
+			q.outstanding.Add(-int64(len(run)))
+		}
+	}
+	q.sendMu.Unlock()
+	// Outside sendMu: a done function may take the caller's locks, and
+	// the caller may be waiting in a flush while holding them.
+	for _, o := range outs {
+		if o.err != nil {
+			c.log.Warn("deferred metadata operation failed", slog.String("op", o.op.what), slog.Any("err", o.err), slog.String("detail", ErrorDetail(o.err)))
+		}
+		if o.op.done != nil {
+			o.op.done(o.res, o.err)
+		}
+	}
+}
+
+// maxBatch is namespace.MaxBatch (the ministry refuses larger batches).
+const maxBatch = 1024
+
+func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, error) {
+	cmds := make([]*wire.Command, len(run))
+	for i, op := range run {
+		cmds[i] = op.cmd
+	}
+	defer func() {
+		for _, op := range run {
+			c.finish(op.cmd.GetReq().GetSeq())
+		}
+	}()
+	batch := &wire.Command{Version: 1, NowNs: c.cfg.Clock.Now().UnixNano(), Op: &wire.Command_Batch{Batch: &wire.BatchOp{Cmds: cmds}}}
+	res, err := c.mutateIn(ctx, run[0].group, run[0].route, batch)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.GetResults()) != len(run) {
+		return nil, fmt.Errorf("%w: batch of %d commands answered with %d results", syscall.EIO, len(run), len(res.GetResults()))
+	}
+	return res.GetResults(), nil
+}

@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// deferredLog collects the outcomes of deferred operations.
+type deferredLog struct {
+	mu   sync.Mutex
+	errs map[string]error
+	n    int
+}
+
+func (d *deferredLog) done(what string) DeferredDone {
+	return func(_ *wire.Result, err error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.n++
+		if err != nil {
+			if d.errs == nil {
+				d.errs = map[string]error{}
+			}
+			d.errs[what] = err
+		}
+	}
+}
+
+func (d *deferredLog) get() (int, map[string]error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n, d.errs
+}
+
+// TestDeferredOps: creates answered under a directory lease are applied
+// in order, with the numbers and attributes they were answered with,
+// before anything else this client asks; another client's change in the
+// directory first makes the holder send them, so its O_EXCL create of a
+// name the holder created fails; a deferred change that fails is
+// reported to its done function.
+func TestDeferredOps(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs())
+	c2 := leaseClient(t, cl.Addrs())
+	d, err := c1.Mkdir(ctx, "/d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ids.Ino(d.GetIno())
+	revoked := make(chan struct{}, 8)
+	onRevoke := func(*Lease, bool) {
+		c1.FlushDeferred(context.Background())
+		revoked <- struct{}{}
+	}
+	acquireDir := func() *Lease {
+		t.Helper()
+		l, err := c1.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	acquireDir()
+
+	// More creates than one reservation holds (reserveCount).
+	var log deferredLog
+	const files = reserveCount + 200
+	attrs := make([]*wire.Attr, files)
+	for i := range files {
+		name := fmt.Sprintf("f%d", i)
+		a, err := c1.MakeNodeDeferred(ctx, dir, name, NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o640, Cred: &wire.Cred{Uid: 7, Gid: 8}}, log.done(name))
+		if err != nil {
+			t.Fatalf("deferred create %d: %v", i, err)
+		}
+		attrs[i] = a
+	}
+	// A read right after sees the last one, as answered.
+	got, err := c1.Lookup(ctx, dir, fmt.Sprintf("f%d", files-1))
+	if err != nil {
+		t.Fatalf("lookup of the last deferred create: %v", err)
+	}
+	if !proto.Equal(got, attrs[files-1]) {
+		t.Fatalf("ministry has %v, the create answered %v", got, attrs[files-1])
+	}
+	if n, errs := log.get(); n != files || len(errs) != 0 {
+		t.Fatalf("%d of %d deferred creates done, failures %v", n, files, errs)
+	}
+	inos := map[uint64]bool{}
+	for _, a := range attrs {
+		if inos[a.GetIno()] {
+			t.Fatalf("inode %d answered twice", a.GetIno())
+		}
+		inos[a.GetIno()] = true
+	}
+
+	// A deferred rename and unlink, then another client's exclusive
+	// create of a name only just created here: EEXIST, since its create
+	// revokes the lease and waits for what was queued.
+	if err := c1.DeferredRename(dir, "f0", dir, "g0", 0, log.done("rename f0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.DeferredUnlink(dir, "f1", log.done("unlink f1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.MakeNodeDeferred(ctx, dir, "y", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("y")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.CreateAt(ctx, dir, "y", 0o600, true); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("other client's O_EXCL create of a deferred name: %v, want EEXIST", err)
+	}
+	<-revoked
+	ents, err := c2.ReaddirAll(ctx, dir, Linearizable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[string(e.GetName())] = true
+	}
+	if len(ents) != files+1-1 || !names["g0"] || names["f0"] || names["f1"] || !names["y"] {
+		t.Fatalf("other client lists %d entries (g0 %v, f0 %v, f1 %v, y %v); want %d with g0 and y, without f0 and f1",
+			len(ents), names["g0"], names["f0"], names["f1"], names["y"], files)
+	}
+
+	// Without the lease a deferred create of a taken name fails, and
+	// says so.
+	if _, err := c2.CreateAt(ctx, dir, "z", 0o600, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c1.MakeNodeDeferred(ctx, dir, "z", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("z")); err != nil {
+		t.Fatal(err)
+	}
+	c1.FlushDeferred(ctx)
+	if _, errs := log.get(); !errors.Is(errs["z"], syscall.EEXIST) || len(errs) != 1 {
+		t.Fatalf("deferred create of a taken name: failures %v, want z: EEXIST only", errs)
+	}
+}

@@ -1,0 +1,272 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Asynchronous creates (docs/fuse.md; CephFS calls them async dirops).
+//
+// A directory this mount changes often (asyncAfter entry changes within
+// asyncWindow) gets a directory lease: until the minister revokes it,
+// no other client changes the directory's entries (their changes wait
+// until this mount gave the lease back, and it first sends what it
+// queued). The mount lists the directory once under the lease and from
+// then on answers, from that listing, a lookup of a missing name
+// (ENOENT), create, mkdir, mknod, symlink (with an inode number reserved
+// beforehand), unlink of a non-directory and rename within leased
+// directories itself, queueing the change in the client (DeferMutation);
+// the client sends the queue in batches, and every other request of this
+// mount waits until what was queued before it is applied, so this mount
+// never sees the namespace without its own changes. Other clients see a
+// queued change once its batch is applied (milliseconds; at once after
+// fsync of the file or the directory, or when they change the
+// directory). A queued change that fails (possible only if the lease was
+// lost, or on ENOSPC) is logged and reported by the directory's next
+// fsync (EIO); a mount killed before its queue was sent loses those
+// changes, as a local file system loses creates not yet fsynced.
+//
+// The kernel holds a directory's i_rwsem for every entry change in it,
+// so changes in one directory reach the mount one at a time; dir.mu
+// orders them against the lease's revoke.
+
+const (
+	// asyncAfter entry changes of one directory within asyncWindow make
+	// the mount ask for its directory lease.
+	asyncAfter  = 2
+	asyncWindow = time.Second
+	// asyncBackoff: after a refused or revoked lease the directory stays
+	// synchronous this long (another client is working in it).
+	asyncBackoff = 2 * time.Second
+	// maxAsyncEntries: a larger directory is not listed, and stays
+	// synchronous.
+	maxAsyncEntries = 16384
+)
+
+// dirEnt is what the listing knows of an entry.
+type dirEnt struct {
+	ino      ids.Ino
+	typ      wire.FileType
+	referral bool // another ministry's subtree
+}
+
+// dirState is a directory node's asynchronous state.
+type dirState struct {
+	mu sync.Mutex
+	// lease is the directory lease, nil if none; names is the complete
+	// listing under it (nil: not listed yet, or no longer trusted).
+	lease *client.Lease
+	names map[string]dirEnt
+	// changes counts entry changes since windowStart.
+	changes     int
+	windowStart time.Time
+	// backoff: no lease is asked for before then.
+	backoff time.Time
+	// failed is the first queued change that failed since the last
+	// fsync of the directory.
+	failed error
+}
+
+// asyncLocked says whether n's listing may answer now (n.dir.mu held):
+// a valid directory lease and a listing. A lease no longer valid is
+// dropped.
+func (n *node) asyncLocked() bool {
+	d := &n.dir
+	if d.lease == nil {
+		return false
+	}
+	if d.lease.Valid() {
+		return d.names != nil
+	}
+	l := d.lease
+	d.lease, d.names = nil, nil
+	go func() { _ = l.Release(context.Background()) }()
+	return false
+}
+
+// leaseForChangeLocked counts an entry change of n and, when n is changed
+// often, takes its directory lease and lists it. It reports whether the
+// change may be answered from the listing (n.dir.mu held).
+func (n *node) leaseForChangeLocked(ctx context.Context) bool {
+	if !n.fsys.cfg.AsyncDirs {
+		return false
+	}
+	d := &n.dir
+	if n.asyncLocked() {
+		return true
+	}
+	now := time.Now()
+	if now.Before(d.backoff) {
+		return false
+	}
+	if now.Sub(d.windowStart) > asyncWindow {
+		d.windowStart, d.changes = now, 0
+	}
+	d.changes++
+	if d.changes < asyncAfter && d.lease == nil {
+		return false
+	}
+	if d.lease == nil {
+		l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseWrite, 0, 0, client.LeaseOptions{Dir: true, OnRevoke: n.dirLeaseRevoked})
+		if err != nil {
+			// EAGAIN: another client holds it (or is changing the
+			// directory); ENOLCK: this client holds too many.
+			d.backoff = now.Add(asyncBackoff)
+			return false
+		}
+		d.lease = l
+	}
+	names, err := n.listForLease(ctx)
+	if err != nil || !d.lease.Valid() {
+		if err != nil && !errors.Is(err, errTooLarge) {
+			n.fsys.log.Debug("list a directory for its lease", slog.Uint64("ino", uint64(n.ino)), slog.Any("err", err))
+		}
+		l := d.lease
+		d.lease, d.names = nil, nil
+		d.backoff = now.Add(asyncBackoff)
+		if errors.Is(err, errTooLarge) {
+			d.backoff = now.Add(time.Minute)
+		}
+		_ = l.Release(ctx)
+		return false
+	}
+	d.names = names
+	n.fsys.log.Debug("directory lease taken: entry changes answered here", slog.Uint64("dir", uint64(n.ino)), slog.Int("entries", len(names)))
+	return true
+}
+
+var errTooLarge = errors.New("directory too large for a listing")
+
+// listForLease lists n linearizably (everything applied before the
+// lease was granted), at most maxAsyncEntries entries.
+func (n *node) listForLease(ctx context.Context) (map[string]dirEnt, error) {
+	names := map[string]dirEnt{}
+	var cookie []byte
+	for {
+		ents, next, eof, err := n.fsys.c.ReaddirPage(ctx, n.ino, cookie, 1024, client.Linearizable())
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			names[string(e.GetName())] = dirEnt{ino: ids.Ino(e.GetIno()), typ: e.GetType(), referral: e.GetMinistry() != 0}
+		}
+		if len(names) > maxAsyncEntries {
+			return nil, errTooLarge
+		}
+		if eof || len(ents) == 0 {
+			return names, nil
+		}
+		if len(next) == 0 {
+			next = ents[len(ents)-1].GetName()
+		}
+		cookie = next
+	}
+}
+
+// dirLeaseRevoked runs when the minister wants the directory lease back
+// (another client is about to change the directory) or it was lost: stop
+// answering from the listing, then send what was queued, before the
+// keeper gives the lease back.
+func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
+	d := &n.dir
+	d.mu.Lock()
+	if d.lease == l {
+		d.lease, d.names = nil, nil
+		d.backoff = time.Now().Add(asyncBackoff)
+	}
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.fsys.c.FlushDeferred(ctx)
+}
+
+// dropDirLease gives the directory lease back (the directory was
+// removed).
+func (n *node) dropDirLease(ctx context.Context) {
+	d := &n.dir
+	d.mu.Lock()
+	l := d.lease
+	d.lease, d.names = nil, nil
+	d.mu.Unlock()
+	if l != nil {
+		_ = l.Release(ctx)
+	}
+}
+
+// deferredDone returns the done function of a queued change of name in
+// n: a failure is kept for the directory's next fsync, the listing is no
+// longer trusted and the kernel forgets the name.
+func (n *node) deferredDone(name string) client.DeferredDone {
+	return func(_ *wire.Result, err error) {
+		if err == nil {
+			return
+		}
+		// In its own goroutine: the sender may be a request of this
+		// directory, which holds n.dir.mu while it waits.
+		go func() {
+			d := &n.dir
+			d.mu.Lock()
+			if d.failed == nil {
+				d.failed = err
+			}
+			d.names = nil
+			d.mu.Unlock()
+			_ = n.NotifyEntry(name)
+		}()
+	}
+}
+
+// syncDir sends the queued changes and reports (once) a queued change of
+// n that failed.
+func (n *node) syncDir(ctx context.Context) syscall.Errno {
+	n.fsys.c.FlushDeferred(ctx)
+	d := &n.dir
+	d.mu.Lock()
+	failed := d.failed
+	d.failed = nil
+	d.mu.Unlock()
+	if failed != nil {
+		n.fsys.log.Error("fsync of a directory: a queued change failed", slog.Uint64("dir", uint64(n.ino)), slog.Any("err", failed))
+		return syscall.EIO
+	}
+	return 0
+}
+
+// setName records, after a synchronous change of n's entries, what the
+// listing must now say of name (delete when e is nil). n.dir.mu held.
+func (n *node) setNameLocked(name string, e *dirEnt) {
+	if n.dir.names == nil {
+		return
+	}
+	if e == nil {
+		delete(n.dir.names, name)
+	} else {
+		n.dir.names[name] = *e
+	}
+}
+
+// lockDirs locks the entry state of a and b (once if the same), in inode
+// order; the returned function unlocks.
+func lockDirs(a, b *node) func() {
+	if a == b {
+		a.dir.mu.Lock()
+		return a.dir.mu.Unlock
+	}
+	if b.ino < a.ino {
+		a, b = b, a
+	}
+	a.dir.mu.Lock()
+	b.dir.mu.Lock()
+	return func() {
+		b.dir.mu.Unlock()
+		a.dir.mu.Unlock()
+	}
+}

@@ -1,0 +1,184 @@
+package fusefs_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/govfs/govfs/client"
+)
+
+// listNames lists dir through the library client, linearizably.
+func listNames(t *testing.T, cl *client.Client, dir string) []string {
+	t.Helper()
+	ents, err := cl.Readdir(t.Context(), dir, client.Linearizable())
+	must(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, string(e.GetName()))
+	}
+	sort.Strings(names)
+	return names
+}
+
+func fsyncDir(t *testing.T, dir string) {
+	t.Helper()
+	d, err := os.Open(dir)
+	must(t, err)
+	defer d.Close()
+	must(t, d.Sync())
+}
+
+// TestMountAsyncDirs checks asynchronous creates (asyncdir.go) with two
+// mount processes of one cluster: a mount creating, renaming and
+// removing many entries in a directory answers them itself; after fsync
+// of the directory the cluster has exactly those entries, with the data
+// written; the other mount's O_EXCL create of a name the first one just
+// created fails with EEXIST (its create revokes the directory lease, and
+// the holder sends its queue first), and its own create is seen by the
+// first mount; entries created and fsynced before a kill -9 of the mount
+// are all there.
+func TestMountAsyncDirs(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	must(t, os.Mkdir(dirA, 0o755))
+	must(t, os.Mkdir(dirB, 0o755))
+	ma := startMount(t, c, dirA, "--log-level", "debug")
+	startMount(t, c, dirB)
+	cl := newClient(t, c.Addrs())
+
+	d := filepath.Join(dirA, "d")
+	must(t, os.Mkdir(d, 0o755))
+	const files = 300
+	var want []string
+	start := time.Now()
+	for i := range files {
+		name := "f" + strconv.Itoa(i)
+		f, err := os.OpenFile(filepath.Join(d, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o640)
+		must(t, err)
+		if i%10 == 0 {
+			_, err = f.WriteString("content of " + name)
+			must(t, err)
+		}
+		must(t, f.Close())
+		want = append(want, name)
+	}
+	must(t, os.Mkdir(filepath.Join(d, "sub"), 0o750))
+	must(t, os.Symlink("f2", filepath.Join(d, "link")))
+	must(t, syscall.Mkfifo(filepath.Join(d, "fifo"), 0o600))
+	must(t, os.Rename(filepath.Join(d, "f3"), filepath.Join(d, "g3")))
+	must(t, os.Remove(filepath.Join(d, "f4")))
+	wantErrno(t, "O_EXCL create of an existing name", func() error {
+		_, err := os.OpenFile(filepath.Join(d, "f5"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		return err
+	}(), syscall.EEXIST)
+	wantErrno(t, "unlink of a missing name", os.Remove(filepath.Join(d, "f4")), syscall.ENOENT)
+	wantErrno(t, "unlink of a directory", syscall.Unlink(filepath.Join(d, "sub")), syscall.EISDIR)
+	wantErrno(t, "rename of a missing name", os.Rename(filepath.Join(d, "f4"), filepath.Join(d, "h")), syscall.ENOENT)
+	wantErrno(t, "RENAME_NOREPLACE onto a name", unix.Renameat2(unix.AT_FDCWD, filepath.Join(d, "f6"), unix.AT_FDCWD, filepath.Join(d, "f7"), unix.RENAME_NOREPLACE), syscall.EEXIST)
+	t.Logf("%d creates and changes through mount A in %v", files+5, time.Since(start).Round(time.Millisecond))
+	if b, err := os.ReadFile(ma.log); err != nil || !strings.Contains(string(b), "directory lease taken") {
+		t.Fatalf("mount A never took a directory lease (log: %v)", err)
+	}
+	want = slices.DeleteFunc(want, func(s string) bool { return s == "f3" || s == "f4" })
+	want = append(want, "g3", "sub", "link", "fifo")
+	sort.Strings(want)
+
+	// This mount sees its own changes at once.
+	ents, err := os.ReadDir(d)
+	must(t, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("mount A lists %d entries, want %d", len(got), len(want))
+	}
+	st, err := os.Lstat(filepath.Join(d, "sub"))
+	must(t, err)
+	if !st.IsDir() || st.Mode().Perm() != 0o750 {
+		t.Fatalf("sub: mode %v", st.Mode())
+	}
+	if target, err := os.Readlink(filepath.Join(d, "link")); err != nil || target != "f2" {
+		t.Fatalf("readlink: %q, %v", target, err)
+	}
+
+	// After fsync of the directory the cluster has exactly that.
+	fsyncDir(t, d)
+	if got := listNames(t, cl, "/d"); !slices.Equal(got, want) {
+		t.Fatalf("the cluster lists %d entries after fsync, want %d: %v", len(got), len(want), got)
+	}
+	for i := 0; i < files; i += 10 {
+		name := "f" + strconv.Itoa(i)
+		if i == 0 || name == "f3" || name == "f4" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dirB, "d", name))
+		must(t, err)
+		if string(b) != "content of "+name {
+			t.Fatalf("mount B reads %q from %s", b, name)
+		}
+	}
+
+	// A name A created a moment ago is taken for B's O_EXCL create.
+	for i := range 5 {
+		name := "x" + strconv.Itoa(i)
+		f, err := os.OpenFile(filepath.Join(d, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		must(t, err)
+		must(t, f.Close())
+		_, err = os.OpenFile(filepath.Join(dirB, "d", name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		wantErrno(t, "mount B's O_EXCL create of "+name+" just created by mount A", err, syscall.EEXIST)
+		// And B's own create shows on A.
+		bname := "b" + strconv.Itoa(i)
+		f, err = os.OpenFile(filepath.Join(dirB, "d", bname), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		must(t, err)
+		must(t, f.Close())
+		waitFor(t, "mount A to see "+bname, func() error { _, err := os.Lstat(filepath.Join(d, bname)); return err })
+	}
+
+	// Entries created and fsynced survive a kill -9 of the mount.
+	e := filepath.Join(dirA, "e")
+	must(t, os.Mkdir(e, 0o755))
+	var kept []string
+	for i := range 100 {
+		name := "k" + strconv.Itoa(i)
+		f, err := os.OpenFile(filepath.Join(e, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		must(t, err)
+		must(t, f.Close())
+		kept = append(kept, name)
+	}
+	fsyncDir(t, e)
+	ma.kill(t)
+	sort.Strings(kept)
+	if got := listNames(t, cl, "/e"); !slices.Equal(got, kept) {
+		t.Fatalf("after kill -9: the cluster lists %d entries of %d fsynced: %v", len(got), len(kept), got)
+	}
+}
+
+// waitFor retries check for up to 2 s (another client's change reaches
+// every clerk within milliseconds; the kernel keeps a looked-up entry for
+// the entry timeout).
+func waitFor(t *testing.T, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
