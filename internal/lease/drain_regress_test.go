@@ -20,7 +20,7 @@ func TestOlderWaitingReaderDoesNotOvertakeADrain(t *testing.T) {
 	}
 	tb.Release(now, 1, []ID{1})
 	// Client 3 starts a setattr: no read lease to drain, intent stays.
-	busy, _, _ := tb.DrainReaders(now, 3, 7, 11*time.Second)
+	busy, _, _ := tb.DrainReaders(now, 3, 7, 11*time.Second, false)
 	if busy {
 		t.Fatal("busy")
 	}

@@ -121,8 +121,10 @@ type intent struct {
 	seq     uint64
 	expires time.Time
 	// readersOnly: a mutation draining read leases; it blocks read
-	// requests and directory leases only.
+	// requests and directory leases only. holders counts the client's
+	// changes in progress that share it (DrainReaders).
 	readersOnly bool
+	holders     int
 }
 
 // Table is the lease table of one ministry on its minister. It is not
@@ -345,9 +347,13 @@ func (t *Table) grant(now time.Time, req Request) (Outcome, error) {
 // leases and directory leases other clients hold on ino and, with wait >
 // 0, keeps an intent until now+wait that keeps new ones of others from
 // being granted. It reports whether such read leases are still live and, if
-// so, when the first of them expires. Call DoneDraining when the change
-// is applied (or abandoned).
-func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait time.Duration) (busy bool, retryAt time.Time, revoked []Lease) {
+// so, when the first of them expires. again says this change called it
+// before (it polls until the leases are given back). Call DoneDraining
+// once per change when it is applied (or abandoned): one client's
+// concurrent changes of ino share the intent, which stays until the last
+// of them is done (found in review: the first one done let a reader in
+// while the second was still on its way to the log).
+func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait time.Duration, again bool) (busy bool, retryAt time.Time, revoked []Lease) {
 	t.expire(now)
 	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
 	if wait > 0 {
@@ -361,6 +367,9 @@ func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait t
 			own = &intent{req: req, seq: t.nextSeq, readersOnly: true}
 			t.nextSeq++
 			t.intents[ino] = append(t.intents[ino], own)
+		}
+		if !again || own.holders == 0 {
+			own.holders++
 		}
 		if exp := now.Add(wait); exp.After(own.expires) {
 			own.expires = exp
@@ -380,12 +389,16 @@ func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait t
 	return busy, retryAt, revoked
 }
 
-// DoneDraining drops the intent DrainReaders left for client on ino.
+// DoneDraining ends one change of ino by client: the intent
+// DrainReaders left goes when no other change of the client's still
+// holds it.
 func (t *Table) DoneDraining(client ClientID, ino ids.Ino) {
 	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
 	for _, in := range t.intents[ino] {
 		if in.readersOnly && in.req == req {
-			t.dropIntent(in)
+			if in.holders--; in.holders <= 0 {
+				t.dropIntent(in)
+			}
 			return
 		}
 	}

@@ -204,21 +204,21 @@ func TestDrainReaders(t *testing.T) {
 	w := mustGrant(t, tb, clk.Now(), req(3, 8, Write, 0, 10), 0)
 	// Client 2 changes inode 7: client 1's read lease is revoked, its own
 	// is not.
-	busy, at, revoked := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second)
+	busy, at, revoked := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second, false)
 	if !busy || at != r1.Expires || len(revoked) != 1 || revoked[0].ID != r1.ID {
 		t.Fatalf("drain: busy %v at %v revoked %v", busy, at, revoked)
 	}
 	// No new reader of 7 from another client meanwhile.
 	mustRefuse(t, tb, clk.Now(), req(4, 7, Read, 0, 0), 0)
 	tb.Release(clk.Now(), 1, []ID{r1.ID})
-	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second); busy {
+	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second, true); busy {
 		t.Fatal("still busy after the reader released")
 	}
 	tb.DoneDraining(2, 7)
 	mustGrant(t, tb, clk.Now(), req(4, 7, Read, 0, 0), 0)
 	// Write leases are not drained (writers on disjoint rows grow the file
 	// concurrently).
-	if busy, _, _ := tb.DrainReaders(clk.Now(), 4, 8, time.Second); busy {
+	if busy, _, _ := tb.DrainReaders(clk.Now(), 4, 8, time.Second, false); busy {
 		t.Fatal("a write lease blocked a mutation")
 	}
 	if _, lost := tb.Renew(clk.Now(), 3, []ID{w.ID}); len(lost) != 0 {
@@ -296,7 +296,7 @@ func TestLocks(t *testing.T) {
 	mustGrant(t, tb, clk.Now(), lockReq(1, 11, 7, Read, 60, 40), 0)
 	mustRefuse(t, tb, clk.Now(), lockReq(1, 11, 7, Write, 200, 100), 0)
 	// A change by another client drains caching readers, not locks.
-	busy, _, revoked := tb.DrainReaders(clk.Now(), 3, 7, time.Second)
+	busy, _, revoked := tb.DrainReaders(clk.Now(), 3, 7, time.Second, false)
 	if !busy || len(revoked) != 1 || revoked[0].Lock {
 		t.Fatalf("drain: busy %v revoked %v, want the one caching read lease", busy, revoked)
 	}
@@ -370,17 +370,17 @@ func TestDirLeases(t *testing.T) {
 	l := mustGrant(t, tb, now, dir(1), 0)
 	mustRefuse(t, tb, now, dir(2), 0)
 	// The holder's own change drains nothing.
-	if busy, _, revoked := tb.DrainReaders(now, 1, 9, time.Second); busy || len(revoked) != 0 {
+	if busy, _, revoked := tb.DrainReaders(now, 1, 9, time.Second, false); busy || len(revoked) != 0 {
 		t.Fatalf("own change: busy %v, revoked %v", busy, revoked)
 	}
 	tb.DoneDraining(1, 9)
 	// Another client's change revokes it and waits for it.
-	busy, at, revoked := tb.DrainReaders(now, 2, 9, time.Second)
+	busy, at, revoked := tb.DrainReaders(now, 2, 9, time.Second, false)
 	if !busy || at != l.Expires || len(revoked) != 1 || revoked[0].ID != l.ID {
 		t.Fatalf("other's change: busy %v at %v revoked %v; want the directory lease revoked", busy, at, revoked)
 	}
 	tb.Release(now, 1, []ID{l.ID})
-	if busy, _, _ := tb.DrainReaders(now, 2, 9, time.Second); busy {
+	if busy, _, _ := tb.DrainReaders(now, 2, 9, time.Second, true); busy {
 		t.Fatal("still busy after the release")
 	}
 	// Until that change is done, nobody else gets a directory lease.
@@ -389,7 +389,7 @@ func TestDirLeases(t *testing.T) {
 	mustGrant(t, tb, now, dir(3), 0)
 	// A plain write lease is not drained by entry changes.
 	w := mustGrant(t, tb, now, req(4, 10, Write, 0, 0), 0)
-	if busy, _, revoked := tb.DrainReaders(now, 2, 10, 0); busy || len(revoked) != 0 {
+	if busy, _, revoked := tb.DrainReaders(now, 2, 10, 0, false); busy || len(revoked) != 0 {
 		t.Fatalf("write lease %d drained: busy %v, revoked %v", w.ID, busy, revoked)
 	}
 	// A directory lease must be a whole-range write lease.
@@ -398,4 +398,19 @@ func TestDirLeases(t *testing.T) {
 	if _, err := tb.Acquire(now, bad, 0); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("read directory lease: %v, want ErrBadRequest", err)
 	}
+}
+
+// TestDrainIntentSharedByConcurrentChanges: two changes of one inode by
+// one client in progress at once share the intent; it keeps readers out
+// until the second is done, not only the first.
+func TestDrainIntentSharedByConcurrentChanges(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	tb.DrainReaders(now, 2, 7, time.Second, false)
+	tb.DrainReaders(now, 2, 7, time.Second, false)
+	tb.DrainReaders(now, 2, 7, time.Second, true) // the second polling again
+	tb.DoneDraining(2, 7)
+	mustRefuse(t, tb, now, req(1, 7, Read, 0, 0), 0)
+	tb.DoneDraining(2, 7)
+	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
 }

@@ -494,10 +494,11 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		// between here and the commit.
 		anyRevoked := false
 		for _, ino := range drain {
-			if !slices.Contains(drained, ino) {
+			again := slices.Contains(drained, ino)
+			if !again {
 				drained = append(drained, ino)
 			}
-			b, a, revoked := gl.table.DrainReaders(now, client, ino, intent)
+			b, a, revoked := gl.table.DrainReaders(now, client, ino, intent, again)
 			if b {
 				busy, at = true, earliestTime(at, a)
 			}
