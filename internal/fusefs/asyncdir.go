@@ -183,6 +183,7 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 		d.backoff = time.Now().Add(asyncBackoff)
 	}
 	d.mu.Unlock()
+	n.fsys.log.Debug("directory lease revoked: entry changes synchronous again", slog.Uint64("dir", uint64(n.ino)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	n.fsys.c.FlushDeferred(ctx)

@@ -248,13 +248,18 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if n.fsys.cfg.AsyncDirs {
 		n.dir.mu.Lock()
 		if n.asyncLocked() {
-			if _, ok := n.dir.names[name]; !ok {
+			e, ok := n.dir.names[name]
+			if !ok {
 				// The listing is complete under the directory lease.
 				n.dir.mu.Unlock()
 				if len(name) > client.MaxNameLen {
 					return nil, syscall.ENAMETOOLONG
 				}
 				return nil, syscall.ENOENT
+			}
+			if in := n.knownEntry(name, e, out); in != nil {
+				n.dir.mu.Unlock()
+				return in, 0
 			}
 		}
 		n.dir.mu.Unlock()
@@ -275,6 +280,38 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, n.fsys.errno("lookup", err)
 	}
 	return n.child(ctx, a, out), 0
+}
+
+// knownEntry answers a lookup of name, which the directory lease's
+// listing says is e, from the child node the kernel still holds (its
+// dentry expired): the entry is exact under the lease, and the
+// attributes are trusted only under the child's read lease (else the
+// kernel asks for them before using them). nil: ask the ministry.
+// Without it every lookup after the entry timeout waited for the queued
+// changes (bench mount: unlink of 8,000 files 20K/s -> 1.3K/s).
+func (n *node) knownEntry(name string, e dirEnt, out *fuse.EntryOut) *fs.Inode {
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	ch, ok := in.Operations().(*node)
+	if !ok || ch.ino != e.ino {
+		return nil
+	}
+	ch.mu.Lock()
+	a, lin := ch.mu.attr, ch.mu.linearize
+	ch.mu.Unlock()
+	if a == nil || lin {
+		return nil
+	}
+	if la, l := ch.cachedLeaseAttr(); la != nil {
+		ch.setAttr(la, &out.Attr)
+		out.SetAttrTimeout(ch.leaseAttrTimeout(l))
+		return in
+	}
+	ch.setAttr(a, &out.Attr)
+	out.SetAttrTimeout(time.Nanosecond) // stale: the kernel asks again
+	return in
 }
 
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
