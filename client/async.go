@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
@@ -25,7 +26,9 @@ import (
 // until everything queued before it is applied, so nothing this Client
 // does can see the namespace without its own deferred operations.
 // A deferred operation that fails (the lease was lost and another client
-// got there first, ENOSPC) is reported to its done function and logged.
+// got there first, ENOSPC) is reported to its done function and logged;
+// done functions run on the sender, before a flush waiting for the
+// operation returns, so they must not block on the caller's locks.
 
 // reserveCount is how many inode numbers one ReserveInodesOp asks for.
 const reserveCount = 1024
@@ -35,32 +38,54 @@ const reserveCount = 1024
 type DeferredDone func(res *wire.Result, err error)
 
 type deferredOp struct {
-	group ids.GroupID
-	route ids.Ino
-	cmd   *wire.Command
-	what  string
-	done  DeferredDone
+	group  ids.GroupID
+	route  ids.Ino
+	cmd    *wire.Command
+	what   string
+	done   DeferredDone
+	ticket uint64
 }
 
 type deferredQueue struct {
 	// outstanding counts queued and in-flight operations: 0 lets every
-	// other request go without touching the locks below.
+	// other request go without touching the lock below.
 	outstanding atomic.Int64
-	// sendMu is held while batches are on their way: a flush waits for
-	// the sender, so what was queued before it is applied when it
-	// returns.
-	sendMu sync.Mutex
-	mu     sync.Mutex
-	// pending is the queue, in order; running says a background sender
-	// is draining it.
-	pending []*deferredOp
-	running bool
+	mu          sync.Mutex
+	// pending is the queue, in order; running says the sender goroutine
+	// is draining it. Operations are numbered in queue order (lastTicket
+	// is the newest); doneTo says every operation up to it was answered
+	// (and its done function ran); waiters are flushes waiting for a
+	// ticket.
+	pending    []*deferredOp
+	running    bool
+	lastTicket uint64
+	doneTo     uint64
+	waiters    []flushWaiter
 	// resvMu orders taking a reserved number and queueing its create
 	// against a new reservation (which replaces the old one: every create
 	// numbered from the old range must be applied first).
 	resvMu sync.Mutex
-	resv   map[ids.GroupID]*[2]uint64
+	resv   map[ids.GroupID]*reservation
 }
+
+// flushWaiter is a flush waiting until doneTo reaches ticket.
+type flushWaiter struct {
+	ticket uint64
+	done   chan struct{}
+}
+
+// reservation is a range of inode numbers reserved in one ministry.
+type reservation struct {
+	next, end uint64
+	// lastTake: the ministry forgets a client's reservation with its
+	// request results after an hour without commands (namespace
+	// dedup.go), so one unused for reserveIdle is not trusted.
+	lastTake time.Time
+}
+
+// reserveIdle is how long a reservation is used without a take (well
+// under the ministry's hour).
+const reserveIdle = 30 * time.Minute
 
 // MakeNodeDeferred is MakeNode answered at once: the new inode's number
 // comes from a range reserved beforehand, its attributes are made here
@@ -169,12 +194,13 @@ func (c *Client) FlushDeferred(ctx context.Context) {
 func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.Ino) (ids.Ino, error) {
 	q := &c.deferred
 	if q.resv == nil {
-		q.resv = map[ids.GroupID]*[2]uint64{}
+		q.resv = map[ids.GroupID]*reservation{}
 	}
+	now := c.cfg.Clock.Now()
 	r := q.resv[group]
-	if r == nil || r[0] >= r[1] {
+	if r == nil || r.next >= r.end || now.Sub(r.lastTake) > reserveIdle {
 		// The new reservation replaces the old one: every create numbered
-		// from it must be applied first. mutate flushes the queue.
+		// from it must be applied first. mutateIn flushes the queue.
 		cmd := c.newCommand(func(cmd *wire.Command) {
 			cmd.Op = &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: reserveCount}}
 		})
@@ -185,72 +211,70 @@ func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.I
 		if res.GetStart() == 0 || res.GetStart() >= res.GetEnd() {
 			return 0, fmt.Errorf("%w: reserve inode numbers: empty range [%d, %d)", syscall.EIO, res.GetStart(), res.GetEnd())
 		}
-		r = &[2]uint64{res.GetStart(), res.GetEnd()}
+		r = &reservation{next: res.GetStart(), end: res.GetEnd()}
 		q.resv[group] = r
 	}
-	ino := ids.Ino(r[0])
-	r[0]++
+	ino := ids.Ino(r.next)
+	r.next++
+	r.lastTake = now
 	return ino, nil
 }
 
-// enqueue queues op and makes sure a sender drains the queue.
+// enqueue queues op and makes sure the sender drains the queue.
 func (c *Client) enqueue(op *deferredOp) {
 	q := &c.deferred
 	q.outstanding.Add(1)
 	q.mu.Lock()
+	q.lastTicket++
+	op.ticket = q.lastTicket
 	q.pending = append(q.pending, op)
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
 	if start {
-		go c.drainDeferred()
+		go c.sendDeferred()
 	}
 }
 
-// drainDeferred is the background sender: it sends batches until the
-// queue is empty.
-func (c *Client) drainDeferred() {
+// flushDeferred returns when everything queued before the call has been
+// answered (and its done function ran), or ctx ends. Every other
+// metadata request calls it first. It waits for those operations only,
+// not for ones queued after it (a busy queue would hold it for ever).
+func (c *Client) flushDeferred(ctx context.Context) {
 	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	if q.doneTo >= q.lastTicket {
+		q.mu.Unlock()
+		return
+	}
+	w := flushWaiter{ticket: q.lastTicket, done: make(chan struct{})}
+	q.waiters = append(q.waiters, w)
+	q.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+}
+
+// sendDeferred is the sender: it sends what is queued, in batches of at
+// most maxBatch commands of one ministry, in queue order, one batch at a
+// time, until the queue is empty.
+func (c *Client) sendDeferred() {
+	q := &c.deferred
+	ctx := context.Background()
 	for {
-		c.sendDeferred(context.Background())
 		q.mu.Lock()
-		if len(q.pending) == 0 {
+		ops := q.pending
+		q.pending = nil
+		if len(ops) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
-	}
-}
-
-// flushDeferred returns when everything queued before the call has been
-// sent and answered. Every other metadata request calls it first.
-func (c *Client) flushDeferred(ctx context.Context) {
-	if c.deferred.outstanding.Load() == 0 {
-		return
-	}
-	c.sendDeferred(ctx)
-}
-
-// sendDeferred sends what is queued, in batches of at most
-// namespace.MaxBatch commands per ministry, in queue order.
-func (c *Client) sendDeferred(ctx context.Context) {
-	q := &c.deferred
-	q.sendMu.Lock()
-	type outcome struct {
-		op  *deferredOp
-		res *wire.Result
-		err error
-	}
-	var outs []outcome
-	for {
-		q.mu.Lock()
-		ops := q.pending
-		q.pending = nil
-		q.mu.Unlock()
-		if len(ops) == 0 {
-			break
-		}
 		for len(ops) > 0 {
 			// A run of one group's commands, in order.
 			n := 1
@@ -260,28 +284,38 @@ func (c *Client) sendDeferred(ctx context.Context) {
 			run := ops[:n]
 			ops = ops[n:]
 			results, err := c.sendBatch(ctx, run)
+			// The done functions run before the operations count as
+			// done, so a flush returning sees their failures recorded.
+			// They must not wait for locks a flushing request may hold.
 			for i, op := range run {
-				o := outcome{op: op, err: err}
+				var res *wire.Result
+				oerr := err
 				if err == nil {
-					o.res = results[i]
-					if e := o.res.GetErrno(); e != 0 {
-						o.err = &errnoMsg{errno: syscall.Errno(e), msg: o.res.GetMessage()}
+					res = results[i]
+					if e := res.GetErrno(); e != 0 {
+						oerr = &errnoMsg{errno: syscall.Errno(e), msg: res.GetMessage()}
 					}
 				}
-				outs = append(outs, o)
+				if oerr != nil {
+					c.log.Warn("deferred metadata operation failed", slog.String("op", op.what), slog.Any("err", oerr), slog.String("detail", ErrorDetail(oerr)))
+				}
+				if op.done != nil {
+					op.done(res, oerr)
+				}
 			}
 			q.outstanding.Add(-int64(len(run)))
-		}
-	}
-	q.sendMu.Unlock()
-	// Outside sendMu: a done function may take the caller's locks, and
-	// the caller may be waiting in a flush while holding them.
-	for _, o := range outs {
-		if o.err != nil {
-			c.log.Warn("deferred metadata operation failed", slog.String("op", o.op.what), slog.Any("err", o.err), slog.String("detail", ErrorDetail(o.err)))
-		}
-		if o.op.done != nil {
-			o.op.done(o.res, o.err)
+			q.mu.Lock()
+			q.doneTo = run[len(run)-1].ticket
+			kept := q.waiters[:0]
+			for _, w := range q.waiters {
+				if w.ticket <= q.doneTo {
+					close(w.done)
+				} else {
+					kept = append(kept, w)
+				}
+			}
+			q.waiters = kept
+			q.mu.Unlock()
 		}
 	}
 }

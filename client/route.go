@@ -23,6 +23,14 @@ type ReadOption func(*readOpts)
 
 type readOpts struct {
 	consistency wire.ReadConsistency
+	noDeferred  bool
+}
+
+// PastDeferred lets a read go before the deferred changes queued so far
+// are applied (async.go): for a caller that knows none of them touches
+// what it reads.
+func PastDeferred() ReadOption {
+	return func(o *readOpts) { o.noDeferred = true }
 }
 
 // Linearizable makes a read linearizable (the serving replica confirms
@@ -292,7 +300,9 @@ func (c *Client) redirect(group *ids.GroupID, route ids.Ino, st *wire.Status, ho
 func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest, opts []ReadOption) (*wire.ReadResponse, ids.GroupID, error) {
 	o := c.readOptions(opts)
 	// Deferred changes first: nothing this Client reads may miss them.
-	c.flushDeferred(ctx)
+	if !o.noDeferred {
+		c.flushDeferred(ctx)
+	}
 	group := c.owner(route)
 	redirects := 0
 	override := ""

@@ -462,6 +462,13 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 		return e
 	}
 	h.n.fsys.c.FlushDeferred(bg(ctx))
+	// A queued change of the file's directory that failed (its create,
+	// perhaps) is reported here too, until the directory's fsync takes it.
+	if _, p := h.n.Parent(); p != nil {
+		if pn, ok := p.Operations().(*node); ok && pn.dir.failure(false) != nil {
+			return syscall.EIO
+		}
+	}
 	return 0
 }
 

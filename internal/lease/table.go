@@ -404,6 +404,21 @@ func (t *Table) DoneDraining(client ClientID, ino ids.Ino) {
 	}
 }
 
+// AbandonDraining ends one change of ino by client that gave up waiting
+// (the client will ask again): the intent stays until it expires, so new
+// readers stay out meanwhile, but no longer counts the change.
+func (t *Table) AbandonDraining(client ClientID, ino ids.Ino) {
+	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
+	for _, in := range t.intents[ino] {
+		if in.readersOnly && in.req == req {
+			if in.holders > 0 {
+				in.holders--
+			}
+			return
+		}
+	}
+}
+
 // Renew extends the client's leases in list by one TTL from now, except
 // revoked ones. It returns the listed leases that are revoked (give them
 // back) and those the table does not hold for the client (lost: expired,

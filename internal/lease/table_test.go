@@ -414,3 +414,17 @@ func TestDrainIntentSharedByConcurrentChanges(t *testing.T) {
 	tb.DoneDraining(2, 7)
 	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
 }
+
+// TestAbandonedDrainKeepsIntentUntilExpiry: a change that gave up
+// waiting leaves its intent (readers stay out while the client asks
+// again) but no longer holds it: the retry's DoneDraining drops it.
+func TestAbandonedDrainKeepsIntentUntilExpiry(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	tb.DrainReaders(now, 2, 7, time.Second, false)
+	tb.AbandonDraining(2, 7)
+	mustRefuse(t, tb, now, req(1, 7, Read, 0, 0), 0)
+	tb.DrainReaders(now, 2, 7, time.Second, false) // the client's retry
+	tb.DoneDraining(2, 7)
+	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
+}

@@ -62,6 +62,15 @@ func create(name []byte, parent uint64) *wire.Command {
 		Op: &wire.Command_Create{Create: &wire.CreateOp{Parent: parent, Name: name, Type: wire.FileType_REGULAR, Mode: 0o644, Exclusive: true}}}
 }
 
+func batchOf(cmds ...*wire.Command) *wire.Command {
+	return &wire.Command{Version: 1, Op: &wire.Command_Batch{Batch: &wire.BatchOp{Cmds: cmds}}}
+}
+
+func withIno(c *wire.Command, ino uint64) *wire.Command {
+	c.GetCreate().Ino = ino
+	return c
+}
+
 func TestBadInputGetsClearErrorAndChangesNothing(t *testing.T) {
 	c := testcluster.NewInProc(t, 3)
 	mc, addr := leaderClient(t, c)
@@ -88,6 +97,25 @@ func TestBadInputGetsClearErrorAndChangesNothing(t *testing.T) {
 		{"no op", &wire.Command{Version: 1}, 1, wire.Code_INVALID, 0},
 		{"bad version", &wire.Command{Version: 9, Op: create([]byte("x"), 1).Op}, 1, wire.Code_INVALID, 0},
 		{"internal op", &wire.Command{Version: 1, Op: &wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 5, End: 9}}}, 1, wire.Code_INVALID, 0},
+		{"empty batch", batchOf(), 1, wire.Code_INVALID, 0},
+		{"batch with a request id", func() *wire.Command {
+			b := batchOf(create([]byte("x"), 1))
+			b.Req = &wire.RequestID{ClientId: 77, Seq: 1000}
+			return b
+		}(), 1, wire.Code_INVALID, 0},
+		{"batched create without inode number", batchOf(create([]byte("x"), 1)), 1, wire.Code_INVALID, 0},
+		{"nested batch", batchOf(batchOf()), 1, wire.Code_INVALID, 0},
+		{"batched reservation", batchOf(&wire.Command{Version: 1, Req: &wire.RequestID{ClientId: 77, Seq: 1001},
+			Op: &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 1}}}), 1, wire.Code_INVALID, 0},
+		{"batch of two clients", batchOf(withIno(create([]byte("x"), 1), 5000), func() *wire.Command {
+			c := withIno(create([]byte("y"), 1), 5001)
+			c.Req.ClientId = 78
+			return c
+		}()), 1, wire.Code_INVALID, 0},
+		{"batch with a bad name", batchOf(withIno(create([]byte("a/b"), 1), 5000)), 1, wire.Code_ERRNO, syscall.EINVAL},
+		{"reservation of 0", &wire.Command{Version: 1, Req: &wire.RequestID{ClientId: 77, Seq: 1002},
+			Op: &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{}}}, 1, wire.Code_ERRNO, syscall.EINVAL},
+		{"create with an unreserved inode", withIno(create([]byte("x"), 1), 5000), 1, wire.Code_ERRNO, syscall.EINVAL},
 	}
 	for _, tc := range cases {
 		resp, err := mc.Mutate(ctx, &wire.MutateRequest{Group: tc.group, Cmd: tc.cmd})

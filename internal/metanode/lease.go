@@ -437,16 +437,17 @@ func drainSetOf(cmd *wire.Command) drainSet {
 // TTL), so a reader caching under a read lease never serves what this
 // change replaced once it is acknowledged, and a directory lease holder
 // never answers from a listing this change made stale. During a new
-// minister's fence a change of inodes waits for the fence to end instead:
-// read leases the predecessor granted are not known here. Entry changes
-// do not wait for the fence (they would all stall for a TTL after every
-// failover): a predecessor's directory lease lives on at most until its
-// expiry, and a batch of its holder that then conflicts fails and is
-// reported (docs/fuse.md). One call waits at most a few seconds (the
-// client's call deadline) and then answers UNAVAILABLE, and the client
-// asks again; the intents left in the table keep new leases out
-// meanwhile. It returns a function to call when the change is done.
-// Nothing happens on a non-leader (the proposal is refused anyway).
+// minister's fence the change waits for the fence to end instead: leases
+// the predecessor granted are not known here. That includes entry
+// changes (creates stall for up to a TTL after a failover, as writes
+// do): a predecessor's directory lease may still be answering creates
+// from its listing (found in review: without the wait, two O_EXCL
+// creates of one name could both succeed across a failover). One call
+// waits at most a few seconds (the client's call deadline) and then
+// answers UNAVAILABLE, and the client asks again; the intents left in
+// the table keep new leases out meanwhile. It returns a function to
+// call when the change is done. Nothing happens on a non-leader (the
+// proposal is refused anyway).
 func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
 	ds := drainSetOf(cmd)
 	client := ds.client
@@ -483,8 +484,8 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 		var busy bool
 		var at time.Time
-		drain := ds.dirs
-		if fence := gl.table.FencedUntil(); now.Before(fence) && len(ds.inos) > 0 {
+		var drain []ids.Ino
+		if fence := gl.table.FencedUntil(); now.Before(fence) {
 			busy, at = true, fence
 		} else {
 			drain = append(slices.Clone(ds.inos), ds.dirs...)
@@ -514,7 +515,15 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 		if !now.Before(end) || ctx.Err() != nil {
 			// The intents stay (they expire by themselves): the client
-			// asks again, and new leases stay out meanwhile.
+			// asks again, and new leases stay out meanwhile. This change
+			// no longer holds them.
+			ls.mu.Lock()
+			if gl := ls.mu.groups[g]; gl != nil && gl.table != nil {
+				for _, ino := range drained {
+					gl.table.AbandonDraining(client, ino)
+				}
+			}
+			ls.mu.Unlock()
 			return func() {}, fmt.Errorf("%w: waiting for other clients to give back their leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, append(ds.inos, ds.dirs...))
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))

@@ -127,9 +127,15 @@ func validateBatch(g ids.GroupID, cmd *wire.Command) error {
 	}
 	client := cmds[0].GetReq().GetClientId()
 	for i, sub := range cmds {
-		switch sub.GetOp().(type) {
+		switch op := sub.GetOp().(type) {
 		case *wire.Command_Batch:
 			return fmt.Errorf("batch command %d is a batch", i)
+		case *wire.Command_ReserveInodes:
+			return fmt.Errorf("batch command %d: inode numbers are reserved outside batches", i)
+		case *wire.Command_Create:
+			if op.Create.GetIno() == 0 {
+				return fmt.Errorf("batch command %d: a batched create needs a reserved inode number (CreateOp.ino)", i)
+			}
 		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
 			return fmt.Errorf("batch command %d: %T goes to the president group, never in a batch", i, sub.GetOp())
 		}
