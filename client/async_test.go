@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -144,4 +145,56 @@ func TestDeferredOps(t *testing.T) {
 	if _, errs := log.get(); !errors.Is(errs["z"], syscall.EEXIST) || len(errs) != 1 {
 		t.Fatalf("deferred create of a taken name: failures %v, want z: EEXIST only", errs)
 	}
+}
+
+// TestDirLeaseFenceAfterMinisterChange: after a minister change, entry
+// changes in a directory that had a directory lease wait for the new
+// minister's fence (the old holder may still answer creates from its
+// listing); entry changes in other directories do not.
+func TestDirLeaseFenceAfterMinisterChange(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ctx := t.Context()
+	leased, err := a.Mkdir(ctx, "/leased", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Mkdir(ctx, "/plain", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL}); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	old, err := cl.Leader(lctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(old)
+	stopped := time.Now()
+	type done struct {
+		at  time.Duration
+		err error
+	}
+	plain, inLeased := make(chan done, 1), make(chan done, 1)
+	go func() {
+		_, err := b.Create(ctx, "/leased/x", 0o644, true)
+		inLeased <- done{time.Since(stopped), err}
+	}()
+	go func() {
+		_, err := b.Create(ctx, "/plain/y", 0o644, true)
+		plain <- done{time.Since(stopped), err}
+	}()
+	p, l := <-plain, <-inLeased
+	if p.err != nil || l.err != nil {
+		t.Fatalf("creates after the minister change: plain %v, leased %v", p.err, l.err)
+	}
+	if l.at < leaseTTL {
+		t.Fatalf("a create in the leased directory went through %v after the minister stopped (TTL %v): no fence", l.at, leaseTTL)
+	}
+	if p.at >= l.at {
+		t.Fatalf("a create in an unleased directory waited for the fence too (%v, leased %v)", p.at, l.at)
+	}
+	t.Logf("after the minister change: create in an unleased directory %v, in the leased one %v", p.at.Round(time.Millisecond), l.at.Round(time.Millisecond))
 }

@@ -9,8 +9,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/lease"
+	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -231,6 +233,11 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}
+	if r.Dir {
+		if err := ls.markDirLease(ctx, g, r.Ino); err != nil {
+			return nil, err
+		}
+	}
 	clk := ls.n.cfg.Clock
 	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.maxWait())
 	end := clk.Now().Add(wait)
@@ -437,17 +444,17 @@ func drainSetOf(cmd *wire.Command) drainSet {
 // TTL), so a reader caching under a read lease never serves what this
 // change replaced once it is acknowledged, and a directory lease holder
 // never answers from a listing this change made stale. During a new
-// minister's fence the change waits for the fence to end instead: leases
-// the predecessor granted are not known here. That includes entry
-// changes (creates stall for up to a TTL after a failover, as writes
-// do): a predecessor's directory lease may still be answering creates
-// from its listing (found in review: without the wait, two O_EXCL
-// creates of one name could both succeed across a failover). One call
-// waits at most a few seconds (the client's call deadline) and then
-// answers UNAVAILABLE, and the client asks again; the intents left in
-// the table keep new leases out meanwhile. It returns a function to
-// call when the change is done. Nothing happens on a non-leader (the
-// proposal is refused anyway).
+// minister's fence a change of inodes waits for the fence to end
+// instead: leases the predecessor granted are not known here. So does an
+// entry change in a directory that was ever given a directory lease
+// (MarkDirLeaseOp, in the log before the grant): its holder may still be
+// answering creates from its listing (found in review: without the wait,
+// two O_EXCL creates of one name could both succeed across a failover).
+// Entry changes elsewhere go on at once. One call waits at most a few
+// seconds (the client's call deadline) and then answers UNAVAILABLE, and
+// the client asks again; the intents left in the table keep new leases
+// out meanwhile. It returns a function to call when the change is done.
+// Nothing happens on a non-leader (the proposal is refused anyway).
 func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
 	ds := drainSetOf(cmd)
 	client := ds.client
@@ -474,6 +481,9 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			}
 		}
 	}
+	// marked: whether one of ds.dirs was ever given a directory lease
+	// (asked once, and only during a fence).
+	var marked, markedKnown bool
 	for {
 		now := clk.Now()
 		ls.mu.Lock()
@@ -485,7 +495,17 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		var busy bool
 		var at time.Time
 		var drain []ids.Ino
-		if fence := gl.table.FencedUntil(); now.Before(fence) {
+		fence := gl.table.FencedUntil()
+		if now.Before(fence) && len(ds.inos) == 0 && !markedKnown {
+			ls.mu.Unlock()
+			m, err := ls.dirLeaseMarked(ctx, g, ds.dirs)
+			if err != nil {
+				return func() {}, err
+			}
+			marked, markedKnown = m, true
+			continue
+		}
+		if now.Before(fence) && (len(ds.inos) > 0 || marked) {
 			busy, at = true, fence
 		} else {
 			drain = append(slices.Clone(ds.inos), ds.dirs...)
@@ -528,6 +548,56 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}
+}
+
+// dirLeaseMarked says whether one of dirs was ever given a directory
+// lease. The marks of the predecessor's term must be applied here first:
+// a read index does that.
+func (ls *leaseService) dirLeaseMarked(ctx context.Context, g ids.GroupID, dirs []ids.Ino) (bool, error) {
+	idx, err := ls.n.host.ReadIndex(ctx, g)
+	if err != nil {
+		return false, err
+	}
+	if err := ls.n.host.WaitApplied(ctx, g, idx); err != nil {
+		return false, err
+	}
+	marked := false
+	err = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		for _, d := range dirs {
+			m, err := namespace.DirLeaseMarked(r, d)
+			if err != nil {
+				return err
+			}
+			marked = marked || m
+		}
+		return nil
+	})
+	return marked, err
+}
+
+// markDirLease records in the log, before the first directory lease on
+// dir is granted, that dir has one (see drainReaders).
+func (ls *leaseService) markDirLease(ctx context.Context, g ids.GroupID, dir ids.Ino) error {
+	marked := false
+	if err := ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		var err error
+		marked, err = namespace.DirLeaseMarked(r, dir)
+		return err
+	}); err != nil {
+		return err
+	}
+	if marked {
+		return nil
+	}
+	res, _, err := ls.n.host.Propose(ctx, g, &wire.Command{Version: 1, NowNs: ls.n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_MarkDirLease{MarkDirLease: &wire.MarkDirLeaseOp{Dir: uint64(dir)}}})
+	if err != nil {
+		return err
+	}
+	if e := res.GetErrno(); e != 0 {
+		return fmt.Errorf("%w: directory lease on ino %v: %s", syscall.Errno(e), dir, res.GetMessage())
+	}
+	return nil
 }
 
 func earliestTime(a, b time.Time) time.Time {

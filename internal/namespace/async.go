@@ -146,3 +146,24 @@ func applyBatch(rw engine.ReadWriter, now int64, b *wire.BatchOp) (*wire.Result,
 	}
 	return out, nil
 }
+
+func dirLeaseKey(dir ids.Ino) []byte { return u64Key(kindDirLease, uint64(dir)) }
+
+// markDirLease records that dir was given a directory lease.
+func markDirLease(t *tx, op *wire.MarkDirLeaseOp) (*wire.Result, error) {
+	if _, err := t.dir(ids.Ino(op.Dir)); err != nil {
+		return nil, err
+	}
+	t.set(dirLeaseKey(ids.Ino(op.Dir)), nil)
+	return &wire.Result{}, nil
+}
+
+// DirLeaseMarked says whether dir was ever given a directory lease
+// (MarkDirLeaseOp) and still exists.
+func DirLeaseMarked(r engine.Reader, dir ids.Ino) (bool, error) {
+	v, err := r.Get(dirLeaseKey(dir))
+	if err != nil {
+		return false, fmt.Errorf("namespace: get directory lease mark of %v: %w", dir, err)
+	}
+	return v != nil, nil
+}

@@ -112,3 +112,32 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("nested batch: %v", r)
 	}
 }
+
+// TestDirLeaseMark: a directory lease mark is kept until the directory
+// goes; a file cannot be marked.
+func TestDirLeaseMark(t *testing.T) {
+	v := newEnv(t)
+	d := v.mkdir(root, "d")
+	f := v.mkfile(root, "f")
+	marked := func(ino ids.Ino) bool {
+		t.Helper()
+		m, err := DirLeaseMarked(v.rw, ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	if marked(d) {
+		t.Fatal("a new directory is marked")
+	}
+	v.ok(&wire.Command_MarkDirLease{MarkDirLease: &wire.MarkDirLeaseOp{Dir: uint64(d)}})
+	v.ok(&wire.Command_MarkDirLease{MarkDirLease: &wire.MarkDirLeaseOp{Dir: uint64(d)}}) // again: the same
+	if !marked(d) {
+		t.Fatal("the mark is missing")
+	}
+	v.fails(&wire.Command_MarkDirLease{MarkDirLease: &wire.MarkDirLeaseOp{Dir: uint64(f)}}, syscall.ENOTDIR)
+	v.ok(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("d"), Dir: true}})
+	if marked(d) {
+		t.Fatal("the mark outlived its directory")
+	}
+}

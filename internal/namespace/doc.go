@@ -41,6 +41,8 @@
 //	                          encoding) + seq watermark (8)
 //	"t" <last use> <client>   empty; index of clients by last use, for expiry
 //	"e"                       u64 minute (command time) of the last expiry run
+//	"l" <dir ino>             empty; the directory was given a directory
+//	                          lease (MarkDirLeaseOp); removed with it
 //	"v" <client>              inode numbers reserved by the client
 //	                          (ReserveInodesOp): next u64, end u64; see
 //	                          async.go

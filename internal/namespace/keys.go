@@ -19,6 +19,7 @@ const (
 	kindClient  = 'k'
 	kindIdle    = 't'
 	kindReserve = 'v'
+	kindDirLease = 'l'
 )
 
 // inodeRangesKey holds the granted inode ranges and the allocation cursor.

@@ -115,6 +115,9 @@ func (t *tx) remove(in *wire.Inode) error {
 	t.deleted[ino] = true
 	t.del(inodeKey(ino))
 	t.del(parentKey(ino))
+	if in.Attr.Type == wire.FileType_DIRECTORY {
+		t.del(dirLeaseKey(ino))
+	}
 	// NB: point deletes rather than DeleteRange: most files have no xattrs,
 	// and a range tombstone per unlink would slow every later read.
 	p := xattrPrefix(ino)
