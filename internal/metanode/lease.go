@@ -12,8 +12,8 @@ import (
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/lease"
-	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/multiraft"
+	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/wire"
 )
 

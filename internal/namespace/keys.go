@@ -11,14 +11,14 @@ import (
 
 // Key kinds; see doc.go for the layout.
 const (
-	kindInode   = 'i'
-	kindDirent  = 'd'
-	kindParent  = 'p'
-	kindXattr   = 'x'
-	kindResult  = 'r'
-	kindClient  = 'k'
-	kindIdle    = 't'
-	kindReserve = 'v'
+	kindInode    = 'i'
+	kindDirent   = 'd'
+	kindParent   = 'p'
+	kindXattr    = 'x'
+	kindResult   = 'r'
+	kindClient   = 'k'
+	kindIdle     = 't'
+	kindReserve  = 'v'
 	kindDirLease = 'l'
 )
 
