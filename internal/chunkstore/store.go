@@ -73,6 +73,10 @@ type Store struct {
 	zero     []byte       // BlockSize zero bytes; never written
 	zeroCRC  uint32       // CRC32C of a whole zero block
 	syncs    atomic.Int64 // fsyncs and fdatasyncs issued, for tests and benchmarks
+	// noDirect: the file system refused O_DIRECT (tmpfs); direct counts
+	// data writes that went through it (direct.go).
+	noDirect atomic.Bool
+	direct   atomic.Int64
 	// blockPool holds *[]byte of smallReadBlocks blocks for small reads.
 	blockPool sync.Pool
 
@@ -753,6 +757,11 @@ func (s *Store) writeParts(f *os.File, h Handle, step Step, parts ...[]byte) err
 // kill would.
 func (s *Store) writeAt(f *os.File, h Handle, step Step, p []byte, off, split int64) error {
 	if s.cfg.Knobs == nil || step == "" {
+		if step == StepDataWrite {
+			if done, err := s.writeDirect(h, p, off); done || err != nil {
+				return err
+			}
+		}
 		_, err := f.WriteAt(p, off)
 		return err
 	}
