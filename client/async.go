@@ -66,6 +66,9 @@ type deferredQueue struct {
 	// numbered from the old range must be applied first).
 	resvMu sync.Mutex
 	resv   map[ids.GroupID]*reservation
+	// holdForTest, set by a test before anything is queued, holds the
+	// sender until closed (a queue that is slow to leave).
+	holdForTest chan struct{}
 }
 
 // flushWaiter is a flush waiting until doneTo reaches ticket.
@@ -283,6 +286,9 @@ func (c *Client) sendDeferred() {
 			}
 			run := ops[:n]
 			ops = ops[n:]
+			if q.holdForTest != nil {
+				<-q.holdForTest
+			}
 			results, err := c.sendBatch(ctx, run)
 			// The done functions run before the operations count as
 			// done, so a flush returning sees their failures recorded.

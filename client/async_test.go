@@ -198,3 +198,59 @@ func TestDirLeaseFenceAfterMinisterChange(t *testing.T) {
 	}
 	t.Logf("after the minister change: create in an unleased directory %v, in the leased one %v", p.at.Round(time.Millisecond), l.at.Round(time.Millisecond))
 }
+
+// TestRmdirOfLeasedDirectory: removing a directory drains its own
+// directory lease, so the holder's queued creates in it arrive first and
+// the rmdir fails with ENOTEMPTY (rather than the creates failing later).
+func TestRmdirOfLeasedDirectory(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	d, err := a.Mkdir(ctx, "/rd", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ids.Ino(d.GetIno())
+	if _, err := a.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL,
+		OnRevoke: func(*Lease, bool) { a.FlushDeferred(context.Background()) }}); err != nil {
+		t.Fatal(err)
+	}
+	var log deferredLog
+	// The reservation first (it waits for the queue); then hold the
+	// queue, so the create is still in it when b's rmdir comes.
+	if _, err := a.MakeNodeDeferred(ctx, dir, "w", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("w")); err != nil {
+		t.Fatal(err)
+	}
+	a.FlushDeferred(ctx)
+	if err := a.DeferredUnlink(dir, "w", log.done("unlink w")); err != nil {
+		t.Fatal(err)
+	}
+	a.FlushDeferred(ctx)
+	hold := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	a.deferred.holdForTest = hold
+	if _, err := a.MakeNodeDeferred(ctx, dir, "x", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("x")); err != nil {
+		t.Fatal(err)
+	}
+	rmdir := make(chan error, 1)
+	go func() { rmdir <- b.Rmdir(ctx, "/rd") }()
+	select {
+	case err := <-rmdir:
+		t.Fatalf("rmdir returned %v while the holder's queued create was held", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(hold)
+	released = true
+	if err := <-rmdir; !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Fatalf("rmdir of a directory with a queued create: %v, want ENOTEMPTY", err)
+	}
+	a.FlushDeferred(ctx)
+	if n, errs := log.get(); n != 3 || len(errs) != 0 {
+		t.Fatalf("the queued create: %d done, failures %v", n, errs)
+	}
+}

@@ -2,7 +2,6 @@ package chunkstore
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 	"unsafe"
@@ -40,19 +39,24 @@ func (s *Store) writeDirect(h Handle, p []byte, off int64) (done bool, err error
 	}
 	f, err := os.OpenFile(s.path(h, sufData), os.O_WRONLY|syscall.O_DIRECT, 0)
 	if err != nil {
+		// Buffered instead: that needs no new descriptor (EMFILE under
+		// load must not fail a write that worked before).
 		if errors.Is(err, syscall.EINVAL) {
 			s.noDirect.Store(true)
 			s.log.Info("chunk store: the file system refuses O_DIRECT; data is written through the page cache")
-			return false, nil
 		}
-		return false, fmt.Errorf("open data file for a direct write: %w", err)
+		return false, nil
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(p, off); err != nil {
+	if n, err := f.WriteAt(p, off); err != nil {
 		if errors.Is(err, syscall.EINVAL) {
-			// Alignment this file system wants beyond directAlign.
-			s.noDirect.Store(true)
-			s.log.Info("chunk store: O_DIRECT write refused; data is written through the page cache", "err", err)
+			// Alignment this file system wants beyond directAlign: the
+			// caller writes the whole range buffered.
+			if n == 0 {
+				s.noDirect.Store(true)
+			}
+			s.log.Info("chunk store: O_DIRECT write refused; data is written through the page cache",
+				"err", err, "off", off, "len", len(p), "written", n)
 			return false, nil
 		}
 		return false, err

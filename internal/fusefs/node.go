@@ -329,7 +329,10 @@ func (n *node) knownEntry(name string, e dirEnt, out *fuse.EntryOut) (in *fs.Ino
 		return in, false
 	}
 	if a.GetType() != wire.FileType_DIRECTORY {
-		return nil, a.GetType() == wire.FileType_REGULAR
+		// A file with other names: a queued unlink or rename of one of
+		// them changes its link count, which a read past the queue
+		// would not see (tar and rsync -H look at st_nlink).
+		return nil, a.GetType() == wire.FileType_REGULAR && a.GetNlink() <= 1
 	}
 	ch.setAttr(a, &out.Attr)
 	out.SetAttrTimeout(time.Nanosecond) // maybe stale: the kernel asks before a stat

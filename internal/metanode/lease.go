@@ -457,6 +457,11 @@ func drainSetOf(cmd *wire.Command) drainSet {
 // Nothing happens on a non-leader (the proposal is refused anyway).
 func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
 	ds := drainSetOf(cmd)
+	for _, d := range ls.replacedDirs(g, cmd) {
+		if !slices.Contains(ds.dirs, d) {
+			ds.dirs = append(ds.dirs, d)
+		}
+	}
 	client := ds.client
 	if client == 0 || len(ds.inos)+len(ds.dirs) == 0 {
 		return func() {}, nil
@@ -482,8 +487,9 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 	}
 	// marked: whether one of ds.dirs was ever given a directory lease
-	// (asked once, and only during a fence).
-	var marked, markedKnown bool
+	// (asked once per fence, and only during one).
+	var marked bool
+	var markedFor time.Time
 	for {
 		now := clk.Now()
 		ls.mu.Lock()
@@ -496,13 +502,15 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		var at time.Time
 		var drain []ids.Ino
 		fence := gl.table.FencedUntil()
-		if now.Before(fence) && len(ds.inos) == 0 && !markedKnown {
+		if now.Before(fence) && len(ds.inos) == 0 && !markedFor.Equal(fence) {
+			// Asked again if the term (and so the fence) changed
+			// meanwhile: a mark may have been made since.
 			ls.mu.Unlock()
 			m, err := ls.dirLeaseMarked(ctx, g, ds.dirs)
 			if err != nil {
 				return func() {}, err
 			}
-			marked, markedKnown = m, true
+			marked, markedFor = m, fence
 			continue
 		}
 		if now.Before(fence) && (len(ds.inos) > 0 || marked) {
@@ -548,6 +556,56 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}
+}
+
+// renameExchange is RENAME_EXCHANGE (renameat2).
+const renameExchange = 2
+
+// replacedDirs returns the directories cmd removes (rmdir, a rename onto
+// an empty directory): their own directory leases are drained too, so a
+// holder's queued creates in one reach the ministry first (and the
+// rmdir fails with ENOTEMPTY instead of the creates failing later, found
+// in review). Resolved in this node's state; a name not there yet makes
+// the command fail anyway.
+func (ls *leaseService) replacedDirs(g ids.GroupID, cmd *wire.Command) []ids.Ino {
+	type entry struct {
+		parent ids.Ino
+		name   []byte
+	}
+	var names []entry
+	add := func(c *wire.Command) {
+		switch op := c.GetOp().(type) {
+		case *wire.Command_Unlink:
+			if op.Unlink.GetDir() {
+				names = append(names, entry{ids.Ino(op.Unlink.GetParent()), op.Unlink.GetName()})
+			}
+		case *wire.Command_Rename:
+			if op.Rename.GetFlags()&renameExchange == 0 {
+				names = append(names, entry{ids.Ino(op.Rename.GetNewParent()), op.Rename.GetNewName()})
+			}
+		}
+	}
+	if b := cmd.GetBatch(); b != nil {
+		for _, c := range b.GetCmds() {
+			add(c)
+		}
+	} else {
+		add(cmd)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	var out []ids.Ino
+	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		for _, nm := range names {
+			a, _, err := namespace.Lookup(r, nm.parent, nm.name)
+			if err == nil && a != nil && a.GetType() == wire.FileType_DIRECTORY {
+				out = append(out, ids.Ino(a.GetIno()))
+			}
+		}
+		return nil
+	})
+	return out
 }
 
 // dirLeaseMarked says whether one of dirs was ever given a directory
