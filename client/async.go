@@ -98,22 +98,10 @@ const reserveIdle = 30 * time.Minute
 // after all (a lost lease), done hears EEXIST.
 func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name string, spec NodeSpec, done DeferredDone) (*wire.Attr, error) {
 	p := inoNamePath(uint64(parent), name)
-	switch spec.Type {
-	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET,
-		wire.FileType_CHAR_DEVICE, wire.FileType_BLOCK_DEVICE:
-	case wire.FileType_SYMLINK:
-		if err := checkTarget(spec.Target); err != nil {
-			return nil, opErr("symlink", p, err)
-		}
-	default:
-		return nil, opErr("mknod", p, fmt.Errorf("%w: file type %v", syscall.EINVAL, spec.Type))
-	}
-	if err := checkName(name); err != nil {
-		return nil, opErr("create", p, err)
-	}
-	cred := spec.Cred
-	if cred == nil {
-		cred = c.cfg.Cred
+	spec.Exclusive = true
+	op, err := c.createOp(parent, name, spec)
+	if err != nil {
+		return nil, err
 	}
 	group := c.owner(parent)
 	q := &c.deferred
@@ -123,12 +111,7 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 	if err != nil {
 		return nil, opErr("create", p, err)
 	}
-	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
-		Mode: spec.Mode & 0o7777, Exclusive: true, Rdev: spec.Rdev, Ino: uint64(ino),
-		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}}
-	if spec.Type == wire.FileType_SYMLINK {
-		op.Target = []byte(spec.Target)
-	}
+	op.Ino = uint64(ino)
 	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
 	// What namespace.newInode makes of it, with the command's own time
 	// (the ministry keeps a batch command's time when it is close to

@@ -36,6 +36,26 @@ type NodeSpec struct {
 // attributes.
 func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec NodeSpec) (*wire.Attr, error) {
 	p := inoNamePath(uint64(parent), name)
+	op, err := c.createOp(parent, name, spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
+	res, err := c.mutate(ctx, parent, cmd)
+	if err != nil {
+		return nil, opErr("create", p, err)
+	}
+	if res.GetAttr() == nil {
+		return nil, opErr("create", p, syscall.EIO)
+	}
+	c.learnChild(ids.Ino(res.GetAttr().GetIno()), c.owner(parent), 0)
+	return res.GetAttr(), nil
+}
+
+// createOp checks spec and name and builds the CreateOp (errors carry
+// the operation and path).
+func (c *Client) createOp(parent ids.Ino, name string, spec NodeSpec) (*wire.CreateOp, error) {
+	p := inoNamePath(uint64(parent), name)
 	switch spec.Type {
 	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET:
 	case wire.FileType_CHAR_DEVICE, wire.FileType_BLOCK_DEVICE:
@@ -59,16 +79,7 @@ func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec
 	if spec.Type == wire.FileType_SYMLINK {
 		op.Target = []byte(spec.Target)
 	}
-	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
-	res, err := c.mutate(ctx, parent, cmd)
-	if err != nil {
-		return nil, opErr("create", p, err)
-	}
-	if res.GetAttr() == nil {
-		return nil, opErr("create", p, syscall.EIO)
-	}
-	c.learnChild(ids.Ino(res.GetAttr().GetIno()), c.owner(parent), 0)
-	return res.GetAttr(), nil
+	return op, nil
 }
 
 // OpenIno opens regular file ino as Open opens a path (same flags, except
