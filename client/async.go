@@ -18,7 +18,8 @@ import (
 // A caller holding a directory lease (LeaseOptions.Dir) knows that no
 // other client changes the directory's entries, so it can answer a
 // create, unlink or rename there itself and let the Client send it later:
-// MakeNodeDeferred and DeferMutation queue the command and return at once.
+// MakeNodeDeferred, DeferredUnlink and DeferredRename queue the command
+// and return at once.
 // The queue is sent in batches (BatchOp: many commands per RPC and per
 // log entry), one batch in flight at a time, so a batch holds whatever
 // queued while the previous one was on its way. Order is kept: every

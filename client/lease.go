@@ -89,7 +89,8 @@ type LeaseOptions struct {
 	// Dir asks for a directory lease (mode LeaseWrite, whole range, on a
 	// directory): other clients' changes to the directory's entries
 	// revoke it and wait until it is given back, so the holder may answer
-	// them itself and send them later (DeferMutation).
+	// them itself and send them later (MakeNodeDeferred, DeferredUnlink,
+	// DeferredRename).
 	Dir bool
 }
 
