@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
@@ -243,6 +244,27 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 		_ = n.NotifyEntry(name)
 	}
 }
+
+// OnForget: the kernel forgot the directory, and this node goes with
+// it; its directory lease would otherwise be renewed for the life of the
+// mount (a new node for the directory takes a new one).
+func (n *node) OnForget() {
+	n.dir.mu.Lock()
+	l := n.dir.lease
+	n.dir.lease, n.dir.names, n.dir.handedOut = nil, nil, nil
+	n.dir.mu.Unlock()
+	if l == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n.fsys.c.FlushDeferred(ctx) // before the lease goes back
+		_ = l.Release(ctx)
+	}()
+}
+
+var _ fs.NodeOnForgetter = (*node)(nil)
 
 // dropDirLease gives the directory lease back (the directory was
 // removed).
