@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/ids"
@@ -18,9 +20,19 @@ const (
 
 // lookup finds name in directory parent and learns the child's owner.
 func (c *Client) lookup(ctx context.Context, parent ids.Ino, name string, opts []ReadOption) (*wire.Attr, error) {
-	resp, group, err := c.read(ctx, parent, &wire.ReadRequest{
+	req := &wire.ReadRequest{
 		Op: &wire.ReadRequest_Lookup{Lookup: &wire.LookupReq{Parent: uint64(parent), Name: []byte(name)}},
-	}, opts)
+	}
+	resp, group, err := c.read(ctx, parent, req, opts)
+	if errors.Is(err, syscall.ENOENT) && c.readOptions(opts).consistency == wire.ReadConsistency_SESSION {
+		// A clerk may not have applied another client's create yet (a
+		// session read waits only for this client's changes): a missing
+		// name is confirmed linearizably, so a file created and closed
+		// by another client is found by the next lookup (close-to-open;
+		// a mount's asynchronous creates reach the ministry just before
+		// the close returns, which made this window visible).
+		resp, group, err = c.read(ctx, parent, req, append(slices.Clip(opts), Linearizable()))
+	}
 	if err != nil {
 		return nil, err
 	}
