@@ -38,9 +38,11 @@ fuse3:
 
 # Programs the mount's tests run: git and sqlite3 (realworld_test.go),
 # from their Debian packages, and pjdfstest (pjdfstest_test.go, the POSIX
-# conformance suite), built from crates.io with cargo into .tools/bin; each
-# is installed here when missing, and without it its test is skipped.
+# conformance suite) and fsx (fsx_test.go, the File System eXerciser),
+# built from crates.io with cargo into .tools/bin; each is installed here
+# when missing, and without it its test is skipped.
 PJDFSTEST_VERSION := 0.2.2
+FSX_VERSION := 0.3.2
 testtools:
 	@for p in git sqlite3; do command -v $$p >/dev/null || \
 		( [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y $$p) || (sudo apt-get update -qq && sudo apt-get install -y $$p) ) || \
@@ -48,6 +50,9 @@ testtools:
 	@[ -x .tools/bin/pjdfstest ] || ( command -v cargo >/dev/null && \
 		cargo install --quiet --locked pjdfstest --version $(PJDFSTEST_VERSION) --root .tools ) || \
 		echo "warning: pjdfstest not installed (needs cargo): the POSIX conformance test will be skipped"
+	@[ -x .tools/bin/fsx ] || ( command -v cargo >/dev/null && \
+		cargo install --quiet --locked fsx --version $(FSX_VERSION) --root .tools ) || \
+		echo "warning: fsx not installed (needs cargo): the file system exerciser test will be skipped"
 
 bench-meta: build
 	./$(BIN) bench meta

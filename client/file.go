@@ -789,5 +789,26 @@ func (f *File) truncate(ctx context.Context, size int64) error {
 		}
 		f.mu.hasAppend = false
 	}
+	f.cutTouchedLocked(size, cs)
 	return nil
+}
+
+// cutTouchedLocked makes what Sync owes the ministry follow a size change
+// ordered after this File's writes (its own Truncate, or one elsewhere in
+// the process that the caller ordered after them: Reset): the size Sync
+// grows to is cut to size, and the records of chunks the cut released
+// (from chunk index size/cs up; all of them at size 0) are no longer
+// expected. Without it, Sync would grow the file back over the cut
+// (issue 10) or fail with ESTALE on a released chunk. cs 0 with size > 0
+// means nothing was released.
+func (f *File) cutTouchedLocked(size, cs int64) {
+	if !f.mu.touched {
+		return
+	}
+	f.mu.touchedEnd = min(f.mu.touchedEnd, size)
+	for i := range f.mu.touchedRefs {
+		if size == 0 || (cs > 0 && int64(i)*cs >= size) {
+			delete(f.mu.touchedRefs, i)
+		}
+	}
 }

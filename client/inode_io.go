@@ -195,10 +195,14 @@ func (f *File) Size() int64 { return f.cachedSize() }
 // the size becomes a's, and the chunk table is read again when next
 // needed. Without it, a File that knows a larger size than the file has
 // would treat a write inside that size as an overwrite and not grow the
-// file.
+// file. The caller orders the change after this File's writes (it waited
+// for them): what Sync owes for them is cut to a's size as well, as a
+// Truncate of this File would.
 func (f *File) Reset(a *wire.Attr) {
+	_, _, cs := f.c.dataPlane()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.cutTouchedLocked(int64(a.GetSize()), cs)
 	f.mu.size = int64(a.GetSize())
 	f.mu.chunks = nil
 	f.mu.hasAppend = false

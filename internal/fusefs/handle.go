@@ -235,9 +235,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			}
 		}
 	}
-	f, a, err := n.fsys.c.OpenIno(ctx, n.ino, openFlags(flags))
-	if err != nil {
-		return nil, 0, n.fsys.errno("open", err)
+	f, a, e := n.openTrunc(ctx, flags)
+	if e != 0 {
+		return nil, 0, e
 	}
 	var fuseFlags uint32
 	n.mu.Lock()
@@ -263,6 +263,29 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return n.addHandle(f), fuseFlags, 0
 }
 
+// openTrunc opens a client File of the inode, reading its attributes.
+// With O_TRUNC (and write access) the open cuts the file to 0, a size
+// change ordered after every write this mount accepted before it: the
+// other descriptors' buffered writes are pushed first, and what their
+// Files still owe the ministry is cut after (as truncate does), or they
+// would bring the cut bytes back.
+func (n *node) openTrunc(ctx context.Context, flags uint32) (*client.File, *wire.Attr, syscall.Errno) {
+	trunc := openFlags(flags)&syscall.O_TRUNC != 0
+	if trunc {
+		if e := n.flushAll(ctx); e != 0 {
+			return nil, nil, e
+		}
+	}
+	f, a, err := n.fsys.c.OpenIno(ctx, n.ino, openFlags(flags))
+	if err != nil {
+		return nil, nil, n.fsys.errno("open", err)
+	}
+	if trunc {
+		n.resetFiles(a, nil)
+	}
+	return f, a, 0
+}
+
 // Create creates and opens name. O_EXCL gives EEXIST for any existing
 // name; without it an existing regular file is opened (and truncated with
 // O_TRUNC).
@@ -279,9 +302,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		}
 		in = n.child(ctx, a, out)
 		ch := in.Operations().(*node)
-		f, a, err := n.fsys.c.OpenIno(ctx, ch.ino, openFlags(flags))
-		if err != nil {
-			return nil, nil, 0, n.fsys.errno("open", err)
+		f, a, e := ch.openTrunc(ctx, flags)
+		if e != 0 {
+			return nil, nil, 0, e
 		}
 		ch.setAttr(a, &out.Attr)
 		return in, ch.addHandle(f), 0, 0

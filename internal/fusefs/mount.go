@@ -32,63 +32,12 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Fail early, with the cluster's error, rather than at the first
-	// request.
-	rootAttr, err := cfg.Client.GetAttr(ctx, ids.RootIno)
+	root, err := fsys.prepare(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("mount %s: read the root directory: %w", dir, err)
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	if cfg.CacheDir != "" {
-		c, err := diskcache.Open(cfg.CacheDir, cfg.Client.ClusterID(), cfg.CacheSize, cfg.Logger)
-		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", dir, err)
-		}
-		fsys.cache = c
-		// Before serving: every journal is a previous mount's.
-		committed, lost := fsys.recoverJournals(ctx)
-		if committed+lost > 0 {
-			cfg.Logger.Warn("client cache: writes a previous mount left unpushed", slog.Int("committed", committed),
-				slog.Int("not_committed", lost), slog.String("kept_in", c.LostDir()))
-		}
-	}
-	closeCache := func() {
-		if fsys.cache != nil {
-			_ = fsys.cache.Close()
-		}
-	}
-	root := &node{fsys: fsys, ino: ids.RootIno}
-	root.mu.attr = rootAttr
-	entry, attr, neg := cfg.EntryTimeout, cfg.AttrTimeout, cfg.NegativeTimeout
-	opts := &fs.Options{
-		EntryTimeout:    &entry,
-		AttrTimeout:     &attr,
-		NegativeTimeout: &neg,
-		// Modes are reported as stored, even 0.
-		NullPermissions: true,
-		RootStableAttr:  &fs.StableAttr{Ino: uint64(ids.RootIno)},
-		MountOptions: fuse.MountOptions{
-			AllowOther:   cfg.AllowOther,
-			MaxWrite:     cfg.MaxWrite,
-			MaxReadAhead: cfg.MaxWrite,
-			// Reads and writes wait on the network: let the kernel keep
-			// more of them in flight than the default 12.
-			MaxBackground: 64,
-			FsName:        cfg.FsName,
-			Name:          "govfs",
-			DirectMount:   cfg.DirectMount,
-			// security.capability is asked for on every write; GovFS
-			// stores no capabilities, so go-fuse answers it.
-			IgnoreSecurityLabels: true,
-			// fcntl and flock locks come to the mount, which makes them
-			// cluster-wide (locks.go).
-			EnableLocks: true,
-			Debug:       cfg.Debug,
-			Logger:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
-		},
-	}
-	if cfg.DefaultPermissions {
-		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
-	}
+	closeCache := fsys.closeCache
+	opts := fsys.options()
 	srv, err := fuse.NewServer(newLockFS(fs.NewNodeFS(root, opts)), dir, &opts.MountOptions)
 	if err != nil {
 		closeCache()
@@ -112,6 +61,76 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 		}
 	}
 	return m, nil
+}
+
+// prepare readies the file system to serve: the root's attributes (read
+// now, so a mount of an unreachable cluster fails early with the
+// cluster's error) and, with CacheDir, the disk cache, whose journals a
+// previous mount left are committed or reported before anything is
+// served. It returns the root node.
+func (f *FS) prepare(ctx context.Context) (*node, error) {
+	rootAttr, err := f.c.GetAttr(ctx, ids.RootIno)
+	if err != nil {
+		return nil, fmt.Errorf("read the root directory: %w", err)
+	}
+	if f.cfg.CacheDir != "" {
+		c, err := diskcache.Open(f.cfg.CacheDir, f.c.ClusterID(), f.cfg.CacheSize, f.log)
+		if err != nil {
+			return nil, err
+		}
+		f.cache = c
+		committed, lost := f.recoverJournals(ctx)
+		if committed+lost > 0 {
+			f.log.Warn("client cache: writes a previous mount left unpushed", slog.Int("committed", committed),
+				slog.Int("not_committed", lost), slog.String("kept_in", c.LostDir()))
+		}
+	}
+	root := &node{fsys: f, ino: ids.RootIno}
+	root.mu.attr = rootAttr
+	return root, nil
+}
+
+// closeCache closes the disk cache, if any, once serving has stopped.
+func (f *FS) closeCache() {
+	if f.cache != nil {
+		_ = f.cache.Close()
+	}
+}
+
+// options are the go-fuse options the mount serves with.
+func (f *FS) options() *fs.Options {
+	entry, attr, neg := f.cfg.EntryTimeout, f.cfg.AttrTimeout, f.cfg.NegativeTimeout
+	opts := &fs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &neg,
+		// Modes are reported as stored, even 0.
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: uint64(ids.RootIno)},
+		MountOptions: fuse.MountOptions{
+			AllowOther:   f.cfg.AllowOther,
+			MaxWrite:     f.cfg.MaxWrite,
+			MaxReadAhead: f.cfg.MaxWrite,
+			// Reads and writes wait on the network: let the kernel keep
+			// more of them in flight than the default 12.
+			MaxBackground: 64,
+			FsName:        f.cfg.FsName,
+			Name:          "govfs",
+			DirectMount:   f.cfg.DirectMount,
+			// security.capability is asked for on every write; GovFS
+			// stores no capabilities, so go-fuse answers it.
+			IgnoreSecurityLabels: true,
+			// fcntl and flock locks come to the mount, which makes them
+			// cluster-wide (locks.go).
+			EnableLocks: true,
+			Debug:       f.cfg.Debug,
+			Logger:      slog.NewLogLogger(f.cfg.Logger.Handler(), slog.LevelDebug),
+		},
+	}
+	if f.cfg.DefaultPermissions {
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "default_permissions")
+	}
+	return opts
 }
 
 // setReadAhead sets the kernel's read-ahead of the mount on dir (its
