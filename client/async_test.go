@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/metanode"
+	"github.com/govfs/govfs/internal/testcluster"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -147,12 +150,15 @@ func TestDeferredOps(t *testing.T) {
 	}
 }
 
-// TestDirLeaseFenceAfterMinisterChange: after a minister change, entry
-// changes in a directory that had a directory lease wait for the new
-// minister's fence (the old holder may still answer creates from its
-// listing); entry changes in other directories do not.
-func TestDirLeaseFenceAfterMinisterChange(t *testing.T) {
-	cl := leaseCluster(t)
+// TestDirLeaseReclaimedAfterMinisterChange: after a minister change, a
+// directory lease is reclaimed by its holder, so another client's create
+// in that directory first revokes it (the holder sends what it queued
+// and gives it back) and only then goes through; a create elsewhere does
+// not wait. Neither waits out a TTL: the new minister's fence ends when
+// its clients have reclaimed.
+func TestDirLeaseReclaimedAfterMinisterChange(t *testing.T) {
+	const leaseTTL = 3 * time.Second // room to tell a reclaim from a fence run out
+	cl := testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = leaseTTL })
 	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
 	ctx := t.Context()
 	leased, err := a.Mkdir(ctx, "/leased", 0o755)
@@ -162,7 +168,14 @@ func TestDirLeaseFenceAfterMinisterChange(t *testing.T) {
 	if _, err := a.Mkdir(ctx, "/plain", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL}); err != nil {
+	var revokedAt atomic.Int64
+	var lost atomic.Bool
+	onRevoke := func(_ *Lease, l bool) {
+		lost.Store(lost.Load() || l)
+		a.FlushDeferred(context.Background())
+		revokedAt.Store(time.Now().UnixNano())
+	}
+	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke}); err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -190,13 +203,15 @@ func TestDirLeaseFenceAfterMinisterChange(t *testing.T) {
 	if p.err != nil || l.err != nil {
 		t.Fatalf("creates after the minister change: plain %v, leased %v", p.err, l.err)
 	}
-	if l.at < leaseTTL {
-		t.Fatalf("a create in the leased directory went through %v after the minister stopped (TTL %v): no fence", l.at, leaseTTL)
+	at := revokedAt.Load()
+	if at == 0 || lost.Load() || time.Unix(0, at).After(stopped.Add(l.at)) {
+		t.Fatalf("the create in the leased directory returned %v after the stop, the holder's lease revoked at %v (lost %v): it must be revoked first",
+			l.at, time.Unix(0, at).Sub(stopped), lost.Load())
 	}
-	if p.at >= l.at {
-		t.Fatalf("a create in an unleased directory waited for the fence too (%v, leased %v)", p.at, l.at)
+	if l.at >= leaseTTL || p.at >= leaseTTL {
+		t.Fatalf("creates waited out the fence (plain %v, leased %v, TTL %v): the directory lease was not reclaimed", p.at, l.at, leaseTTL)
 	}
-	t.Logf("after the minister change: create in an unleased directory %v, in the leased one %v", p.at.Round(time.Millisecond), l.at.Round(time.Millisecond))
+	t.Logf("after the minister change: create in an unleased directory %v, in the leased one %v (after the holder's revoke)", p.at.Round(time.Millisecond), l.at.Round(time.Millisecond))
 }
 
 // TestRmdirOfLeasedDirectory: removing a directory drains its own

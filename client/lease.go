@@ -130,6 +130,10 @@ type Lease struct {
 	mode     LeaseMode
 	off, len int64
 	onRevoke func(*Lease, bool)
+	// What a new minister needs to take the lease over (reclaim).
+	lock  bool
+	owner uint64
+	dir   bool
 
 	mu struct {
 		sync.Mutex
@@ -232,7 +236,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-				onRevoke: opts.OnRevoke, done: make(chan struct{})}
+				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, done: make(chan struct{})}
 			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
 			c.leases.add(l)
 			return l, nil
@@ -372,32 +376,52 @@ func (k *leaseKeeper) forget(l *Lease) {
 	delete(k.mu.held[l.group], l.id)
 }
 
-// snapshot returns the leases held in g; when there are none it ends the
-// group's loop (under the lock, so an add starts a new one).
-func (k *leaseKeeper) snapshot(g ids.GroupID) []*Lease {
+// snapshot returns the leases held in g (empty when none), nil once
+// the keeper is closed, and the ids of those being given back.
+func (k *leaseKeeper) snapshot(g ids.GroupID) (held []*Lease, releasing []uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []*Lease
+	if k.mu.closed {
+		k.mu.loops[g] = false
+		return nil, nil
+	}
+	out := []*Lease{}
 	for _, l := range k.mu.held[g] {
-		// A lease being given back is not renewed: the minister would
-		// answer at once that it is revoked, and the loop would spin
-		// while OnRevoke runs (found in review: thousands of calls/s).
+		// A lease being given back is not renewed, and is named so the
+		// minister does not report its revoke again: it would answer at
+		// once, and the loop would spin while OnRevoke runs (found in
+		// review: thousands of calls/s).
 		l.mu.Lock()
 		skip := l.mu.revoking || l.mu.ended
 		l.mu.Unlock()
-		if !skip {
+		if skip {
+			releasing = append(releasing, l.id)
+		} else {
 			out = append(out, l)
 		}
 	}
-	if len(k.mu.held[g]) == 0 || k.mu.closed {
-		k.mu.loops[g] = false
-		return nil
-	}
-	if out == nil {
-		out = []*Lease{} // only leases being given back: the loop waits
-	}
-	return out
+	return out, releasing
 }
+
+// endIfIdle ends g's loop if the Client holds no lease there (under the
+// lock, so an add starts a new one) and reports whether it did.
+func (k *leaseKeeper) endIfIdle(g ids.GroupID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.mu.held[g]) > 0 {
+		return false
+	}
+	k.mu.loops[g] = false
+	return true
+}
+
+// leaseLinger is how long a keepalive loop goes on, with empty
+// keepalives, after the Client's last lease in the ministry is gone, in
+// TTLs: the minister keeps the Client's lease session open until it has
+// held nothing for a TTL, and a new minister waits for every client with
+// a session to check in (reclaim). Lingering longer than the session
+// lives makes that wait a round trip.
+const leaseLinger = 2
 
 // close ends the loops and revoke handlers and drops every lease (the
 // minister lets them expire).
@@ -438,14 +462,20 @@ func (c *Client) keepalive(g ids.GroupID) {
 		}
 	}()
 	fails := 0
+	// describe: send the leases in full (reclaim), since the minister
+	// may have changed: after a failed keepalive, or when asked.
+	describe := false
+	ttl := 10 * time.Second
+	var idleSince time.Time
 	for {
-		held := k.snapshot(g)
+		held, releasing := k.snapshot(g)
 		if held == nil {
 			return
 		}
-		if len(held) == 0 {
+		if len(held) == 0 && !k.idle(g) {
 			// Every lease here is being given back: wait for their
 			// handlers rather than ask the minister about nothing.
+			idleSince = time.Time{}
 			select {
 			case <-ctx.Done():
 				return
@@ -453,16 +483,33 @@ func (c *Client) keepalive(g ids.GroupID) {
 			}
 			continue
 		}
+		poll := ttl / 3
+		if len(held) == 0 {
+			// Nothing held: linger, checking in with empty keepalives
+			// (a new minister counts them as this Client's reclaim).
+			now := c.cfg.Clock.Now()
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			if now.Sub(idleSince) >= leaseLinger*ttl && k.endIfIdle(g) {
+				return
+			}
+		} else {
+			idleSince = time.Time{}
+			// A short poll while any lease is about to become
+			// untrusted, so a renewal that went nowhere is retried soon.
+			poll = min(poll, c.pollFor(held))
+		}
 		byID := map[uint64]*Lease{}
-		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE}
+		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE, Releasing: releasing}
 		for _, l := range held {
 			byID[l.id] = l
 			req.Ids = append(req.Ids, l.id)
+			if describe {
+				req.Reclaim = append(req.Reclaim, l.grant())
+			}
 		}
 		sent := c.cfg.Clock.Now()
-		// A short poll while any lease is about to become untrusted, so a
-		// renewal that went nowhere is retried soon.
-		poll := c.pollFor(held)
 		req.WaitMs = uint64(poll / time.Millisecond)
 		resp, err := c.leaseCallOnce(ctx, g, req, poll)
 		if ctx.Err() != nil {
@@ -470,6 +517,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 		}
 		if err != nil {
 			fails++
+			describe = true
 			c.log.Debug("lease keepalive failed", slog.Uint64("group", uint64(g)), slog.Any("err", err))
 			select {
 			case <-ctx.Done():
@@ -479,12 +527,30 @@ func (c *Client) keepalive(g ids.GroupID) {
 			continue
 		}
 		fails = 0
-		until := sent.Add(ttlOf(resp) * trustNum / trustDen)
+		ttl = ttlOf(resp)
+		if resp.GetReclaim() {
+			// A new minister collecting its predecessor's leases: send
+			// them at once, in full.
+			describe = true
+			continue
+		}
+		describe = false
+		until := sent.Add(ttl * trustNum / trustDen)
 		ended := map[uint64]bool{}
 		for _, id := range resp.GetRevoke() {
 			if l := byID[id]; l != nil {
 				ended[id] = true
 				c.revoke(l, false)
+			} else if l := k.lookup(g, id); l != nil {
+				// Granted after this keepalive left: the minister
+				// reports it anyway, so its revoke waits for nothing.
+				c.revoke(l, false)
+			} else {
+				// Not held here (given back already but the release was
+				// lost, or its grant's answer is still on its way): it is
+				// revoked, so release it, or it is reported on every
+				// keepalive until it expires.
+				c.releaseOrphan(g, id)
 			}
 		}
 		for _, id := range resp.GetLost() {
@@ -503,6 +569,56 @@ func (c *Client) keepalive(g ids.GroupID) {
 			}
 		}
 	}
+}
+
+// releaseOrphan gives back lease id of group g, which this Client does
+// not hold (in the background, owned by the keeper).
+func (c *Client) releaseOrphan(g ids.GroupID, id uint64) {
+	k := c.keeper()
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		ctx, cancel := k.stopContext(c.cfg.CallTimeout)
+		defer cancel()
+		if _, err := c.leaseCallOnce(ctx, g, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{id}}, 0); err != nil {
+			c.log.Debug("release of a revoked lease not held here failed (it expires)", slog.Uint64("lease", id), slog.Any("err", err))
+		}
+	}()
+}
+
+// stopContext returns a context that ends after d or when the keeper
+// closes, whichever comes first.
+func (k *leaseKeeper) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-k.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// lookup returns the lease id held in g, nil if none.
+func (k *leaseKeeper) lookup(g ids.GroupID, id uint64) *Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.mu.held[g][id]
+}
+
+// idle reports whether the Client holds no lease in g at all (not even
+// one being given back).
+func (k *leaseKeeper) idle(g ids.GroupID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.mu.held[g]) == 0
+}
+
+// grant describes the lease for a new minister's reclaim.
+func (l *Lease) grant() *wire.LeaseGrant {
+	return &wire.LeaseGrant{Id: l.id, Ino: uint64(l.ino), Mode: l.mode.wire(), Off: uint64(l.off), Len: uint64(l.len),
+		Lock: l.lock, Owner: l.owner, Dir: l.dir}
 }
 
 // pollFor returns how long the next keepalive may be held: a third of the
@@ -577,15 +693,8 @@ func (c *Client) revoke(l *Lease, lost bool) {
 			l.end()
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.OpTimeout)
+		ctx, cancel := k.stopContext(c.cfg.OpTimeout)
 		defer cancel()
-		go func() {
-			select {
-			case <-k.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if err := l.Release(ctx); err != nil {
 			c.log.Debug("release of a revoked lease failed (it expires)", slog.Uint64("lease", l.id), slog.Any("err", err))
 		}

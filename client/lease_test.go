@@ -184,12 +184,37 @@ func TestReadLeaseIsRevokedBeforeAChange(t *testing.T) {
 	}
 }
 
-func TestLeaseFencedAfterMinisterChange(t *testing.T) {
-	cl := leaseCluster(t)
-	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
-	ino := leaseFile(t, a, "f")
+// TestLeaseReclaimedAfterMinisterChange: when the minister stops, its
+// clients' leases and locks are taken over by the new minister
+// (reclaim): none is lost, a conflicting lock is never granted while its
+// holder keeps it, and the new minister's fence ends once every client
+// with a lease session has checked in, well before one TTL.
+func TestLeaseReclaimedAfterMinisterChange(t *testing.T) {
+	const ttl = 3 * time.Second
+	cl := testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = ttl })
+	a, b, idle := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	f, g, u := leaseFile(t, a, "f"), leaseFile(t, a, "g"), leaseFile(t, a, "u")
 	var ra revokeCounter
-	acquireSoon(t, a, ino, LeaseWrite, 0, 0, &ra)
+	wait := LeaseOptions{Wait: 3 * ttl, OnRevoke: ra.on}
+	w, err := a.AcquireLease(t.Context(), f, LeaseWrite, 0, 0, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockOpts := wait
+	lockOpts.Lock, lockOpts.Owner = true, 1
+	lock, err := a.AcquireLease(t.Context(), g, LeaseWrite, 0, 0, lockOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A client that held a lease and gave it back still has a session:
+	// its empty keepalives count as its reclaim.
+	l, err := idle.AcquireLease(t.Context(), u, LeaseRead, 0, 0, LeaseOptions{Wait: 3 * ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	old, err := cl.Leader(ctx, ids.RootMinistry)
@@ -198,29 +223,77 @@ func TestLeaseFencedAfterMinisterChange(t *testing.T) {
 	}
 	cl.Stop(old)
 	stopped := time.Now()
-	// The new minister knows nothing of A's lease and grants nothing, to
-	// anyone, for one TTL after its election.
+	// B's conflicting lock is refused throughout: A's lock was taken over.
+	bLock := LeaseOptions{Lock: true, Owner: 2}
+	var fenceOver time.Duration
+	for time.Since(stopped) < ttl+ttl/2 {
+		if _, err := b.AcquireLease(t.Context(), g, LeaseWrite, 0, 0, bLock); err == nil {
+			t.Fatalf("B was granted A's lock %v after the minister stopped", time.Since(stopped))
+		} else if !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("B's lock try: %v", err)
+		}
+		// A lease nobody holds: granted as soon as the fence ends.
+		if fenceOver == 0 {
+			if l, err := b.AcquireLease(t.Context(), u, LeaseRead, 0, 0, LeaseOptions{}); err == nil {
+				fenceOver = time.Since(stopped)
+				_ = l.Release(t.Context())
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fenceOver == 0 || fenceOver >= ttl {
+		t.Fatalf("the new minister's fence lasted %v (TTL %v): the leases were not reclaimed", fenceOver, ttl)
+	}
+	t.Logf("a lease was granted %v after the minister stopped (TTL %v)", fenceOver.Round(time.Millisecond), ttl)
+	if ra.lost.Load() != 0 || ra.revoked.Load() != 0 || !w.Valid() || !lock.Valid() {
+		t.Fatalf("A's leases after the change: lost %d revoked %d, write valid %v, lock valid %v",
+			ra.lost.Load(), ra.revoked.Load(), w.Valid(), lock.Valid())
+	}
+	// The reclaimed write lease decides conflicts: B's read lease waits
+	// for A to give it back.
 	var rb revokeCounter
-	acquireSoon(t, b, ino, LeaseRead, 0, 0, &rb)
-	took := time.Since(stopped)
-	if took < leaseTTL {
-		t.Fatalf("a lease was granted %v after the minister stopped (TTL %v): no fence", took, leaseTTL)
+	acquireSoon(t, b, f, LeaseRead, 0, 0, &rb)
+	if ra.revoked.Load() != 1 {
+		t.Fatalf("A's write lease revoked %d times", ra.revoked.Load())
 	}
-	// A learns that its lease is gone (lost) on its next keepalive.
-	deadline := time.Now().Add(5 * time.Second)
-	for ra.lost.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	// Once A unlocks, B's lock is granted.
+	if err := lock.Release(t.Context()); err != nil {
+		t.Fatal(err)
 	}
-	if ra.lost.Load() != 1 {
-		t.Fatalf("A's lease not reported lost after the minister change (lost %d revoked %d)", ra.lost.Load(), ra.revoked.Load())
+	bLock.Wait = 3 * ttl
+	if _, err := b.AcquireLease(t.Context(), g, LeaseWrite, 0, 0, bLock); err != nil {
+		t.Fatalf("B's lock after A's unlock: %v", err)
 	}
-	// A change by A waits for B's read lease to be given back, then goes
-	// through.
+	// A change by A waits for B's read lease to be given back.
 	if err := a.Chmod(t.Context(), "/f", 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if rb.revoked.Load() != 1 {
 		t.Fatalf("B's read lease revoked %d times", rb.revoked.Load())
+	}
+}
+
+// TestLeaseFenceWaitsForAMissingHolder: a client with a lease session
+// that does not check in with the new minister (it stopped) keeps the
+// fence up for one TTL, the time its leases could still be live.
+func TestLeaseFenceWaitsForAMissingHolder(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	acquireSoon(t, a, ino, LeaseWrite, 0, 0, nil)
+	a.Close() // stops renewing without releasing
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	old, err := cl.Leader(ctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(old)
+	stopped := time.Now()
+	other := leaseFile(t, b, "g")
+	acquireSoon(t, b, other, LeaseRead, 0, 0, nil)
+	if took := time.Since(stopped); took < leaseTTL {
+		t.Fatalf("a lease was granted %v after the minister stopped although a holder (TTL %v) never reclaimed: no fence", took, leaseTTL)
 	}
 }
 

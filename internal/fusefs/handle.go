@@ -25,6 +25,9 @@ type handle struct {
 	// dirtyEnd is the end offset of the buffered extent, 0 when nothing
 	// is buffered; read without mu by the node (getattr).
 	dirtyEnd atomic.Int64
+	// lockLost: a lock on the file was lost while this descriptor was
+	// open; its I/O fails with EIO (locks.go).
+	lockLost atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -323,6 +326,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 // it wrote.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx = bg(ctx)
+	if e := h.lockErr(); e != 0 {
+		return nil, e
+	}
 	n := h.n
 	n.mu.Lock()
 	dirty := n.dirtyEndLocked() > 0
@@ -355,6 +361,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	ctx = bg(ctx)
 	if off < 0 || off > client.MaxFileSize || int64(len(data)) > client.MaxFileSize-off {
 		return 0, syscall.EFBIG
+	}
+	if e := h.lockErr(); e != 0 {
+		return 0, e
 	}
 	h.n.noteWrite()
 	h.mu.Lock()
@@ -475,7 +484,12 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if e := h.push(ctx, true); e != 0 {
 		return e
 	}
-	return h.n.fsys.errno("flush", h.f.Sync(ctx))
+	if err := h.f.Sync(ctx); err != nil {
+		return h.n.fsys.errno("flush", err)
+	}
+	// The writes are out (they were accepted before the loss was
+	// known), but the process must hear that its lock is gone.
+	return h.lockErr()
 }
 
 // Fsync also sends the namespace changes queued under directory leases

@@ -296,27 +296,76 @@ func (n *node) releaseLease(l *client.Lease) {
 }
 
 // lockLost is called when a lock's lease ended without an unlock: the
-// minister changed or could not be reached for a whole TTL, so another
-// client may now hold the lock. The process is not told (POSIX has no
-// way); the log says it.
+// minister no longer holds it (this mount could not reach it, or a new
+// minister, for longer than the lease's trust, so it was not reclaimed),
+// and another client may take it. As NFS does, every descriptor of the
+// file open on this mount then fails with EIO (read, write, fsync,
+// close), so a process that believes it holds the lock hears of it on
+// its next I/O; new opens work. Called with lost false (a revoke), which
+// never happens to a lock, it does nothing.
 func (n *node) lockLost(l *client.Lease, lost bool) {
 	if !lost {
 		return
 	}
-	off, length := l.Range()
-	n.fsys.log.Error("file lock lost: the minister no longer holds it (failover or partition longer than the lease TTL); another client may take it",
-		slog.Uint64("ino", uint64(n.ino)), slog.Int64("off", off), slog.Int64("len", length))
 	nl := &n.locks
 	nl.mu.Lock()
-	defer nl.mu.Unlock()
+	held := false
 	for owner, hs := range nl.byOwner {
 		for i, h := range hs {
 			if h.lease == l {
 				nl.byOwner[owner] = append(hs[:i:i], hs[i+1:]...)
-				return
+				held = true
 			}
 		}
 	}
+	nl.mu.Unlock()
+	if !held {
+		return // given back meanwhile
+	}
+	off, length := l.Range()
+	n.fsys.log.Error("file lock lost: the minister no longer holds it (cut off from the minister for longer than the lease trust); another client may take it; the file's open descriptors on this mount now fail with EIO",
+		slog.Uint64("ino", uint64(n.ino)), slog.Int64("off", off), slog.Int64("len", length))
+	n.mu.Lock()
+	for h := range n.mu.handles {
+		h.lockLost.Store(true)
+	}
+	n.mu.Unlock()
+}
+
+// checkLocks treats a held lock whose lease is no longer trusted (its
+// renewals failed for 90% of a TTL: the minister may let it expire and
+// grant it to another client) as lost, before it is: called on every
+// I/O of a file with locks, so the process is told before anyone else
+// can be granted the lock.
+func (n *node) checkLocks() {
+	nl := &n.locks
+	nl.mu.Lock()
+	if len(nl.byOwner) == 0 {
+		nl.mu.Unlock()
+		return
+	}
+	var lapsed []*client.Lease
+	for _, hs := range nl.byOwner {
+		for _, h := range hs {
+			if !h.lease.Valid() {
+				lapsed = append(lapsed, h.lease)
+			}
+		}
+	}
+	nl.mu.Unlock()
+	for _, l := range lapsed {
+		n.lockLost(l, true)
+	}
+}
+
+// lockErr is EIO for a descriptor open when one of its file's locks was
+// lost (lockLost), else 0.
+func (h *handle) lockErr() syscall.Errno {
+	h.n.checkLocks()
+	if h.lockLost.Load() {
+		return syscall.EIO
+	}
+	return 0
 }
 
 // lockFS passes the kernel's requests to go-fuse's bridge, releasing a

@@ -27,6 +27,12 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// GOVFS_TEST_BINARY runs the tests against a prebuilt govfs (an
+	// older commit's, for before-and-after figures).
+	if b := os.Getenv("GOVFS_TEST_BINARY"); b != "" {
+		binary = b
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "govfs-fusefs-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

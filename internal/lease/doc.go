@@ -29,7 +29,9 @@
 //     write, for Fence (default one TTL): a predecessor's leases are not
 //     known here and may still be live, and a read lease granted while an
 //     old write lease lives would let the reader cache data the writer is
-//     changing.
+//     changing. During the fence, holders Reclaim their leases (kept under
+//     their ids); once the caller knows every lease that may be live was
+//     reclaimed, EndFence ends the fence early.
 //
 // The table trusts the caller to be the group's leader and to have
 // confirmed it (raft ReadIndex) before handing a grant or renewal out.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -177,6 +178,58 @@ func (t *Table) StartTerm(now time.Time) {
 // FencedUntil returns when the current fence ends (zero time if never
 // fenced).
 func (t *Table) FencedUntil() time.Time { return t.fenceUntil }
+
+// ErrNotReclaimable refuses a reclaim: the fence is over (the lease may
+// have been given to someone else since), or the lease conflicts with
+// one already reclaimed, or its id is taken.
+var ErrNotReclaimable = errors.New("lease: cannot be reclaimed")
+
+// Reclaim takes over l, a lease a previous minister granted (its holder
+// says so), during the fence: it is held again, under its old id, for a
+// TTL from now, as if renewed. Only while fenced: after the fence, what
+// nobody reclaimed may have been granted to others. A lease that
+// conflicts with one already held here, or whose id is taken, is
+// refused: the previous minister could not have granted both, so one
+// holder is mistaken (its lease is lost).
+func (t *Table) Reclaim(now time.Time, l Lease) error {
+	if err := validate(l.Request); err != nil {
+		return err
+	}
+	if !now.Before(t.fenceUntil) {
+		return fmt.Errorf("%w: the fence ended", ErrNotReclaimable)
+	}
+	t.expire(now)
+	if old := t.leases[l.ID]; old != nil {
+		if old.Client == l.Client && old.Request == l.Request {
+			return nil // reclaimed twice: a retry
+		}
+		return fmt.Errorf("%w: id %d is taken", ErrNotReclaimable, l.ID)
+	}
+	for _, h := range t.byIno[l.Ino] {
+		if conflicts(h.Request, l.Request) {
+			return fmt.Errorf("%w: conflicts with lease %d of client %d", ErrNotReclaimable, h.ID, h.Client)
+		}
+	}
+	if len(t.byClient[l.Client]) >= t.cfg.MaxPerClient {
+		return fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
+	}
+	l.Token, l.Revoked = 0, false
+	l.Expires = now.Add(t.cfg.TTL)
+	t.add(&l)
+	return nil
+}
+
+// EndFence ends the fence now: every lease of the previous minister
+// that may still be live is known here (its holders reclaimed it), so
+// conflicts are decided by this table alone.
+func (t *Table) EndFence(now time.Time) {
+	if now.Before(t.fenceUntil) {
+		t.fenceUntil = now
+	}
+}
+
+// Fenced reports whether the table is in its fence at now.
+func (t *Table) Fenced(now time.Time) bool { return now.Before(t.fenceUntil) }
 
 // Outcome is Acquire's answer.
 type Outcome struct {
@@ -455,6 +508,21 @@ func (t *Table) Check(now time.Time, client ClientID, list []ID) (revoke, lost [
 	return revoke, lost
 }
 
+// RevokedOf returns the revoked leases client holds, by id: those a
+// keepalive must report even if it did not list them (granted while it
+// was on its way).
+func (t *Table) RevokedOf(now time.Time, client ClientID) []ID {
+	t.expire(now)
+	var out []ID
+	for id, l := range t.byClient[client] {
+		if l.Revoked {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Release drops the client's leases in list and returns how many it held.
 func (t *Table) Release(now time.Time, client ClientID, list []ID) int {
 	t.expire(now)
@@ -476,6 +544,18 @@ func (t *Table) Leases(now time.Time, ino ids.Ino) []Lease {
 		out = append(out, *l)
 	}
 	return out
+}
+
+// Holds reports whether client holds lease id here.
+func (t *Table) Holds(client ClientID, id ID) bool {
+	l := t.leases[id]
+	return l != nil && l.Client == client
+}
+
+// ClientLeases returns how many live leases client holds.
+func (t *Table) ClientLeases(now time.Time, client ClientID) int {
+	t.expire(now)
+	return len(t.byClient[client])
 }
 
 // Len returns the number of leases held (expired ones included until the

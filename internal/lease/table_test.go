@@ -428,3 +428,72 @@ func TestAbandonedDrainKeepsIntentUntilExpiry(t *testing.T) {
 	tb.DoneDraining(2, 7)
 	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
 }
+
+// TestReclaimAfterMinisterChange: holders take their leases over from a
+// previous minister during the fence, under the same ids; conflicting or
+// late reclaims are refused; EndFence lets new grants in at once, and
+// the reclaimed leases still decide conflicts (locks included).
+func TestReclaimAfterMinisterChange(t *testing.T) {
+	old, clk := newTable(t)
+	w := mustGrant(t, old, clk.Now(), req(1, 7, Write, 0, 100), 0)
+	lk := req(2, 7, Write, 200, 300)
+	lk.Lock, lk.Owner = true, 42
+	lock := mustGrant(t, old, clk.Now(), lk, 0)
+	r := mustGrant(t, old, clk.Now(), req(3, 9, Read, 0, 0), 0)
+
+	tb := New(Config{TTL: ttl, FirstID: 1 << 32})
+	tb.StartTerm(clk.Now())
+	clk.Advance(ttl / 10)
+	for _, l := range []Lease{w, lock, r} {
+		if err := tb.Reclaim(clk.Now(), l); err != nil {
+			t.Fatalf("reclaim %d: %v", l.ID, err)
+		}
+	}
+	if err := tb.Reclaim(clk.Now(), w); err != nil {
+		t.Fatalf("a repeated reclaim: %v", err)
+	}
+	// A holder claiming a range that conflicts with a reclaimed lease is
+	// mistaken: refused. So is a different lease under a taken id.
+	bad := Lease{ID: 77, Request: req(4, 7, Write, 50, 60)}
+	if err := tb.Reclaim(clk.Now(), bad); !errors.Is(err, ErrNotReclaimable) {
+		t.Fatalf("conflicting reclaim: %v", err)
+	}
+	taken := Lease{ID: w.ID, Request: req(4, 8, Read, 0, 0)}
+	if err := tb.Reclaim(clk.Now(), taken); !errors.Is(err, ErrNotReclaimable) {
+		t.Fatalf("reclaim under a taken id: %v", err)
+	}
+	// Malformed descriptions are refused and change nothing.
+	for _, l := range []Lease{{ID: 80, Request: req(4, 7, 0, 0, 0)}, {ID: 81, Request: req(0, 7, Read, 0, 0)},
+		{ID: 82, Request: Request{Client: 4, Ino: 7, Mode: Read, Off: 10, End: 10}}} {
+		if err := tb.Reclaim(clk.Now(), l); !errors.Is(err, ErrBadRequest) {
+			t.Fatalf("reclaim of %+v: %v, want ErrBadRequest", l.Request, err)
+		}
+	}
+	if tb.Len() != 3 {
+		t.Fatalf("%d leases after the refused reclaims, want 3", tb.Len())
+	}
+	// Still fenced: nothing new.
+	mustRefuse(t, tb, clk.Now(), req(5, 11, Read, 0, 0), 0)
+	tb.EndFence(clk.Now())
+	if tb.Fenced(clk.Now()) {
+		t.Fatal("fenced after EndFence")
+	}
+	mustGrant(t, tb, clk.Now(), req(5, 11, Read, 0, 0), 0)
+	// The reclaimed leases are renewed as the holders' own and decide
+	// conflicts.
+	if revoke, lost := tb.Renew(clk.Now(), 1, []ID{w.ID}); len(revoke)+len(lost) != 0 {
+		t.Fatalf("renew a reclaimed lease: revoke %v lost %v", revoke, lost)
+	}
+	mustRefuse(t, tb, clk.Now(), req(5, 7, Read, 10, 10), 0)
+	other := req(5, 7, Write, 250, 260)
+	other.Lock, other.Owner = true, 1
+	mustRefuse(t, tb, clk.Now(), other, 0)
+	// After the fence nothing more is reclaimed.
+	late := Lease{ID: 99, Request: req(6, 12, Read, 0, 0)}
+	if err := tb.Reclaim(clk.Now(), late); !errors.Is(err, ErrNotReclaimable) {
+		t.Fatalf("reclaim after the fence: %v", err)
+	}
+	// Unrenewed, a reclaimed lease expires a TTL after its reclaim.
+	clk.Advance(ttl)
+	mustGrant(t, tb, clk.Now(), other, 0)
+}

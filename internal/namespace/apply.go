@@ -80,6 +80,8 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 		return reserveInodes(t, cmd.GetReq().GetClientId(), op.ReserveInodes)
 	case *wire.Command_MarkDirLease:
 		return markDirLease(t, op.MarkDirLease)
+	case *wire.Command_LeaseSession:
+		return leaseSession(t, op.LeaseSession)
 	case *wire.Command_Link:
 		return link(t, op.Link)
 	case *wire.Command_Unlink:

@@ -1,6 +1,7 @@
 package namespace
 
 import (
+	"slices"
 	"syscall"
 	"testing"
 
@@ -139,5 +140,37 @@ func TestDirLeaseMark(t *testing.T) {
 	v.ok(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("d"), Dir: true}})
 	if marked(d) {
 		t.Fatal("the mark outlived its directory")
+	}
+}
+
+// TestLeaseSessions: sessions open and close in one command for many
+// clients, are listed in order, and bad input changes nothing.
+func TestLeaseSessions(t *testing.T) {
+	v := newEnv(t)
+	list := func() []uint64 {
+		t.Helper()
+		l, err := LeaseSessions(v.rw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	v.ok(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: []uint64{9, 3, 5}, Open: true}})
+	v.ok(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: []uint64{3}, Open: true}}) // again
+	if got := list(); !slices.Equal(got, []uint64{3, 5, 9}) {
+		t.Fatalf("sessions %v, want [3 5 9]", got)
+	}
+	v.ok(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: []uint64{5, 7}}})
+	if got := list(); !slices.Equal(got, []uint64{3, 9}) {
+		t.Fatalf("sessions after closing 5 and 7: %v", got)
+	}
+	if open, err := LeaseSessionOpen(v.rw, 9); err != nil || !open {
+		t.Fatalf("session 9 open: %v %v", open, err)
+	}
+	dump := v.dump()
+	v.fails(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: []uint64{4, 0}, Open: true}}, syscall.EINVAL)
+	v.fails(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: make([]uint64, maxSessionClients+1)}}, syscall.EINVAL)
+	if v.dump() != dump {
+		t.Fatal("a refused session op changed the state")
 	}
 }

@@ -43,6 +43,8 @@
 //	"e"                       u64 minute (command time) of the last expiry run
 //	"l" <dir ino>             empty; the directory was given a directory
 //	                          lease (MarkDirLeaseOp); removed with it
+//	"s" <client>              empty; the client has a lease session
+//	                          (LeaseSessionOp, sessions.go)
 //	"v" <client>              inode numbers reserved by the client
 //	                          (ReserveInodesOp): next u64, end u64; see
 //	                          async.go

@@ -11,15 +11,16 @@ import (
 
 // Key kinds; see doc.go for the layout.
 const (
-	kindInode    = 'i'
-	kindDirent   = 'd'
-	kindParent   = 'p'
-	kindXattr    = 'x'
-	kindResult   = 'r'
-	kindClient   = 'k'
-	kindIdle     = 't'
-	kindReserve  = 'v'
-	kindDirLease = 'l'
+	kindInode        = 'i'
+	kindDirent       = 'd'
+	kindParent       = 'p'
+	kindXattr        = 'x'
+	kindResult       = 'r'
+	kindClient       = 'k'
+	kindIdle         = 't'
+	kindReserve      = 'v'
+	kindDirLease     = 'l'
+	kindLeaseSession = 's'
 )
 
 // inodeRangesKey holds the granted inode ranges and the allocation cursor.

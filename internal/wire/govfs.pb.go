@@ -902,6 +902,7 @@ type Command struct {
 	//	*Command_ReserveInodes
 	//	*Command_Batch
 	//	*Command_MarkDirLease
+	//	*Command_LeaseSession
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -1107,6 +1108,15 @@ func (x *Command) GetMarkDirLease() *MarkDirLeaseOp {
 	return nil
 }
 
+func (x *Command) GetLeaseSession() *LeaseSessionOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_LeaseSession); ok {
+			return x.LeaseSession
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -1235,6 +1245,10 @@ type Command_MarkDirLease struct {
 	MarkDirLease *MarkDirLeaseOp `protobuf:"bytes,24,opt,name=mark_dir_lease,json=markDirLease,proto3,oneof"`
 }
 
+type Command_LeaseSession struct {
+	LeaseSession *LeaseSessionOp `protobuf:"bytes,25,opt,name=lease_session,json=leaseSession,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1293,6 +1307,8 @@ func (*Command_ReserveInodes) isCommand_Op() {}
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_MarkDirLease) isCommand_Op() {}
+
+func (*Command_LeaseSession) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
 
@@ -1529,6 +1545,65 @@ func (x *MarkDirLeaseOp) GetDir() uint64 {
 	return 0
 }
 
+// LeaseSessionOp opens (open = true) or closes the lease sessions of
+// `clients` in this ministry. The minister records a client's session
+// before it grants the client its first lease, and closes it once the
+// client has held none for a while; so a new minister knows every
+// client that may hold a lease of its predecessor, and ends its lease
+// fence as soon as each of them has reclaimed its leases
+// (docs/leases.md, "Minister changes"). Proposed by the minister only.
+type LeaseSessionOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clients       []uint64               `protobuf:"varint,1,rep,packed,name=clients,proto3" json:"clients,omitempty"`
+	Open          bool                   `protobuf:"varint,2,opt,name=open,proto3" json:"open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseSessionOp) Reset() {
+	*x = LeaseSessionOp{}
+	mi := &file_govfs_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseSessionOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseSessionOp) ProtoMessage() {}
+
+func (x *LeaseSessionOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseSessionOp.ProtoReflect.Descriptor instead.
+func (*LeaseSessionOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LeaseSessionOp) GetClients() []uint64 {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+func (x *LeaseSessionOp) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
 // BatchOp applies one client's commands in order, in one log entry
 // (asynchronous metadata operations, docs/fuse.md). Each keeps its own
 // request id, so a batch sent again is answered from the recorded
@@ -1545,7 +1620,7 @@ type BatchOp struct {
 
 func (x *BatchOp) Reset() {
 	*x = BatchOp{}
-	mi := &file_govfs_proto_msgTypes[10]
+	mi := &file_govfs_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1632,7 @@ func (x *BatchOp) String() string {
 func (*BatchOp) ProtoMessage() {}
 
 func (x *BatchOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[10]
+	mi := &file_govfs_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1645,7 @@ func (x *BatchOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchOp.ProtoReflect.Descriptor instead.
 func (*BatchOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{10}
+	return file_govfs_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchOp) GetCmds() []*Command {
@@ -1591,7 +1666,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_govfs_proto_msgTypes[11]
+	mi := &file_govfs_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +1678,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[11]
+	mi := &file_govfs_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +1691,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{11}
+	return file_govfs_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LinkOp) GetIno() uint64 {
@@ -1654,7 +1729,7 @@ type UnlinkOp struct {
 
 func (x *UnlinkOp) Reset() {
 	*x = UnlinkOp{}
-	mi := &file_govfs_proto_msgTypes[12]
+	mi := &file_govfs_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1666,7 +1741,7 @@ func (x *UnlinkOp) String() string {
 func (*UnlinkOp) ProtoMessage() {}
 
 func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[12]
+	mi := &file_govfs_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1679,7 +1754,7 @@ func (x *UnlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlinkOp.ProtoReflect.Descriptor instead.
 func (*UnlinkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{12}
+	return file_govfs_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UnlinkOp) GetParent() uint64 {
@@ -1717,7 +1792,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_govfs_proto_msgTypes[13]
+	mi := &file_govfs_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1804,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[13]
+	mi := &file_govfs_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1817,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{13}
+	return file_govfs_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenameOp) GetParent() uint64 {
@@ -1808,7 +1883,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1895,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[14]
+	mi := &file_govfs_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1908,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{14}
+	return file_govfs_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetattrOp) GetIno() uint64 {
@@ -1920,7 +1995,7 @@ type SetXattrOp struct {
 
 func (x *SetXattrOp) Reset() {
 	*x = SetXattrOp{}
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2007,7 @@ func (x *SetXattrOp) String() string {
 func (*SetXattrOp) ProtoMessage() {}
 
 func (x *SetXattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[15]
+	mi := &file_govfs_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2020,7 @@ func (x *SetXattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetXattrOp.ProtoReflect.Descriptor instead.
 func (*SetXattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{15}
+	return file_govfs_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetXattrOp) GetIno() uint64 {
@@ -1986,7 +2061,7 @@ type RemoveXattrOp struct {
 
 func (x *RemoveXattrOp) Reset() {
 	*x = RemoveXattrOp{}
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2073,7 @@ func (x *RemoveXattrOp) String() string {
 func (*RemoveXattrOp) ProtoMessage() {}
 
 func (x *RemoveXattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[16]
+	mi := &file_govfs_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2086,7 @@ func (x *RemoveXattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveXattrOp.ProtoReflect.Descriptor instead.
 func (*RemoveXattrOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{16}
+	return file_govfs_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveXattrOp) GetIno() uint64 {
@@ -2041,7 +2116,7 @@ type ChunkRef struct {
 
 func (x *ChunkRef) Reset() {
 	*x = ChunkRef{}
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2128,7 @@ func (x *ChunkRef) String() string {
 func (*ChunkRef) ProtoMessage() {}
 
 func (x *ChunkRef) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[17]
+	mi := &file_govfs_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2141,7 @@ func (x *ChunkRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRef.ProtoReflect.Descriptor instead.
 func (*ChunkRef) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{17}
+	return file_govfs_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChunkRef) GetIndex() uint64 {
@@ -2103,7 +2178,7 @@ type SetChunkOp struct {
 
 func (x *SetChunkOp) Reset() {
 	*x = SetChunkOp{}
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2190,7 @@ func (x *SetChunkOp) String() string {
 func (*SetChunkOp) ProtoMessage() {}
 
 func (x *SetChunkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[18]
+	mi := &file_govfs_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2203,7 @@ func (x *SetChunkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetChunkOp.ProtoReflect.Descriptor instead.
 func (*SetChunkOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{18}
+	return file_govfs_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetChunkOp) GetIno() uint64 {
@@ -2157,7 +2232,7 @@ type GrantInodesOp struct {
 
 func (x *GrantInodesOp) Reset() {
 	*x = GrantInodesOp{}
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2244,7 @@ func (x *GrantInodesOp) String() string {
 func (*GrantInodesOp) ProtoMessage() {}
 
 func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[19]
+	mi := &file_govfs_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2257,7 @@ func (x *GrantInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantInodesOp.ProtoReflect.Descriptor instead.
 func (*GrantInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{19}
+	return file_govfs_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GrantInodesOp) GetStart() uint64 {
@@ -2210,7 +2285,7 @@ type InitMinistryOp struct {
 
 func (x *InitMinistryOp) Reset() {
 	*x = InitMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2297,7 @@ func (x *InitMinistryOp) String() string {
 func (*InitMinistryOp) ProtoMessage() {}
 
 func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[20]
+	mi := &file_govfs_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2310,7 @@ func (x *InitMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitMinistryOp.ProtoReflect.Descriptor instead.
 func (*InitMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{20}
+	return file_govfs_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InitMinistryOp) GetRootIno() uint64 {
@@ -2264,7 +2339,7 @@ type InitClusterOp struct {
 
 func (x *InitClusterOp) Reset() {
 	*x = InitClusterOp{}
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2351,7 @@ func (x *InitClusterOp) String() string {
 func (*InitClusterOp) ProtoMessage() {}
 
 func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[21]
+	mi := &file_govfs_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2364,7 @@ func (x *InitClusterOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitClusterOp.ProtoReflect.Descriptor instead.
 func (*InitClusterOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{21}
+	return file_govfs_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InitClusterOp) GetClusterId() string {
@@ -2317,7 +2392,7 @@ type AllocInodesOp struct {
 
 func (x *AllocInodesOp) Reset() {
 	*x = AllocInodesOp{}
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2404,7 @@ func (x *AllocInodesOp) String() string {
 func (*AllocInodesOp) ProtoMessage() {}
 
 func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[22]
+	mi := &file_govfs_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2417,7 @@ func (x *AllocInodesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocInodesOp.ProtoReflect.Descriptor instead.
 func (*AllocInodesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{22}
+	return file_govfs_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AllocInodesOp) GetMinistry() uint64 {
@@ -2382,7 +2457,7 @@ type ChunkServer struct {
 
 func (x *ChunkServer) Reset() {
 	*x = ChunkServer{}
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2469,7 @@ func (x *ChunkServer) String() string {
 func (*ChunkServer) ProtoMessage() {}
 
 func (x *ChunkServer) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[23]
+	mi := &file_govfs_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2482,7 @@ func (x *ChunkServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServer.ProtoReflect.Descriptor instead.
 func (*ChunkServer) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{23}
+	return file_govfs_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChunkServer) GetId() uint64 {
@@ -2478,7 +2553,7 @@ type RegisterChunkServerOp struct {
 
 func (x *RegisterChunkServerOp) Reset() {
 	*x = RegisterChunkServerOp{}
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2565,7 @@ func (x *RegisterChunkServerOp) String() string {
 func (*RegisterChunkServerOp) ProtoMessage() {}
 
 func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[24]
+	mi := &file_govfs_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2578,7 @@ func (x *RegisterChunkServerOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterChunkServerOp.ProtoReflect.Descriptor instead.
 func (*RegisterChunkServerOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{24}
+	return file_govfs_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RegisterChunkServerOp) GetServer() *ChunkServer {
@@ -2535,7 +2610,7 @@ type ReplicaGroup struct {
 
 func (x *ReplicaGroup) Reset() {
 	*x = ReplicaGroup{}
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2622,7 @@ func (x *ReplicaGroup) String() string {
 func (*ReplicaGroup) ProtoMessage() {}
 
 func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[25]
+	mi := &file_govfs_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2635,7 @@ func (x *ReplicaGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaGroup.ProtoReflect.Descriptor instead.
 func (*ReplicaGroup) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{25}
+	return file_govfs_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaGroup) GetId() uint64 {
@@ -2623,7 +2698,7 @@ type ReplaceMemberOp struct {
 
 func (x *ReplaceMemberOp) Reset() {
 	*x = ReplaceMemberOp{}
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2710,7 @@ func (x *ReplaceMemberOp) String() string {
 func (*ReplaceMemberOp) ProtoMessage() {}
 
 func (x *ReplaceMemberOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[26]
+	mi := &file_govfs_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2723,7 @@ func (x *ReplaceMemberOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceMemberOp.ProtoReflect.Descriptor instead.
 func (*ReplaceMemberOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{26}
+	return file_govfs_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplaceMemberOp) GetGroup() uint64 {
@@ -2699,7 +2774,7 @@ type MemberSyncedOp struct {
 
 func (x *MemberSyncedOp) Reset() {
 	*x = MemberSyncedOp{}
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2786,7 @@ func (x *MemberSyncedOp) String() string {
 func (*MemberSyncedOp) ProtoMessage() {}
 
 func (x *MemberSyncedOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[27]
+	mi := &file_govfs_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2799,7 @@ func (x *MemberSyncedOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberSyncedOp.ProtoReflect.Descriptor instead.
 func (*MemberSyncedOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{27}
+	return file_govfs_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MemberSyncedOp) GetGroup() uint64 {
@@ -2762,7 +2837,7 @@ type CreateReplicaGroupOp struct {
 
 func (x *CreateReplicaGroupOp) Reset() {
 	*x = CreateReplicaGroupOp{}
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2849,7 @@ func (x *CreateReplicaGroupOp) String() string {
 func (*CreateReplicaGroupOp) ProtoMessage() {}
 
 func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[28]
+	mi := &file_govfs_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2862,7 @@ func (x *CreateReplicaGroupOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateReplicaGroupOp.ProtoReflect.Descriptor instead.
 func (*CreateReplicaGroupOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{28}
+	return file_govfs_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateReplicaGroupOp) GetMembers() []uint64 {
@@ -2814,7 +2889,7 @@ type AllocChunkHandlesOp struct {
 
 func (x *AllocChunkHandlesOp) Reset() {
 	*x = AllocChunkHandlesOp{}
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +2901,7 @@ func (x *AllocChunkHandlesOp) String() string {
 func (*AllocChunkHandlesOp) ProtoMessage() {}
 
 func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[29]
+	mi := &file_govfs_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +2914,7 @@ func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
 func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{29}
+	return file_govfs_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AllocChunkHandlesOp) GetCount() uint64 {
@@ -2871,7 +2946,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +2958,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +2971,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -2958,7 +3033,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3045,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3058,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Member) GetId() uint64 {
@@ -3013,7 +3088,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3100,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3113,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -3087,7 +3162,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3174,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3187,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -3147,7 +3222,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3234,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3247,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -3220,7 +3295,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3307,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3320,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -3410,7 +3485,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3497,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3510,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -3484,7 +3559,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3571,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3584,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -3549,7 +3624,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3636,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3649,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -3608,7 +3683,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3695,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3708,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -3659,7 +3734,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3746,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3759,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -3707,7 +3782,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3719,7 +3794,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3732,7 +3807,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -3766,7 +3841,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3853,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3866,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -3817,7 +3892,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +3904,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +3917,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -3861,7 +3936,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +3948,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +3961,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -3909,7 +3984,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +3996,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4009,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -4003,7 +4078,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4015,7 +4090,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4028,7 +4103,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -4130,7 +4205,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4217,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4230,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 type ClusterInfoResponse struct {
@@ -4176,7 +4251,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4263,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4276,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -4268,7 +4343,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4280,7 +4355,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4293,7 +4368,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 type GroupStatus struct {
@@ -4313,7 +4388,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4325,7 +4400,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4338,7 +4413,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -4423,7 +4498,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4435,7 +4510,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4448,7 +4523,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -4542,7 +4617,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4629,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4642,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -4641,7 +4716,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4728,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4741,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -4718,7 +4793,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4805,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4818,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -4840,14 +4915,24 @@ type LeaseRequest struct {
 	// (create, link, unlink, rename in or out of it) revoke it and wait
 	// until it is given back, so the holder may answer those operations
 	// itself and send them later in batches (docs/fuse.md).
-	Dir           bool `protobuf:"varint,14,opt,name=dir,proto3" json:"dir,omitempty"`
+	Dir bool `protobuf:"varint,14,opt,name=dir,proto3" json:"dir,omitempty"`
+	// KEEPALIVE: the leases listed in `ids`, described in full, for a new
+	// minister to take over from its predecessor (reclaim). A client sends
+	// them after a keepalive failed (the minister may have changed) or
+	// when the answer asked for them (LeaseResponse.reclaim).
+	Reclaim []*LeaseGrant `protobuf:"bytes,15,rep,name=reclaim,proto3" json:"reclaim,omitempty"`
+	// KEEPALIVE: leases the client is giving back (revoked; its flush is
+	// under way). They are not renewed; the minister reports every other
+	// revoked lease of the client, listed in `ids` or not (one granted
+	// while this keepalive was on its way).
+	Releasing     []uint64 `protobuf:"varint,16,rep,packed,name=releasing,proto3" json:"releasing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4859,7 +4944,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4872,7 +4957,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -4973,6 +5058,20 @@ func (x *LeaseRequest) GetDir() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetReclaim() []*LeaseGrant {
+	if x != nil {
+		return x.Reclaim
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetReleasing() []uint64 {
+	if x != nil {
+		return x.Releasing
+	}
+	return nil
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4983,14 +5082,16 @@ type LeaseGrant struct {
 	Lock  bool                   `protobuf:"varint,6,opt,name=lock,proto3" json:"lock,omitempty"`
 	Owner uint64                 `protobuf:"varint,7,opt,name=owner,proto3" json:"owner,omitempty"`
 	// Whether another client holds it (in a conflict report).
-	OtherClient   bool `protobuf:"varint,8,opt,name=other_client,json=otherClient,proto3" json:"other_client,omitempty"`
+	OtherClient bool `protobuf:"varint,8,opt,name=other_client,json=otherClient,proto3" json:"other_client,omitempty"`
+	// A directory lease (in a reclaim).
+	Dir           bool `protobuf:"varint,9,opt,name=dir,proto3" json:"dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5002,7 +5103,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5015,7 +5116,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -5074,6 +5175,13 @@ func (x *LeaseGrant) GetOtherClient() bool {
 	return false
 }
 
+func (x *LeaseGrant) GetDir() bool {
+	if x != nil {
+		return x.Dir
+	}
+	return false
+}
+
 type LeaseResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -5090,14 +5198,18 @@ type LeaseResponse struct {
 	// ACQUIRE refused (EAGAIN): ask again after this many milliseconds.
 	RetryAfterMs uint64 `protobuf:"varint,6,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// ACQUIRE refused (EAGAIN): one of the leases in the way (F_GETLK).
-	Conflict      *LeaseGrant `protobuf:"bytes,7,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	Conflict *LeaseGrant `protobuf:"bytes,7,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	// KEEPALIVE: this minister is new and collecting its predecessor's
+	// leases; it does not know the listed ones yet. Send them again at
+	// once, described in LeaseRequest.reclaim.
+	Reclaim       bool `protobuf:"varint,8,opt,name=reclaim,proto3" json:"reclaim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5109,7 +5221,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5122,7 +5234,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -5174,6 +5286,13 @@ func (x *LeaseResponse) GetConflict() *LeaseGrant {
 	return nil
 }
 
+func (x *LeaseResponse) GetReclaim() bool {
+	if x != nil {
+		return x.Reclaim
+	}
+	return false
+}
+
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
 // one node to another, coalesced across groups.
 type RaftBatch struct {
@@ -5188,7 +5307,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5200,7 +5319,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5213,7 +5332,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -5255,7 +5374,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5267,7 +5386,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5280,7 +5399,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -5306,7 +5425,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5318,7 +5437,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5331,7 +5450,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -5359,7 +5478,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5371,7 +5490,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5384,7 +5503,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -5446,7 +5565,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5458,7 +5577,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5471,7 +5590,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KV) GetKey() []byte {
@@ -5530,7 +5649,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xc6\v\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x89\f\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -5551,7 +5670,8 @@ const file_govfs_proto_rawDesc = "" +
 	"dropInline\x12D\n" +
 	"\x0ereserve_inodes\x18\x16 \x01(\v2\x1b.govfs.wire.ReserveInodesOpH\x00R\rreserveInodes\x12+\n" +
 	"\x05batch\x18\x17 \x01(\v2\x13.govfs.wire.BatchOpH\x00R\x05batch\x12B\n" +
-	"\x0emark_dir_lease\x18\x18 \x01(\v2\x1a.govfs.wire.MarkDirLeaseOpH\x00R\fmarkDirLease\x12>\n" +
+	"\x0emark_dir_lease\x18\x18 \x01(\v2\x1a.govfs.wire.MarkDirLeaseOpH\x00R\fmarkDirLease\x12A\n" +
+	"\rlease_session\x18\x19 \x01(\v2\x1a.govfs.wire.LeaseSessionOpH\x00R\fleaseSession\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
@@ -5573,7 +5693,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0fReserveInodesOp\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\"\"\n" +
 	"\x0eMarkDirLeaseOp\x12\x10\n" +
-	"\x03dir\x18\x01 \x01(\x04R\x03dir\"2\n" +
+	"\x03dir\x18\x01 \x01(\x04R\x03dir\">\n" +
+	"\x0eLeaseSessionOp\x12\x18\n" +
+	"\aclients\x18\x01 \x03(\x04R\aclients\x12\x12\n" +
+	"\x04open\x18\x02 \x01(\bR\x04open\"2\n" +
 	"\aBatchOp\x12'\n" +
 	"\x04cmds\x18\x01 \x03(\v2\x13.govfs.wire.CommandR\x04cmds\"T\n" +
 	"\x06LinkOp\x12\x10\n" +
@@ -5835,7 +5958,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xe3\x02\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xb3\x03\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5852,7 +5975,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\v \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\f \x01(\x04R\x05owner\x12\x14\n" +
 	"\x05token\x18\r \x01(\x04R\x05token\x12\x10\n" +
-	"\x03dir\x18\x0e \x01(\bR\x03dir\"\xca\x01\n" +
+	"\x03dir\x18\x0e \x01(\bR\x03dir\x120\n" +
+	"\areclaim\x18\x0f \x03(\v2\x16.govfs.wire.LeaseGrantR\areclaim\x12\x1c\n" +
+	"\treleasing\x18\x10 \x03(\x04R\treleasing\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -5862,7 +5987,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03len\x18\x05 \x01(\x04R\x03len\x12\x12\n" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
-	"\fother_client\x18\b \x01(\bR\votherClient\"\x86\x02\n" +
+	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\"\xa0\x02\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -5870,7 +5996,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06revoke\x18\x04 \x03(\x04R\x06revoke\x12\x12\n" +
 	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
-	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\"{\n" +
+	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\x12\x18\n" +
+	"\areclaim\x18\b \x01(\bR\areclaim\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -5964,7 +6091,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -5982,60 +6109,61 @@ var file_govfs_proto_goTypes = []any{
 	(*CreateOp)(nil),               // 13: govfs.wire.CreateOp
 	(*ReserveInodesOp)(nil),        // 14: govfs.wire.ReserveInodesOp
 	(*MarkDirLeaseOp)(nil),         // 15: govfs.wire.MarkDirLeaseOp
-	(*BatchOp)(nil),                // 16: govfs.wire.BatchOp
-	(*LinkOp)(nil),                 // 17: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),               // 18: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),               // 19: govfs.wire.RenameOp
-	(*SetattrOp)(nil),              // 20: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),             // 21: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),          // 22: govfs.wire.RemoveXattrOp
-	(*ChunkRef)(nil),               // 23: govfs.wire.ChunkRef
-	(*SetChunkOp)(nil),             // 24: govfs.wire.SetChunkOp
-	(*GrantInodesOp)(nil),          // 25: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),         // 26: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),          // 27: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),          // 28: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),            // 29: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil),  // 30: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),           // 31: govfs.wire.ReplicaGroup
-	(*ReplaceMemberOp)(nil),        // 32: govfs.wire.ReplaceMemberOp
-	(*MemberSyncedOp)(nil),         // 33: govfs.wire.MemberSyncedOp
-	(*CreateReplicaGroupOp)(nil),   // 34: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 35: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 36: govfs.wire.Result
-	(*Member)(nil),                 // 37: govfs.wire.Member
-	(*Ministry)(nil),               // 38: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 39: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 40: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 41: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 42: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 43: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 44: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 45: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 46: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 47: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 48: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 49: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 50: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 51: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 52: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 53: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 54: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 55: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 56: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 57: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 58: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 59: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 60: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 61: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 62: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 63: govfs.wire.LeaseResponse
-	(*RaftBatch)(nil),              // 64: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 65: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 66: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 67: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 68: govfs.wire.KV
-	nil,                            // 69: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*LeaseSessionOp)(nil),         // 16: govfs.wire.LeaseSessionOp
+	(*BatchOp)(nil),                // 17: govfs.wire.BatchOp
+	(*LinkOp)(nil),                 // 18: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),               // 19: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),               // 20: govfs.wire.RenameOp
+	(*SetattrOp)(nil),              // 21: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),             // 22: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),          // 23: govfs.wire.RemoveXattrOp
+	(*ChunkRef)(nil),               // 24: govfs.wire.ChunkRef
+	(*SetChunkOp)(nil),             // 25: govfs.wire.SetChunkOp
+	(*GrantInodesOp)(nil),          // 26: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 27: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 28: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 29: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 30: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 31: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 32: govfs.wire.ReplicaGroup
+	(*ReplaceMemberOp)(nil),        // 33: govfs.wire.ReplaceMemberOp
+	(*MemberSyncedOp)(nil),         // 34: govfs.wire.MemberSyncedOp
+	(*CreateReplicaGroupOp)(nil),   // 35: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 36: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 37: govfs.wire.Result
+	(*Member)(nil),                 // 38: govfs.wire.Member
+	(*Ministry)(nil),               // 39: govfs.wire.Ministry
+	(*MutateRequest)(nil),          // 40: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 41: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 42: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 43: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 44: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 45: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 46: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 47: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 48: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 49: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 50: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 51: govfs.wire.ReadlinkReq
+	(*DirEntry)(nil),               // 52: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 53: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 54: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 55: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 56: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 57: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 58: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 59: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 60: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 61: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 62: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 63: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 64: govfs.wire.LeaseResponse
+	(*RaftBatch)(nil),              // 65: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 66: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 67: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 68: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 69: govfs.wire.KV
+	nil,                            // 70: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -6044,99 +6172,101 @@ var file_govfs_proto_depIdxs = []int32{
 	1,  // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
 	10, // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
 	13, // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
-	17, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
-	18, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
-	19, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
-	20, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
-	21, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
-	22, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	25, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	26, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	24, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	42, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	43, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	18, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
+	19, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
+	20, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
+	21, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
+	22, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
+	23, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
+	26, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	27, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	25, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	43, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	44, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	14, // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
-	16, // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
+	17, // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	15, // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
-	27, // 20: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	28, // 21: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	30, // 22: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	34, // 23: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	35, // 24: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	32, // 25: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	33, // 26: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	1,  // 27: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	11, // 28: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	12, // 29: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	23, // 30: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	23, // 31: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	37, // 32: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	29, // 33: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	7,  // 34: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	23, // 35: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	36, // 36: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	12, // 37: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	6,  // 38: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	36, // 39: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 40: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	45, // 41: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	46, // 42: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	47, // 43: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	48, // 44: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	49, // 45: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	50, // 46: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	44, // 47: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	23, // 48: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,  // 49: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	7,  // 50: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	6,  // 51: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	7,  // 52: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	51, // 53: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	23, // 54: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	6,  // 55: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	37, // 56: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	38, // 57: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	31, // 58: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	29, // 59: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	6,  // 60: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	56, // 61: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	37, // 62: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	60, // 63: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	31, // 64: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	6,  // 65: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	31, // 66: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	69, // 67: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	29, // 68: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	5,  // 69: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	4,  // 70: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	4,  // 71: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	6,  // 72: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	62, // 73: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	62, // 74: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	65, // 75: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 76: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	68, // 77: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	39, // 78: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	41, // 79: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	53, // 80: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	55, // 81: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	58, // 82: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	61, // 83: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	64, // 84: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	67, // 85: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	40, // 86: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	52, // 87: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	54, // 88: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	57, // 89: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	59, // 90: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	63, // 91: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	66, // 92: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	66, // 93: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	86, // [86:94] is the sub-list for method output_type
-	78, // [78:86] is the sub-list for method input_type
-	78, // [78:78] is the sub-list for extension type_name
-	78, // [78:78] is the sub-list for extension extendee
-	0,  // [0:78] is the sub-list for field type_name
+	16, // 20: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
+	28, // 21: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	29, // 22: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	31, // 23: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	35, // 24: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	36, // 25: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	33, // 26: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	34, // 27: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	1,  // 28: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	11, // 29: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	12, // 30: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	24, // 31: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	24, // 32: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	38, // 33: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	30, // 34: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	7,  // 35: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	24, // 36: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	37, // 37: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	12, // 38: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	6,  // 39: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	37, // 40: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	3,  // 41: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	46, // 42: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	47, // 43: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	48, // 44: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	49, // 45: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	50, // 46: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	51, // 47: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	45, // 48: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	24, // 49: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,  // 50: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	7,  // 51: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	6,  // 52: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	7,  // 53: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	52, // 54: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	24, // 55: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	6,  // 56: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	38, // 57: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	39, // 58: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	32, // 59: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	30, // 60: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	6,  // 61: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	57, // 62: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	38, // 63: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	61, // 64: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	32, // 65: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	6,  // 66: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	32, // 67: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	70, // 68: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	30, // 69: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	5,  // 70: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	4,  // 71: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	63, // 72: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	4,  // 73: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	6,  // 74: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	63, // 75: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	63, // 76: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	66, // 77: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	6,  // 78: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	69, // 79: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	40, // 80: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	42, // 81: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	54, // 82: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	56, // 83: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	59, // 84: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	62, // 85: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	65, // 86: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	68, // 87: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	41, // 88: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	53, // 89: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	55, // 90: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	58, // 91: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	60, // 92: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	64, // 93: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	67, // 94: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	67, // 95: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	88, // [88:96] is the sub-list for method output_type
+	80, // [80:88] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -6160,6 +6290,7 @@ func file_govfs_proto_init() {
 		(*Command_ReserveInodes)(nil),
 		(*Command_Batch)(nil),
 		(*Command_MarkDirLease)(nil),
+		(*Command_LeaseSession)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
@@ -6168,7 +6299,7 @@ func file_govfs_proto_init() {
 		(*Command_ReplaceMember)(nil),
 		(*Command_MemberSynced)(nil),
 	}
-	file_govfs_proto_msgTypes[35].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[36].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -6183,7 +6314,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
