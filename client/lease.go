@@ -30,7 +30,12 @@ import (
 //   - A revoke runs the holder's OnRevoke (RangeFile: wait for writes in
 //     flight and Sync; the mount: drop the kernel's caches) and then
 //     releases the lease. A lease the minister no longer knows (expired,
-//     or granted by a previous minister) is lost: OnRevoke runs too.
+//     or not reclaimed from a previous minister) is lost: OnRevoke runs
+//     too.
+//   - A new minister takes the leases over from their holders: the
+//     keepalive describes them (reclaim) after a failure or when asked,
+//     and the minister's fence ends once every client with a lease
+//     session checked in (internal/metanode/reclaim.go).
 
 // LeaseMode is the kind of a lease.
 type LeaseMode int
@@ -197,6 +202,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	if errors.Is(err, syscall.ENOENT) {
 		err = nil
 	}
+	if err != nil {
+		// The minister may still hold it: if it reports it revoked,
+		// it is released again (keepalive).
+		l.c.leases.gaveUp(l.group, l.id)
+	}
 	return opErr("release lease", inoPath(uint64(l.ino)), err)
 }
 
@@ -230,6 +240,11 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		sent := c.cfg.Clock.Now()
 		wait := max(0, end.Sub(sent))
 		group := c.owner(ino)
+		// The request may open this Client's lease session there: the
+		// keepalive loop runs from now on (lingering if nothing comes
+		// of it), so a new minister need not wait for this Client, even
+		// while this request waits.
+		c.leases.ensureLoop(c, group)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
@@ -331,6 +346,13 @@ type leaseKeeper struct {
 		closed bool
 		held   map[ids.GroupID]map[uint64]*Lease
 		loops  map[ids.GroupID]bool
+		// gaveBack: leases whose release failed, by group: the
+		// minister may report them revoked until they expire.
+		gaveBack map[ids.GroupID]map[uint64]struct{}
+		// asked: when this Client last asked the group for a lease (the
+		// request may have opened its session): lingering counts from
+		// then.
+		asked map[ids.GroupID]time.Time
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup // keepalive loops and revoke handlers
@@ -342,7 +364,58 @@ func (k *leaseKeeper) init() {
 		k.stop = make(chan struct{})
 		k.mu.held = map[ids.GroupID]map[uint64]*Lease{}
 		k.mu.loops = map[ids.GroupID]bool{}
+		k.mu.gaveBack = map[ids.GroupID]map[uint64]struct{}{}
+		k.mu.asked = map[ids.GroupID]time.Time{}
 	})
+}
+
+// ensureLoop notes a request for a lease of g and starts g's keepalive
+// loop if it is not running.
+func (k *leaseKeeper) ensureLoop(c *Client, g ids.GroupID) {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.mu.asked[g] = c.cfg.Clock.Now()
+	if k.mu.closed || k.mu.loops[g] {
+		return
+	}
+	k.mu.loops[g] = true
+	k.wg.Add(1)
+	go c.keepalive(g)
+}
+
+func (k *leaseKeeper) lastAsked(g ids.GroupID) time.Time {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.mu.asked[g]
+}
+
+// gaveUp notes that lease id of g could not be given back.
+func (k *leaseKeeper) gaveUp(g ids.GroupID, id uint64) {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m := k.mu.gaveBack[g]
+	if m == nil {
+		m = map[uint64]struct{}{}
+		k.mu.gaveBack[g] = m
+	}
+	if len(m) >= 4096 {
+		clear(m) // bounded; a forgotten one just expires
+	}
+	m[id] = struct{}{}
+}
+
+// gaveBackTook reports whether id of g is one whose release failed, and
+// forgets it.
+func (k *leaseKeeper) gaveBackTook(g ids.GroupID, id uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.mu.gaveBack[g][id]; ok {
+		delete(k.mu.gaveBack[g], id)
+		return true
+	}
+	return false
 }
 
 func (c *Client) keeper() *leaseKeeper {
@@ -377,8 +450,8 @@ func (k *leaseKeeper) forget(l *Lease) {
 }
 
 // snapshot returns the leases held in g (empty when none), nil once
-// the keeper is closed, and the ids of those being given back.
-func (k *leaseKeeper) snapshot(g ids.GroupID) (held []*Lease, releasing []uint64) {
+// the keeper is closed, and those being given back.
+func (k *leaseKeeper) snapshot(g ids.GroupID) (held, releasing []*Lease) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.mu.closed {
@@ -395,7 +468,7 @@ func (k *leaseKeeper) snapshot(g ids.GroupID) (held []*Lease, releasing []uint64
 		skip := l.mu.revoking || l.mu.ended
 		l.mu.Unlock()
 		if skip {
-			releasing = append(releasing, l.id)
+			releasing = append(releasing, l)
 		} else {
 			out = append(out, l)
 		}
@@ -416,12 +489,14 @@ func (k *leaseKeeper) endIfIdle(g ids.GroupID) bool {
 }
 
 // leaseLinger is how long a keepalive loop goes on, with empty
-// keepalives, after the Client's last lease in the ministry is gone, in
-// TTLs: the minister keeps the Client's lease session open until it has
-// held nothing for a TTL, and a new minister waits for every client with
-// a session to check in (reclaim). Lingering longer than the session
+// keepalives, after the Client's last lease in the ministry is gone (or
+// its last refused request), in TTLs: the minister keeps the Client's
+// lease session open until the Client has held nothing for a TTL (its
+// last lease may live a TTL more if its release was lost, and the sweep
+// runs every TTL/4), and a new minister waits for every client with a
+// session to check in (reclaim). Lingering longer than the session
 // lives makes that wait a round trip.
-const leaseLinger = 2
+const leaseLinger = 3
 
 // close ends the loops and revoke handlers and drops every lease (the
 // minister lets them expire).
@@ -448,7 +523,11 @@ func (k *leaseKeeper) close() {
 	k.wg.Wait()
 }
 
-// keepalive renews the Client's leases in group g until it holds none.
+// keepalive renews the Client's leases in group g, and goes on with
+// empty keepalives for leaseLinger TTLs after it holds none (a new
+// minister counts them as this Client's reclaim). After a failed
+// keepalive, or when the minister asks, it describes the leases in full
+// so that a new minister can take them over (reclaim).
 func (c *Client) keepalive(g ids.GroupID) {
 	k := c.keeper()
 	defer k.wg.Done()
@@ -472,24 +551,20 @@ func (c *Client) keepalive(g ids.GroupID) {
 		if held == nil {
 			return
 		}
-		if len(held) == 0 && !k.idle(g) {
-			// Every lease here is being given back: wait for their
-			// handlers rather than ask the minister about nothing.
-			idleSince = time.Time{}
-			select {
-			case <-ctx.Done():
-				return
-			case <-c.cfg.Clock.After(50 * time.Millisecond):
-			}
-			continue
-		}
+		// Leases being given back are named (releasing) rather than
+		// renewed, so the minister does not answer at once about them
+		// (no spin while their handlers run), and a new minister hears
+		// of them (reclaim).
 		poll := ttl / 3
-		if len(held) == 0 {
+		if len(held) == 0 && len(releasing) == 0 {
 			// Nothing held: linger, checking in with empty keepalives
 			// (a new minister counts them as this Client's reclaim).
 			now := c.cfg.Clock.Now()
 			if idleSince.IsZero() {
 				idleSince = now
+			}
+			if a := k.lastAsked(g); a.After(idleSince) {
+				idleSince = a
 			}
 			if now.Sub(idleSince) >= leaseLinger*ttl && k.endIfIdle(g) {
 				return
@@ -498,18 +573,35 @@ func (c *Client) keepalive(g ids.GroupID) {
 			idleSince = time.Time{}
 			// A short poll while any lease is about to become
 			// untrusted, so a renewal that went nowhere is retried soon.
-			poll = min(poll, c.pollFor(held))
+			if len(held) > 0 {
+				poll = min(poll, c.pollFor(held))
+			}
 		}
 		byID := map[uint64]*Lease{}
-		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE, Releasing: releasing}
+		req := &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_KEEPALIVE}
+		sent := c.cfg.Clock.Now()
 		for _, l := range held {
+			// Described for a reclaim only while still trusted: one
+			// whose trust ran out may have been granted to someone else
+			// by now. Left out, it is reported lost by a later keepalive.
+			if describe && !l.trusted(sent) {
+				continue
+			}
 			byID[l.id] = l
 			req.Ids = append(req.Ids, l.id)
 			if describe {
 				req.Reclaim = append(req.Reclaim, l.grant())
 			}
 		}
-		sent := c.cfg.Clock.Now()
+		for _, l := range releasing {
+			if describe && !l.trusted(sent) {
+				continue
+			}
+			req.Releasing = append(req.Releasing, l.id)
+			if describe {
+				req.Reclaim = append(req.Reclaim, l.grant())
+			}
+		}
 		req.WaitMs = uint64(poll / time.Millisecond)
 		resp, err := c.leaseCallOnce(ctx, g, req, poll)
 		if ctx.Err() != nil {
@@ -537,6 +629,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 		describe = false
 		until := sent.Add(ttl * trustNum / trustDen)
 		ended := map[uint64]bool{}
+		orphanPause := false
 		for _, id := range resp.GetRevoke() {
 			if l := byID[id]; l != nil {
 				ended[id] = true
@@ -545,12 +638,17 @@ func (c *Client) keepalive(g ids.GroupID) {
 				// Granted after this keepalive left: the minister
 				// reports it anyway, so its revoke waits for nothing.
 				c.revoke(l, false)
-			} else {
-				// Not held here (given back already but the release was
-				// lost, or its grant's answer is still on its way): it is
-				// revoked, so release it, or it is reported on every
-				// keepalive until it expires.
+			} else if k.gaveBackTook(g, id) {
+				// Given back, but the release was lost: release it
+				// again, or it is reported on every keepalive until it
+				// expires.
 				c.releaseOrphan(g, id)
+			} else {
+				// A grant whose answer is still on its way: once it is
+				// held, the next keepalive lists it and hears the revoke.
+				// Not released here: its acquirer would then trust a
+				// lease nobody holds (found in review).
+				orphanPause = true
 			}
 		}
 		for _, id := range resp.GetLost() {
@@ -568,7 +666,23 @@ func (c *Client) keepalive(g ids.GroupID) {
 				l.mu.Unlock()
 			}
 		}
+		if orphanPause {
+			// Let the grant's answer arrive rather than ask again at once.
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.cfg.Clock.After(20 * time.Millisecond):
+			}
+		}
 	}
+}
+
+// trusted reports whether the lease is trusted at now (held, its trust
+// time not passed), whether or not it is being given back.
+func (l *Lease) trusted(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.mu.ended && now.Before(l.mu.until)
 }
 
 // releaseOrphan gives back lease id of group g, which this Client does
@@ -605,14 +719,6 @@ func (k *leaseKeeper) lookup(g ids.GroupID, id uint64) *Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.mu.held[g][id]
-}
-
-// idle reports whether the Client holds no lease in g at all (not even
-// one being given back).
-func (k *leaseKeeper) idle(g ids.GroupID) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.mu.held[g]) == 0
 }
 
 // grant describes the lease for a new minister's reclaim.

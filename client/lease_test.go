@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -321,5 +322,59 @@ func TestLeaseBadInput(t *testing.T) {
 	resp, err = cc.Lease(t.Context(), &wire.LeaseRequest{Group: 0, ClientId: 1})
 	if err != nil || resp.GetStatus().GetCode() != wire.Code_INVALID {
 		t.Fatalf("lease on the president group: %v %v", err, resp.GetStatus())
+	}
+}
+
+// TestLeaseBeingGivenBackIsReclaimed: a lease whose holder is still
+// flushing for a revoke when the minister dies is taken over revoked:
+// the waiting client gets it only after the holder's release, not when
+// the new minister's fence ends (found in review: a directory lease
+// holder still sending its queued creates, a writer still syncing).
+func TestLeaseBeingGivenBackIsReclaimed(t *testing.T) {
+	const ttl = 6 * time.Second
+	cl := testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = ttl })
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	revoking, unblock := make(chan struct{}), make(chan struct{})
+	var unblockOnce sync.Once
+	release := func() { unblockOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(release) // before the clients close, also when the test fails
+	var released atomic.Int64
+	if _, err := a.AcquireLease(t.Context(), ino, LeaseWrite, 0, 0, LeaseOptions{Wait: 3 * ttl, OnRevoke: func(_ *Lease, lost bool) {
+		if lost {
+			t.Error("the lease being given back was lost")
+		}
+		close(revoking)
+		<-unblock // a slow flush
+		released.Store(time.Now().UnixNano())
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan error, 1)
+	go func() {
+		_, err := b.AcquireLease(t.Context(), ino, LeaseWrite, 0, 0, LeaseOptions{Wait: 3 * ttl})
+		granted <- err
+	}()
+	<-revoking
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	old, err := cl.Leader(ctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(old)
+	stopped := time.Now()
+	select {
+	case err := <-granted:
+		t.Fatalf("B was granted the lease (%v) %v after the stop, while A was still giving it back", err, time.Since(stopped))
+	case <-time.After(1500 * time.Millisecond): // past the new minister's fence
+	}
+	t.Logf("unblocking A %v after the stop", time.Since(stopped))
+	release()
+	if err := <-granted; err != nil {
+		t.Fatalf("B's lease after A's release: %v", err)
+	}
+	if released.Load() == 0 {
+		t.Fatal("B was granted before A released")
 	}
 }

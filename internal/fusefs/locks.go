@@ -304,9 +304,16 @@ func (n *node) releaseLease(l *client.Lease) {
 // its next I/O; new opens work. Called with lost false (a revoke), which
 // never happens to a lock, it does nothing.
 func (n *node) lockLost(l *client.Lease, lost bool) {
-	if !lost {
-		return
+	if lost {
+		n.dropLostLock(l, false)
 	}
+}
+
+// dropLostLock forgets lock lease l and makes the file's open
+// descriptors fail with EIO; with release it also gives l back (the
+// library would otherwise go on renewing it, or a new minister take it
+// over, and other clients wait for it until this mount ends).
+func (n *node) dropLostLock(l *client.Lease, release bool) {
 	nl := &n.locks
 	nl.mu.Lock()
 	held := false
@@ -330,6 +337,13 @@ func (n *node) lockLost(l *client.Lease, lost bool) {
 		h.lockLost.Store(true)
 	}
 	n.mu.Unlock()
+	if release {
+		// Bounded: this runs on an I/O path, and the minister may be
+		// unreachable (the lease then expires by itself).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = l.Release(ctx)
+	}
 }
 
 // checkLocks treats a held lock whose lease is no longer trusted (its
@@ -354,7 +368,7 @@ func (n *node) checkLocks() {
 	}
 	nl.mu.Unlock()
 	for _, l := range lapsed {
-		n.lockLost(l, true)
+		n.dropLostLock(l, true)
 	}
 }
 

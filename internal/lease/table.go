@@ -133,6 +133,7 @@ type intent struct {
 type Table struct {
 	cfg        Config
 	fenceUntil time.Time
+	firstID    ID
 	nextID     ID
 	nextSeq    uint64
 	leases     map[ID]*Lease
@@ -157,7 +158,7 @@ func New(cfg Config) *Table {
 	if first == 0 {
 		first = 1
 	}
-	return &Table{cfg: cfg, nextID: first, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
+	return &Table{cfg: cfg, firstID: first, nextID: first, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
 		byClient: map[ClientID]map[ID]*Lease{}, intents: map[ids.Ino][]*intent{}}
 }
 
@@ -186,17 +187,22 @@ var ErrNotReclaimable = errors.New("lease: cannot be reclaimed")
 
 // Reclaim takes over l, a lease a previous minister granted (its holder
 // says so), during the fence: it is held again, under its old id, for a
-// TTL from now, as if renewed. Only while fenced: after the fence, what
-// nobody reclaimed may have been granted to others. A lease that
-// conflicts with one already held here, or whose id is taken, is
-// refused: the previous minister could not have granted both, so one
-// holder is mistaken (its lease is lost).
+// TTL from now, as if renewed; l.Revoked says it was being given back
+// (a conflicting request then still waits for its release). Only while
+// fenced: after the fence, what nobody reclaimed may have been granted
+// to others. A lease that conflicts with one already held here, or
+// whose id is taken or belongs to this table's own range (FirstID and
+// up), is refused: the previous minister could not have granted it, so
+// its holder is mistaken (its lease is lost).
 func (t *Table) Reclaim(now time.Time, l Lease) error {
 	if err := validate(l.Request); err != nil {
 		return err
 	}
 	if !now.Before(t.fenceUntil) {
 		return fmt.Errorf("%w: the fence ended", ErrNotReclaimable)
+	}
+	if l.ID == 0 || l.ID >= t.firstID {
+		return fmt.Errorf("%w: id %d is not a previous minister's", ErrNotReclaimable, l.ID)
 	}
 	t.expire(now)
 	if old := t.leases[l.ID]; old != nil {
@@ -213,7 +219,7 @@ func (t *Table) Reclaim(now time.Time, l Lease) error {
 	if len(t.byClient[l.Client]) >= t.cfg.MaxPerClient {
 		return fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
 	}
-	l.Token, l.Revoked = 0, false
+	l.Token = 0
 	l.Expires = now.Add(t.cfg.TTL)
 	t.add(&l)
 	return nil

@@ -462,6 +462,21 @@ func TestReclaimAfterMinisterChange(t *testing.T) {
 	if err := tb.Reclaim(clk.Now(), taken); !errors.Is(err, ErrNotReclaimable) {
 		t.Fatalf("reclaim under a taken id: %v", err)
 	}
+	// An id of this table's own range was never a predecessor's.
+	if err := tb.Reclaim(clk.Now(), Lease{ID: 1<<32 + 5, Request: req(4, 20, Read, 0, 0)}); !errors.Is(err, ErrNotReclaimable) {
+		t.Fatalf("reclaim of an id of this term: %v", err)
+	}
+	// A lease being given back when the minister changed stays revoked:
+	// its holder releases it, nothing renews it.
+	giving := mustGrant(t, old, clk.Now(), req(4, 21, Read, 0, 0), 0)
+	giving.Revoked = true
+	if err := tb.Reclaim(clk.Now(), giving); err != nil {
+		t.Fatal(err)
+	}
+	if revoke, _ := tb.Renew(clk.Now(), 4, []ID{giving.ID}); !slices.Equal(revoke, []ID{giving.ID}) {
+		t.Fatalf("a reclaimed revoked lease renewed: revoke %v", revoke)
+	}
+	tb.Release(clk.Now(), 4, []ID{giving.ID})
 	// Malformed descriptions are refused and change nothing.
 	for _, l := range []Lease{{ID: 80, Request: req(4, 7, 0, 0, 0)}, {ID: 81, Request: req(0, 7, Read, 0, 0)},
 		{ID: 82, Request: Request{Client: 4, Ino: 7, Mode: Read, Off: 10, End: 10}}} {

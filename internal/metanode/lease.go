@@ -68,6 +68,9 @@ type groupLeases struct {
 	// sessMu orders the group's session opens and closes (reclaim.go);
 	// taken before mu, never while holding it.
 	sessMu sync.Mutex
+	// closing: clients whose session close was proposed without an
+	// answer (it may still commit); kept across terms (reclaim.go).
+	closing map[lease.ClientID]bool
 }
 
 func newLeaseService(n *Node) *leaseService {
@@ -148,7 +151,7 @@ func (s *leaseService) watch(stop <-chan struct{}) {
 				continue
 			}
 			led = append(led, st.Group)
-			if gl.rc.reclaiming && gl.rc.sessions == nil {
+			if gl.rc.sessions == nil {
 				loads = append(loads, load{st.Group, gl.term})
 			}
 		}

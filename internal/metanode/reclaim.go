@@ -2,8 +2,10 @@ package metanode
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -39,6 +41,13 @@ import (
 // it) with the client counted in acquiring, and the sweep closes only
 // sessions of clients with no lease and no grant in progress, holding
 // sessMu so that no open of the same client interleaves with the close.
+// A close whose proposal did not answer (timed out: it may still
+// commit) leaves its clients in groupLeases.closing, and the next open
+// of such a client is proposed whatever the log says now, so that it
+// lands after the close (proposals are appended only by the leader, in
+// order; a close of an earlier term commits before a new leader reads).
+// Proposals of one node outlive its terms, so closing is kept across
+// them.
 
 // reclaimState is a group's session and reclaim bookkeeping for the
 // current term (reset with the table).
@@ -120,7 +129,7 @@ func (ls *leaseService) ensureSession(ctx context.Context, g ids.GroupID, gl *gr
 	gl.sessMu.Lock()
 	defer gl.sessMu.Unlock()
 	ls.mu.Lock()
-	term, known := gl.term, gl.rc.open[client]
+	term, known, closing := gl.term, gl.rc.open[client], gl.closing[client]
 	ls.mu.Unlock()
 	if known {
 		return nil
@@ -141,34 +150,50 @@ func (ls *leaseService) ensureSession(ctx context.Context, g ids.GroupID, gl *gr
 	}); err != nil {
 		return err
 	}
-	if !open {
-		// Before the proposal: once it applies, a concurrent read of
-		// the sessions (loadSessions) sees it.
-		ls.mu.Lock()
-		if gl.term == term {
-			gl.rc.fresh[client] = true
+	if !open || closing {
+		if !open {
+			// Before the proposal: once it applies, a concurrent read
+			// of the sessions (loadSessions) sees it. Not waited for:
+			// the log had no session, so no lease of the predecessor.
+			ls.mu.Lock()
+			if gl.term == term {
+				gl.rc.fresh[client] = true
+			}
+			ls.mu.Unlock()
 		}
-		ls.mu.Unlock()
 		if err := ls.proposeSessions(ctx, g, []lease.ClientID{client}, true); err != nil {
 			return err
 		}
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	delete(gl.closing, client) // the open is applied after any close
 	if gl.term == term {
 		gl.rc.open[client] = true
 	}
 	return nil
 }
 
+// proposeSessions opens or closes the clients' sessions, in commands of
+// at most namespace.MaxSessionClients.
 func (ls *leaseService) proposeSessions(ctx context.Context, g ids.GroupID, clients []lease.ClientID, open bool) error {
-	op := &wire.LeaseSessionOp{Open: open}
-	for _, c := range clients {
-		op.Clients = append(op.Clients, uint64(c))
+	for len(clients) > 0 {
+		n := min(len(clients), namespace.MaxSessionClients)
+		op := &wire.LeaseSessionOp{Open: open}
+		for _, c := range clients[:n] {
+			op.Clients = append(op.Clients, uint64(c))
+		}
+		clients = clients[n:]
+		res, _, err := ls.n.host.Propose(ctx, g, &wire.Command{Version: 1, NowNs: ls.n.cfg.Clock.Now().UnixNano(),
+			Op: &wire.Command_LeaseSession{LeaseSession: op}})
+		if err != nil {
+			return err
+		}
+		if e := res.GetErrno(); e != 0 {
+			return fmt.Errorf("%w: lease sessions: %s", syscall.Errno(e), res.GetMessage())
+		}
 	}
-	_, _, err := ls.n.host.Propose(ctx, g, &wire.Command{Version: 1, NowNs: ls.n.cfg.Clock.Now().UnixNano(),
-		Op: &wire.Command_LeaseSession{LeaseSession: op}})
-	return err
+	return nil
 }
 
 // reclaimLocked handles a keepalive's leases while the table is in its
@@ -182,8 +207,14 @@ func (ls *leaseService) reclaimLocked(g ids.GroupID, gl *groupLeases, req *wire.
 	for _, d := range req.GetReclaim() {
 		descs[d.GetId()] = d
 	}
+	// The leases being given back are taken over too, still revoked:
+	// whoever was waiting for them goes on waiting for their release.
+	releasing := map[uint64]bool{}
+	for _, id := range req.GetReleasing() {
+		releasing[id] = true
+	}
 	var unknown []uint64
-	for _, id := range req.GetIds() {
+	for _, id := range append(slices.Clone(req.GetIds()), req.GetReleasing()...) {
 		if !gl.table.Holds(client, lease.ID(id)) {
 			unknown = append(unknown, id)
 		}
@@ -196,7 +227,7 @@ func (ls *leaseService) reclaimLocked(g ids.GroupID, gl *groupLeases, req *wire.
 		if d == nil {
 			continue
 		}
-		l := lease.Lease{ID: lease.ID(id), Request: lease.Request{Client: client, Ino: ids.Ino(d.GetIno()), Mode: leaseMode(d.GetMode()),
+		l := lease.Lease{ID: lease.ID(id), Revoked: releasing[id], Request: lease.Request{Client: client, Ino: ids.Ino(d.GetIno()), Mode: leaseMode(d.GetMode()),
 			Off: d.GetOff(), End: lease.RangeEnd(d.GetOff(), d.GetLen()), Lock: d.GetLock(), Owner: d.GetOwner(), Dir: d.GetDir()}}
 		if err := gl.table.Reclaim(now, l); err != nil {
 			ls.n.log.Warn("minister: a lease could not be reclaimed; its holder loses it", slog.Uint64("group", uint64(g)),
@@ -204,9 +235,6 @@ func (ls *leaseService) reclaimLocked(g ids.GroupID, gl *groupLeases, req *wire.
 		}
 	}
 	gl.rc.reclaimed[client] = true
-	if gl.rc.sessions[client] {
-		gl.rc.open[client] = true
-	}
 	ls.maybeEndReclaimLocked(g, gl, now)
 	return false
 }
@@ -234,9 +262,8 @@ func (ls *leaseService) maybeEndReclaimLocked(g ids.GroupID, gl *groupLeases, no
 	gl.table.EndFence(now)
 	gl.broadcastLocked()
 	for _, c := range missing {
-		// Known open in the log; idle since before the fence, so the
-		// next sweep closes them unless they come back with a lease.
-		rc.open[c] = true
+		// Idle since before the fence, so the next sweep closes them
+		// unless they come back with a lease.
 		rc.idleSince[c] = rc.fenceStart.Add(-ls.ttl)
 	}
 	slices.Sort(missing)
@@ -245,8 +272,10 @@ func (ls *leaseService) maybeEndReclaimLocked(g ids.GroupID, gl *groupLeases, no
 		slog.Int("sessions", len(rc.sessions)), slog.Int("leases", gl.table.Len()), slog.Any("not_reclaimed", missing))
 }
 
-// loadSessions reads the open sessions of g into a reclaiming table
-// (once per term; called by watch).
+// loadSessions reads the open sessions of g once per term (called by
+// watch): a reclaiming table waits for them, and the sweep closes those
+// that stay idle (a client's session is open whether or not it
+// reclaimed, and whether or not the fence ran out first).
 func (ls *leaseService) loadSessions(g ids.GroupID, term uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl/4)
 	defer cancel()
@@ -276,12 +305,13 @@ func (ls *leaseService) loadSessions(g ids.GroupID, term uint64) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	gl := ls.mu.groups[g]
-	if gl == nil || gl.term != term || !gl.rc.reclaiming || gl.rc.sessions != nil {
+	if gl == nil || gl.term != term || gl.rc.sessions != nil {
 		return
 	}
 	gl.rc.sessions = map[lease.ClientID]bool{}
 	for _, c := range list {
 		gl.rc.sessions[lease.ClientID(c)] = true
+		gl.rc.open[lease.ClientID(c)] = true
 	}
 	ls.maybeEndReclaimLocked(g, gl, ls.n.cfg.Clock.Now())
 }
@@ -300,7 +330,7 @@ func (ls *leaseService) sweepSessions(g ids.GroupID) {
 	defer gl.sessMu.Unlock()
 	now := ls.n.cfg.Clock.Now()
 	ls.mu.Lock()
-	if gl.table == nil || gl.rc.reclaiming || now.Sub(gl.rc.lastSweep) < ls.ttl/4 {
+	if gl.table == nil || gl.rc.reclaiming || gl.rc.sessions == nil || now.Sub(gl.rc.lastSweep) < ls.ttl/4 {
 		ls.mu.Unlock()
 		return
 	}
@@ -318,6 +348,12 @@ func (ls *leaseService) sweepSessions(g ids.GroupID) {
 			delete(gl.rc.idleSince, c)
 		}
 	}
+	for _, c := range closing {
+		if gl.closing == nil {
+			gl.closing = map[lease.ClientID]bool{}
+		}
+		gl.closing[c] = true
+	}
 	ls.mu.Unlock()
 	if len(closing) == 0 {
 		return
@@ -326,8 +362,15 @@ func (ls *leaseService) sweepSessions(g ids.GroupID) {
 	ctx, cancel := context.WithTimeout(context.Background(), ls.ttl/4)
 	defer cancel()
 	if err := ls.proposeSessions(ctx, g, closing, false); err != nil {
-		// Left open in the log: the next minister waits for these
-		// clients (at most a TTL) and closes them then.
+		// The close may still commit: the clients stay in closing, so
+		// their next open is proposed after it. If it never commits,
+		// the next minister waits for these clients (at most a TTL).
 		ls.n.log.Debug("minister: close idle lease sessions", slog.Uint64("group", uint64(g)), slog.Any("err", err))
+		return
 	}
+	ls.mu.Lock()
+	for _, c := range closing {
+		delete(gl.closing, c)
+	}
+	ls.mu.Unlock()
 }

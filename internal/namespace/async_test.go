@@ -169,7 +169,7 @@ func TestLeaseSessions(t *testing.T) {
 	}
 	dump := v.dump()
 	v.fails(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: []uint64{4, 0}, Open: true}}, syscall.EINVAL)
-	v.fails(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: make([]uint64, maxSessionClients+1)}}, syscall.EINVAL)
+	v.fails(&wire.Command_LeaseSession{LeaseSession: &wire.LeaseSessionOp{Clients: make([]uint64, MaxSessionClients+1)}}, syscall.EINVAL)
 	if v.dump() != dump {
 		t.Fatal("a refused session op changed the state")
 	}

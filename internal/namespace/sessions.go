@@ -18,15 +18,15 @@ import (
 // stays out of the log: sessions change once per client, grants on every
 // open.
 
-// maxSessionClients bounds the clients of one LeaseSessionOp.
-const maxSessionClients = 4096
+// MaxSessionClients bounds the clients of one LeaseSessionOp.
+const MaxSessionClients = 4096
 
 func leaseSessionKey(client uint64) []byte { return u64Key(kindLeaseSession, client) }
 
 // leaseSession opens or closes the listed clients' sessions.
 func leaseSession(t *tx, op *wire.LeaseSessionOp) (*wire.Result, error) {
-	if len(op.GetClients()) > maxSessionClients {
-		return nil, errnof(syscall.EINVAL, "lease session op of %d clients (at most %d)", len(op.GetClients()), maxSessionClients)
+	if len(op.GetClients()) > MaxSessionClients {
+		return nil, errnof(syscall.EINVAL, "lease session op of %d clients (at most %d)", len(op.GetClients()), MaxSessionClients)
 	}
 	for _, c := range op.GetClients() {
 		if c == 0 {
