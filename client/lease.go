@@ -236,6 +236,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	}
 	end := c.cfg.Clock.Now().Add(opts.Wait)
 	token := c.leaseToken.Add(1)
+	discarded := 0
 	for {
 		sent := c.cfg.Clock.Now()
 		wait := max(0, end.Sub(sent))
@@ -244,7 +245,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		// keepalive loop runs from now on (lingering if nothing comes
 		// of it), so a new minister need not wait for this Client, even
 		// while this request waits.
-		c.leases.ensureLoop(c, group)
+		epoch := c.leases.ensureLoop(c, group)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
@@ -253,8 +254,23 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
 				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, done: make(chan struct{})}
 			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
-			c.leases.add(l)
-			return l, nil
+			if c.leases.addIfEpoch(l, epoch) {
+				return l, nil
+			}
+			// This Client reclaimed its leases in the group after the
+			// request left (the minister may have changed): a grant of a
+			// minister that is gone would be unknown to the new one,
+			// which may grant the range to someone else. Give it back
+			// and ask again (found in review).
+			discarded++
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+			_, _ = c.leaseCall(rctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{g.GetId()}}, 0)
+			cancel()
+			if discarded < 3 {
+				token = c.leaseToken.Add(1)
+				continue
+			}
+			return nil, fmt.Errorf("%w: the minister of %v changed during the request; try again", syscall.EAGAIN, group)
 		}
 		if !errors.Is(err, syscall.EAGAIN) || !c.cfg.Clock.Now().Before(end) {
 			if cf := resp.GetConflict(); cf != nil && errors.Is(err, syscall.EAGAIN) {
@@ -353,6 +369,10 @@ type leaseKeeper struct {
 		// request may have opened its session): lingering counts from
 		// then.
 		asked map[ids.GroupID]time.Time
+		// reclaims counts the keepalives that described the group's
+		// leases for a reclaim (the minister may have changed); a grant
+		// whose request left before the last one is not trusted.
+		reclaims map[ids.GroupID]uint64
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup // keepalive loops and revoke handlers
@@ -366,22 +386,39 @@ func (k *leaseKeeper) init() {
 		k.mu.loops = map[ids.GroupID]bool{}
 		k.mu.gaveBack = map[ids.GroupID]map[uint64]struct{}{}
 		k.mu.asked = map[ids.GroupID]time.Time{}
+		k.mu.reclaims = map[ids.GroupID]uint64{}
 	})
 }
 
-// ensureLoop notes a request for a lease of g and starts g's keepalive
-// loop if it is not running.
-func (k *leaseKeeper) ensureLoop(c *Client, g ids.GroupID) {
+// ensureLoop notes a request for a lease of g, starts g's keepalive
+// loop if it is not running, and returns g's reclaim count (addIfEpoch).
+func (k *leaseKeeper) ensureLoop(c *Client, g ids.GroupID) uint64 {
 	k.init()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.mu.asked[g] = c.cfg.Clock.Now()
-	if k.mu.closed || k.mu.loops[g] {
-		return
+	if !k.mu.closed && !k.mu.loops[g] {
+		k.mu.loops[g] = true
+		k.wg.Add(1)
+		go c.keepalive(g)
 	}
-	k.mu.loops[g] = true
-	k.wg.Add(1)
-	go c.keepalive(g)
+	return k.mu.reclaims[g]
+}
+
+// addIfEpoch adds l unless its group's leases were described for a
+// reclaim since epoch (its request may have been granted by a minister
+// that is gone, unknown to the new one).
+func (k *leaseKeeper) addIfEpoch(l *Lease, epoch uint64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.mu.reclaims[l.group] != epoch {
+		return false
+	}
+	// INVARIANT: a reclaim counts itself and takes its snapshot under
+	// this lock (snapshot), so a lease added here is either in the
+	// snapshot it describes or refused.
+	k.addLocked(l)
+	return true
 }
 
 func (k *leaseKeeper) lastAsked(g ids.GroupID) time.Time {
@@ -427,6 +464,10 @@ func (k *leaseKeeper) add(l *Lease) {
 	k.init()
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.addLocked(l)
+}
+
+func (k *leaseKeeper) addLocked(l *Lease) {
 	if k.mu.closed {
 		l.end()
 		return
@@ -450,13 +491,17 @@ func (k *leaseKeeper) forget(l *Lease) {
 }
 
 // snapshot returns the leases held in g (empty when none), nil once
-// the keeper is closed, and those being given back.
-func (k *leaseKeeper) snapshot(g ids.GroupID) (held, releasing []*Lease) {
+// the keeper is closed, and those being given back; reclaim counts a
+// keepalive that will describe them for a reclaim (addIfEpoch).
+func (k *leaseKeeper) snapshot(g ids.GroupID, reclaim bool) (held, releasing []*Lease) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.mu.closed {
 		k.mu.loops[g] = false
 		return nil, nil
+	}
+	if reclaim {
+		k.mu.reclaims[g]++
 	}
 	out := []*Lease{}
 	for _, l := range k.mu.held[g] {
@@ -547,7 +592,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 	ttl := 10 * time.Second
 	var idleSince time.Time
 	for {
-		held, releasing := k.snapshot(g)
+		held, releasing := k.snapshot(g, describe)
 		if held == nil {
 			return
 		}

@@ -39,6 +39,22 @@ func otruncOp() sizeOp {
 	}}
 }
 
+// appendOp writes n bytes through another descriptor opened with
+// O_APPEND: they must land at the end left by the size changes before.
+func appendOp(n int, b byte) sizeOp {
+	return sizeOp{fmt.Sprintf("append %#x", n), func(f *os.File) error {
+		g, err := os.OpenFile(f.Name(), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := g.Write(bytes.Repeat([]byte{b}, n)); err != nil {
+			g.Close()
+			return err
+		}
+		return g.Close()
+	}}
+}
+
 func fsyncOp() sizeOp { return sizeOp{"fsync", func(f *os.File) error { return f.Sync() }} }
 
 func fallocOp(mode uint32, off, n int64) sizeOp {
@@ -70,6 +86,7 @@ func TestMountSizeChangeAfterBufferedWrite(t *testing.T) {
 			{"punch", []sizeOp{pwriteOp(0, 0x380fe, 'a'), fsyncOp(), pwriteOp(0x14360, 0xaf3a, 'b'), fallocOp(0x03, 0x15000, 0x3000)}},
 			{"zero-range", []sizeOp{pwriteOp(0, 0x380fe, 'a'), fsyncOp(), pwriteOp(0x14360, 0xaf3a, 'b'), fallocOp(0x10, 0x1f000, 0x30000)}},
 			{"otrunc-other-fd", []sizeOp{pwriteOp(0, 0x380fe, 'a'), fsyncOp(), pwriteOp(0x14360, 0xaf3a, 'b'), otruncOp(), pwriteOp(0x10, 0x10, 'c')}},
+			{"cut-then-append", []sizeOp{pwriteOp(0, 0x380fe, 'a'), fsyncOp(), pwriteOp(0x14360, 0xaf3a, 'b'), truncOp(0x19833), appendOp(0x1234, 'd')}},
 			{"cut-then-write", []sizeOp{pwriteOp(0, 0x380fe, 'a'), fsyncOp(), pwriteOp(0x14360, 0xaf3a, 'b'), truncOp(0x19833), pwriteOp(0x1000, 0x10, 'c')}},
 		}
 		for i, s := range seqs {
