@@ -322,7 +322,7 @@ func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.Lea
 		}
 		req.ClusterId = c.clusterID
 		req.Group = uint64(group)
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout+hold)
+		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout+hold)
 		resp, err := cl.Lease(cctx, req)
 		cancel()
 		if err != nil {
@@ -798,7 +798,7 @@ func (c *Client) leaseCallOnce(ctx context.Context, g ids.GroupID, req *wire.Lea
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout+hold)
+	cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout+hold)
 	resp, err := cl.Lease(cctx, req)
 	cancel()
 	if err != nil {

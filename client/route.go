@@ -239,7 +239,7 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 		if err != nil {
 			return false, err
 		}
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout)
 		resp, err := cl.Mutate(cctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(group), Cmd: cmd})
 		cancel()
 		if err != nil {
@@ -321,7 +321,7 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 		req.Group = uint64(group)
 		req.MinIndex = c.appliedIndex(group)
 		req.Consistency = o.consistency
-		cctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
+		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout)
 		resp, err := cl.Read(cctx, req)
 		cancel()
 		if err != nil {

@@ -271,7 +271,7 @@ func (s *opStat) summary(from, to, kill time.Time) string {
 		return ds[min(len(ds)-1, int(float64(len(ds))*f))].took.Round(time.Millisecond)
 	}
 	worst := ds[len(ds)-1]
-	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v (started %+.1fs from the kill)", len(ds), q(0.5), q(0.99),
+	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v (started %+.1fs from the disruption)", len(ds), q(0.5), q(0.99),
 		worst.took.Round(time.Millisecond), worst.start.Sub(kill).Seconds())
 }
 
@@ -285,6 +285,25 @@ func (s *opStat) summary(from, to, kill time.Time) string {
 // figures), checks that the new minister's fence ended by reclaim, and
 // checks that every acknowledged write is there, intact.
 func TestMinisterKillUnderLeaseLoad(t *testing.T) {
+	leaseLoad(t, "kill", func(c *testcluster.ProcCluster) { killMinister(t, c) })
+}
+
+// TestMinisterPauseUnderLeaseLoad is the same workload with the root
+// minister paused (SIGSTOP) for 5 s and then resumed: its sockets stay
+// open, so clients wait for their calls to it to time out before they
+// look for the new minister.
+func TestMinisterPauseUnderLeaseLoad(t *testing.T) {
+	leaseLoad(t, "pause", func(c *testcluster.ProcCluster) {
+		victim := rootMinister(t, c)
+		c.Pause(victim)
+		time.Sleep(5 * time.Second)
+		c.Resume(victim)
+	})
+}
+
+// leaseLoad runs the workload of TestMinisterKillUnderLeaseLoad around
+// disrupt (called 8 s in; the load goes on 20 s after it starts).
+func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)) {
 	canMount(t)
 	c := startCluster(t)
 	ma, mb := mountProc(t, c), mountProc(t, c)
@@ -420,8 +439,8 @@ func TestMinisterKillUnderLeaseLoad(t *testing.T) {
 	}
 	time.Sleep(8 * time.Second)
 	killedAt := time.Now()
-	killMinister(t, c)
-	time.Sleep(20 * time.Second)
+	disrupt(c)
+	time.Sleep(20*time.Second - time.Since(killedAt))
 	close(stop)
 	wg.Wait()
 	ended := time.Now()
@@ -436,8 +455,8 @@ func TestMinisterKillUnderLeaseLoad(t *testing.T) {
 		}
 	}) {
 		s := stats[k]
-		t.Logf("%-24s before the kill: %s", k, s.summary(began, killedAt, killedAt))
-		t.Logf("%-24s after the kill:  %s", k, s.summary(killedAt, ended, killedAt))
+		t.Logf("%-24s before the %s: %s", k, what, s.summary(began, killedAt, killedAt))
+		t.Logf("%-24s after the %s:  %s", k, what, s.summary(killedAt, ended, killedAt))
 	}
 	// Every acknowledged write is there, read through the other mount.
 	for k, b := range last {

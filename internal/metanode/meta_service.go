@@ -377,6 +377,11 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 	}, nil
 }
 
+// Ping answers at once (client/guard.go).
+func (s *metaService) Ping(context.Context, *wire.PingRequest) (*wire.PingResponse, error) {
+	return &wire.PingResponse{}, nil
+}
+
 func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.StatusResponse, error) {
 	resp := &wire.StatusResponse{
 		Status:               &wire.Status{},

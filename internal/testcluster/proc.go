@@ -296,6 +296,22 @@ func (c *ProcCluster) Exited(i int) (<-chan struct{}, func() error) {
 // Kill sends SIGKILL to node i and waits for it to die.
 func (c *ProcCluster) Kill(i int) { c.signal(i, syscall.SIGKILL, 0) }
 
+// Pause stops node i with SIGSTOP (it keeps its sockets open and
+// answers nothing) until Resume; a paused node is resumed by Stop.
+func (c *ProcCluster) Pause(i int) { c.sendKeep(i, syscall.SIGSTOP) }
+
+// Resume continues node i after Pause (SIGCONT).
+func (c *ProcCluster) Resume(i int) { c.sendKeep(i, syscall.SIGCONT) }
+
+func (c *ProcCluster) sendKeep(i int, sig syscall.Signal) {
+	c.mu.Lock()
+	cmd := c.procs[i]
+	c.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Signal(sig)
+	}
+}
+
 // StopNode sends SIGTERM to node i and waits (SIGKILL after 15 s).
 func (c *ProcCluster) StopNode(i int) { c.signal(i, syscall.SIGTERM, 15*time.Second) }
 
@@ -308,6 +324,9 @@ func (c *ProcCluster) signal(i int, sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+	if sig == syscall.SIGTERM {
+		_ = cmd.Process.Signal(syscall.SIGCONT) // a paused node handles it
+	}
 	if grace > 0 {
 		select {
 		case <-ex.done:

@@ -5293,6 +5293,78 @@ func (x *LeaseResponse) GetReclaim() bool {
 	return false
 }
 
+type PingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingRequest) Reset() {
+	*x = PingRequest{}
+	mi := &file_govfs_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingRequest) ProtoMessage() {}
+
+func (x *PingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
+func (*PingRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{59}
+}
+
+type PingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PingResponse) Reset() {
+	*x = PingResponse{}
+	mi := &file_govfs_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PingResponse) ProtoMessage() {}
+
+func (x *PingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
+func (*PingResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{60}
+}
+
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
 // one node to another, coalesced across groups.
 type RaftBatch struct {
@@ -5307,7 +5379,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5319,7 +5391,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5332,7 +5404,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -5374,7 +5446,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5386,7 +5458,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5399,7 +5471,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -5425,7 +5497,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5437,7 +5509,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5450,7 +5522,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -5478,7 +5550,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5490,7 +5562,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5503,7 +5575,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -5565,7 +5637,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5577,7 +5649,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5590,7 +5662,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KV) GetKey() []byte {
@@ -5997,7 +6069,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
 	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\x12\x18\n" +
-	"\areclaim\x18\b \x01(\bR\areclaim\"{\n" +
+	"\areclaim\x18\b \x01(\bR\areclaim\"\r\n" +
+	"\vPingRequest\"\x0e\n" +
+	"\fPingResponse\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -6066,14 +6140,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
-	"\rLEASE_RELEASE\x10\x022\xaa\x03\n" +
+	"\rLEASE_RELEASE\x10\x022\xe5\x03\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
 	"\vClusterInfo\x12\x1e.govfs.wire.ClusterInfoRequest\x1a\x1f.govfs.wire.ClusterInfoResponse\x12?\n" +
 	"\x06Status\x12\x19.govfs.wire.StatusRequest\x1a\x1a.govfs.wire.StatusResponse\x12W\n" +
 	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse\x12<\n" +
-	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse2|\n" +
+	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse\x129\n" +
+	"\x04Ping\x12\x17.govfs.wire.PingRequest\x1a\x18.govfs.wire.PingResponse2|\n" +
 	"\x04Raft\x122\n" +
 	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
@@ -6091,7 +6166,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -6158,12 +6233,14 @@ var file_govfs_proto_goTypes = []any{
 	(*LeaseRequest)(nil),           // 62: govfs.wire.LeaseRequest
 	(*LeaseGrant)(nil),             // 63: govfs.wire.LeaseGrant
 	(*LeaseResponse)(nil),          // 64: govfs.wire.LeaseResponse
-	(*RaftBatch)(nil),              // 65: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 66: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 67: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 68: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 69: govfs.wire.KV
-	nil,                            // 70: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*PingRequest)(nil),            // 65: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 66: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 67: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 68: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 69: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 70: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 71: govfs.wire.KV
+	nil,                            // 72: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -6234,7 +6311,7 @@ var file_govfs_proto_depIdxs = []int32{
 	32, // 65: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
 	6,  // 66: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
 	32, // 67: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	70, // 68: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	72, // 68: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 	30, // 69: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
 	5,  // 70: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
 	4,  // 71: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
@@ -6243,27 +6320,29 @@ var file_govfs_proto_depIdxs = []int32{
 	6,  // 74: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
 	63, // 75: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
 	63, // 76: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	66, // 77: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	68, // 77: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
 	6,  // 78: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	69, // 79: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	71, // 79: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
 	40, // 80: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
 	42, // 81: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
 	54, // 82: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
 	56, // 83: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
 	59, // 84: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
 	62, // 85: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	65, // 86: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	68, // 87: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	41, // 88: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	53, // 89: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	55, // 90: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	58, // 91: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	60, // 92: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	64, // 93: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	67, // 94: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	67, // 95: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	88, // [88:96] is the sub-list for method output_type
-	80, // [80:88] is the sub-list for method input_type
+	65, // 86: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	67, // 87: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	70, // 88: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	41, // 89: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	53, // 90: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	55, // 91: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	58, // 92: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	60, // 93: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	64, // 94: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	66, // 95: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	69, // 96: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	69, // 97: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	89, // [89:98] is the sub-list for method output_type
+	80, // [80:89] is the sub-list for method input_type
 	80, // [80:80] is the sub-list for extension type_name
 	80, // [80:80] is the sub-list for extension extendee
 	0,  // [0:80] is the sub-list for field type_name
@@ -6314,7 +6393,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   65,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

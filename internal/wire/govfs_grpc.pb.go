@@ -34,6 +34,7 @@ const (
 	Meta_Status_FullMethodName         = "/govfs.wire.Meta/Status"
 	Meta_ChunkHeartbeat_FullMethodName = "/govfs.wire.Meta/ChunkHeartbeat"
 	Meta_Lease_FullMethodName          = "/govfs.wire.Meta/Lease"
+	Meta_Ping_FullMethodName           = "/govfs.wire.Meta/Ping"
 )
 
 // MetaClient is the client API for Meta service.
@@ -46,6 +47,10 @@ type MetaClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	ChunkHeartbeat(ctx context.Context, in *ChunkHeartbeatRequest, opts ...grpc.CallOption) (*ChunkHeartbeatResponse, error)
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// Ping answers at once: a client whose call to a node takes long asks
+	// whether the node is there at all (a paused process keeps its
+	// sockets open).
+	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 }
 
 type metaClient struct {
@@ -116,6 +121,16 @@ func (c *metaClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *metaClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PingResponse)
+	err := c.cc.Invoke(ctx, Meta_Ping_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -126,6 +141,10 @@ type MetaServer interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	ChunkHeartbeat(context.Context, *ChunkHeartbeatRequest) (*ChunkHeartbeatResponse, error)
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// Ping answers at once: a client whose call to a node takes long asks
+	// whether the node is there at all (a paused process keeps its
+	// sockets open).
+	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -153,6 +172,9 @@ func (UnimplementedMetaServer) ChunkHeartbeat(context.Context, *ChunkHeartbeatRe
 }
 func (UnimplementedMetaServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedMetaServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -283,6 +305,24 @@ func _Meta_Lease_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Ping(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Ping_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Ping(ctx, req.(*PingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -313,6 +353,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Meta_Lease_Handler,
+		},
+		{
+			MethodName: "Ping",
+			Handler:    _Meta_Ping_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
