@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -58,6 +59,9 @@ type Client struct {
 		cursor map[ids.GroupID]int
 		// readPref is the member reads go to while it works.
 		readPref string
+		// silent: nodes whose calls the guard abandoned (guard.go),
+		// avoided until the time given unless they answer meanwhile.
+		silent   map[string]time.Time
 		applied  map[ids.GroupID]uint64
 		owners   map[ids.Ino]ids.GroupID
 		nextSeq  uint64

@@ -29,18 +29,26 @@ import (
 const (
 	guardAfter = time.Second
 	guardProbe = 500 * time.Millisecond
+	// guardSilence is how long a node whose call was abandoned is
+	// avoided (routing skips it, and a follower's stale hint naming it
+	// is ignored), unless it answers meanwhile: long enough for a new
+	// leader to be elected and known.
+	guardSilence = 3 * time.Second
 )
 
 // callCtx returns the context of one call attempt to addr: it ends
 // after timeout, when ctx does, or when addr stops answering (above).
-// The caller calls the returned function when the call returned.
+// The caller calls the returned function when the call returned. No
+// goroutine runs unless the call takes longer than guardAfter. The
+// guard counts wall-clock time, like the call's own deadline.
 func (c *Client) callCtx(ctx context.Context, addr string, timeout time.Duration) (context.Context, context.CancelFunc) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	stop := make(chan struct{})
+	t := time.AfterFunc(guardAfter, func() { c.guard(cctx, stop, addr, cancel) })
 	var once sync.Once
-	go c.guard(cctx, stop, addr, cancel)
 	return cctx, func() {
 		once.Do(func() {
+			t.Stop()
 			close(stop)
 			cancel()
 		})
@@ -51,13 +59,6 @@ func (c *Client) callCtx(ctx context.Context, addr string, timeout time.Duration
 // cancels it when a probe goes unanswered. It ends with the call.
 func (c *Client) guard(cctx context.Context, stop <-chan struct{}, addr string, cancel context.CancelFunc) {
 	for {
-		select {
-		case <-stop:
-			return
-		case <-cctx.Done():
-			return
-		case <-c.cfg.Clock.After(guardAfter):
-		}
 		cl, err := c.conn(addr)
 		if err != nil {
 			return
@@ -73,8 +74,19 @@ func (c *Client) guard(cctx context.Context, stop <-chan struct{}, addr string, 
 		// Unimplemented: a node of an older version, alive.
 		if err != nil && cctx.Err() == nil && status.Code(err) != codes.Unimplemented {
 			c.log.Debug("node does not answer: the call to it is abandoned and retried elsewhere", slog.String("addr", addr), slog.Any("err", err))
+			c.noteSilent(addr)
 			cancel()
 			return
+		}
+		next := time.NewTimer(guardAfter)
+		select {
+		case <-stop:
+			next.Stop()
+			return
+		case <-cctx.Done():
+			next.Stop()
+			return
+		case <-next.C:
 		}
 	}
 }

@@ -245,10 +245,11 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		// keepalive loop runs from now on (lingering if nothing comes
 		// of it), so a new minister need not wait for this Client, even
 		// while this request waits.
-		epoch := c.leases.ensureLoop(c, group)
+		epoch, asked := c.leases.ensureLoop(c, group)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
+		asked()
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
@@ -263,8 +264,10 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			// which may grant the range to someone else. Give it back
 			// and ask again (found in review).
 			discarded++
-			rctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-			_, _ = c.leaseCall(rctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{g.GetId()}}, 0)
+			rctx, cancel := context.WithTimeout(context.Background(), c.cfg.CallTimeout)
+			if _, err := c.leaseCall(rctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{g.GetId()}}, 0); err != nil {
+				c.leases.gaveUp(group, g.GetId())
+			}
 			cancel()
 			if discarded < 3 {
 				token = c.leaseToken.Add(1)
@@ -337,7 +340,7 @@ func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.Lea
 			return false, nil
 		case wire.Code_NOT_LEADER:
 			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-				c.setLeader(group, hint)
+				c.hintLeader(group, hint)
 			} else {
 				c.leaderFailed(group, addr)
 			}
@@ -373,6 +376,10 @@ type leaseKeeper struct {
 		// leases for a reclaim (the minister may have changed); a grant
 		// whose request left before the last one is not trusted.
 		reclaims map[ids.GroupID]uint64
+		// inflight counts the lease requests on their way per group: a
+		// revoked lease the Client does not know may be the grant one of
+		// them is about to bring.
+		inflight map[ids.GroupID]int
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup // keepalive loops and revoke handlers
@@ -387,22 +394,42 @@ func (k *leaseKeeper) init() {
 		k.mu.gaveBack = map[ids.GroupID]map[uint64]struct{}{}
 		k.mu.asked = map[ids.GroupID]time.Time{}
 		k.mu.reclaims = map[ids.GroupID]uint64{}
+		k.mu.inflight = map[ids.GroupID]int{}
 	})
 }
 
-// ensureLoop notes a request for a lease of g, starts g's keepalive
-// loop if it is not running, and returns g's reclaim count (addIfEpoch).
-func (k *leaseKeeper) ensureLoop(c *Client, g ids.GroupID) uint64 {
+// ensureLoop notes a request for a lease of g (until the returned
+// function is called), starts g's keepalive loop if it is not running,
+// and returns g's reclaim count (addIfEpoch).
+func (k *leaseKeeper) ensureLoop(c *Client, g ids.GroupID) (uint64, func()) {
 	k.init()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.mu.asked[g] = c.cfg.Clock.Now()
+	k.mu.inflight[g]++
 	if !k.mu.closed && !k.mu.loops[g] {
 		k.mu.loops[g] = true
 		k.wg.Add(1)
 		go c.keepalive(g)
 	}
-	return k.mu.reclaims[g]
+	var once sync.Once
+	return k.mu.reclaims[g], func() {
+		once.Do(func() {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			k.mu.asked[g] = c.cfg.Clock.Now()
+			if k.mu.inflight[g]--; k.mu.inflight[g] <= 0 {
+				delete(k.mu.inflight, g)
+			}
+		})
+	}
+}
+
+// requesting reports whether a lease request of g is on its way.
+func (k *leaseKeeper) requesting(g ids.GroupID) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.mu.inflight[g] > 0
 }
 
 // addIfEpoch adds l unless its group's leases were described for a
@@ -521,12 +548,13 @@ func (k *leaseKeeper) snapshot(g ids.GroupID, reclaim bool) (held, releasing []*
 	return out, releasing
 }
 
-// endIfIdle ends g's loop if the Client holds no lease there (under the
-// lock, so an add starts a new one) and reports whether it did.
-func (k *leaseKeeper) endIfIdle(g ids.GroupID) bool {
+// endIfIdle ends g's loop if the Client holds no lease there, has no
+// request on its way and asked for none since `since` (under the lock,
+// so an add or a request starts a new one) and reports whether it did.
+func (k *leaseKeeper) endIfIdle(g ids.GroupID, since time.Time) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.mu.held[g]) > 0 {
+	if len(k.mu.held[g]) > 0 || k.mu.inflight[g] > 0 || k.mu.asked[g].After(since) {
 		return false
 	}
 	k.mu.loops[g] = false
@@ -591,7 +619,14 @@ func (c *Client) keepalive(g ids.GroupID) {
 	describe := false
 	ttl := 10 * time.Second
 	var idleSince time.Time
+	var lastAddr string
 	for {
+		// A keepalive to another node than the last answered one
+		// describes too: the minister may have changed without a
+		// keepalive failing (another call found the new one; review).
+		if to := c.leaderAddr(g); lastAddr != "" && to != lastAddr {
+			describe = true
+		}
 		held, releasing := k.snapshot(g, describe)
 		if held == nil {
 			return
@@ -611,7 +646,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 			if a := k.lastAsked(g); a.After(idleSince) {
 				idleSince = a
 			}
-			if now.Sub(idleSince) >= leaseLinger*ttl && k.endIfIdle(g) {
+			if now.Sub(idleSince) >= leaseLinger*ttl && k.endIfIdle(g, idleSince) {
 				return
 			}
 		} else {
@@ -665,6 +700,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 		}
 		fails = 0
 		ttl = ttlOf(resp)
+		lastAddr = c.leaderAddr(g) // the node that answered (leaseCallOnce)
 		if resp.GetReclaim() {
 			// A new minister collecting its predecessor's leases: send
 			// them at once, in full.
@@ -683,17 +719,17 @@ func (c *Client) keepalive(g ids.GroupID) {
 				// Granted after this keepalive left: the minister
 				// reports it anyway, so its revoke waits for nothing.
 				c.revoke(l, false)
-			} else if k.gaveBackTook(g, id) {
-				// Given back, but the release was lost: release it
-				// again, or it is reported on every keepalive until it
-				// expires.
-				c.releaseOrphan(g, id)
-			} else {
-				// A grant whose answer is still on its way: once it is
-				// held, the next keepalive lists it and hears the revoke.
-				// Not released here: its acquirer would then trust a
-				// lease nobody holds (found in review).
+			} else if k.requesting(g) && !k.gaveBackTook(g, id) {
+				// Perhaps the grant a request on its way is about to
+				// bring: once it is held, the next keepalive lists it
+				// and hears the revoke. Not released here: its acquirer
+				// would then trust a lease nobody holds (review).
 				orphanPause = true
+			} else {
+				// Given back but the release was lost, or granted to a
+				// request whose caller gave up: release it, or it is
+				// reported on every keepalive until it expires.
+				c.releaseOrphan(g, id)
 			}
 		}
 		for _, id := range resp.GetLost() {
@@ -811,7 +847,7 @@ func (c *Client) leaseCallOnce(ctx context.Context, g ids.GroupID, req *wire.Lea
 		return resp, nil
 	case wire.Code_NOT_LEADER:
 		if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-			c.setLeader(g, hint)
+			c.hintLeader(g, hint)
 		} else {
 			c.leaderFailed(g, addr)
 		}

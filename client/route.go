@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -137,13 +138,61 @@ func (c *Client) leaderAddr(g ids.GroupID) string {
 		return a
 	}
 	cands := c.candidatesLocked(g)
+	// Past nodes that just went silent (a paused old leader), unless
+	// every candidate did.
+	for range cands {
+		if a := cands[c.mu.cursor[g]%len(cands)]; !c.silentLocked(a) {
+			return a
+		}
+		c.mu.cursor[g]++
+	}
 	return cands[c.mu.cursor[g]%len(cands)]
 }
 
+// setLeader records addr, which just answered, as g's leader.
 func (c *Client) setLeader(g ids.GroupID, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.mu.leader[g] = addr
+	delete(c.mu.silent, addr)
+}
+
+// hintLeader records a NOT_LEADER answer's hint: addr leads g, unless
+// addr just went silent (a follower that has not yet heard of the new
+// leader still names the paused old one): then the search goes on.
+func (c *Client) hintLeader(g ids.GroupID, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silentLocked(addr) {
+		return
+	}
+	c.mu.leader[g] = addr
+}
+
+// noteSilent avoids addr for a while: a call to it was abandoned
+// because it did not answer a ping (guard.go).
+func (c *Client) noteSilent(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.silent == nil {
+		c.mu.silent = map[string]time.Time{}
+	}
+	c.mu.silent[addr] = time.Now().Add(guardSilence)
+}
+
+func (c *Client) isSilent(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.silentLocked(addr)
+}
+
+func (c *Client) silentLocked(addr string) bool {
+	until, ok := c.mu.silent[addr]
+	if ok && !time.Now().Before(until) {
+		delete(c.mu.silent, addr)
+		return false
+	}
+	return ok
 }
 
 // leaderFailed forgets addr as g's leader and moves the search past it.
@@ -167,10 +216,13 @@ func (c *Client) readAddr(g ids.GroupID) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cands := c.candidatesLocked(g)
-	if slices.Contains(cands, c.mu.readPref) {
+	if slices.Contains(cands, c.mu.readPref) && !c.silentLocked(c.mu.readPref) {
 		return c.mu.readPref
 	}
 	c.mu.readPref = cands[c.mu.rand.Int64N(int64(len(cands)))]
+	for i := 0; i < len(cands) && c.silentLocked(c.mu.readPref); i++ {
+		c.mu.readPref = cands[(slices.Index(cands, c.mu.readPref)+1)%len(cands)]
+	}
 	return c.mu.readPref
 }
 
@@ -255,7 +307,7 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 			return false, nil
 		case wire.Code_NOT_LEADER:
 			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-				c.setLeader(group, hint)
+				c.hintLeader(group, hint)
 			} else {
 				c.leaderFailed(group, addr)
 			}
@@ -337,7 +389,7 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 		case wire.Code_NOT_LEADER:
 			// A replica that cannot serve this read itself names its
 			// leader; try it once without changing the preference.
-			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+			if hint := st.GetLeaderAddr(); hint != "" && hint != addr && !c.isSilent(hint) {
 				override = hint
 			} else {
 				c.readFailed(group, addr)

@@ -254,12 +254,13 @@ func (s *opStat) add(start time.Time, took time.Duration) {
 	s.ops = append(s.ops, timedOp{start, took})
 }
 
-// summary describes the operations that started in [from, to): count,
-// p50, p99, max, and when (relative to the kill) the slowest started.
+// summary describes the operations that ended in [from, to) (so those
+// in flight at a disruption count after it): count, p50, p99, max, and
+// when (relative to the disruption) the slowest started.
 func (s *opStat) summary(from, to, kill time.Time) string {
 	var ds []timedOp
 	for _, o := range s.ops {
-		if !o.start.Before(from) && o.start.Before(to) {
+		if end := o.start.Add(o.took); !end.Before(from) && end.Before(to) {
 			ds = append(ds, o)
 		}
 	}
@@ -443,7 +444,7 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 	time.Sleep(20*time.Second - time.Since(killedAt))
 	close(stop)
 	wg.Wait()
-	ended := time.Now()
+	ended := time.Now().Add(time.Minute) // every operation has ended
 	for _, f := range failures {
 		t.Error(f)
 	}

@@ -305,15 +305,13 @@ func (n *node) releaseLease(l *client.Lease) {
 // never happens to a lock, it does nothing.
 func (n *node) lockLost(l *client.Lease, lost bool) {
 	if lost {
-		n.dropLostLock(l, false)
+		n.dropLostLock(l)
 	}
 }
 
 // dropLostLock forgets lock lease l and makes the file's open
-// descriptors fail with EIO; with release it also gives l back (the
-// library would otherwise go on renewing it, or a new minister take it
-// over, and other clients wait for it until this mount ends).
-func (n *node) dropLostLock(l *client.Lease, release bool) {
+// descriptors fail with EIO.
+func (n *node) dropLostLock(l *client.Lease) {
 	nl := &n.locks
 	nl.mu.Lock()
 	held := false
@@ -337,13 +335,6 @@ func (n *node) dropLostLock(l *client.Lease, release bool) {
 		h.lockLost.Store(true)
 	}
 	n.mu.Unlock()
-	if release {
-		// Bounded: this runs on an I/O path, and the minister may be
-		// unreachable (the lease then expires by itself).
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = l.Release(ctx)
-	}
 }
 
 // checkLocks treats a held lock whose lease is no longer trusted (its
@@ -367,8 +358,20 @@ func (n *node) checkLocks() {
 		}
 	}
 	nl.mu.Unlock()
+	if len(lapsed) == 0 {
+		return
+	}
 	for _, l := range lapsed {
-		n.dropLostLock(l, true)
+		n.dropLostLock(l)
+	}
+	// Given back too (the library would otherwise renew them, or a new
+	// minister take them over, and other clients wait for them until
+	// this mount ends); bounded as a whole, since this runs on an I/O
+	// path and the minister may be unreachable (they then expire).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, l := range lapsed {
+		_ = l.Release(ctx)
 	}
 }
 

@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -100,7 +101,18 @@ func TestMountLocks(t *testing.T) {
 	wantErrno(t, "OFD lock held", setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 5, 1), syscall.EAGAIN)
 	must(t, fo.Close())
 	must(t, fa.Close()) // the last descriptor of the file on mount A
-	must(t, setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 5, 1))
+	// The kernel sends RELEASE after close(2) returned (FUSE does not
+	// wait for it), so the lock goes a moment later: under load, B may
+	// ask first (seen in CI).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 5, 1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			t.Fatalf("B's lock after the last close of the OFD lock's file on A: %v", err)
+		}
+	}
 	must(t, setlk(fb, syscall.F_SETLK, syscall.F_UNLCK, 0, 0))
 	fa, err = os.OpenFile(filepath.Join(dirA, "f"), os.O_RDWR, 0)
 	must(t, err)
