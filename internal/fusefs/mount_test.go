@@ -106,6 +106,9 @@ func mountProc(t *testing.T, c *testcluster.ProcCluster, extra ...string) string
 	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ",")}, extra...)
 	cmd := exec.Command(binary, append(args, dir)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Killed with the test binary if it dies without its cleanup (a
+	// timeout panic), like the cluster's processes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
