@@ -178,14 +178,7 @@ func TestDirLeaseReclaimedAfterMinisterChange(t *testing.T) {
 	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke}); err != nil {
 		t.Fatal(err)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	old, err := cl.Leader(lctx, ids.RootMinistry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.Stop(old)
-	stopped := time.Now()
+	stopped := stopMinister(t, cl)
 	type done struct {
 		at  time.Duration
 		err error

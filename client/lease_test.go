@@ -62,6 +62,19 @@ func (r *revokeCounter) on(_ *Lease, lost bool) {
 	}
 }
 
+// stopMinister stops the root ministry's leader and returns when.
+func stopMinister(t *testing.T, cl *testcluster.InProc) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	old, err := cl.Leader(ctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(old)
+	return time.Now()
+}
+
 // awaitFirstLease waits out a fence, if any, on a freshly formed cluster
 // (there is none for the first minister, but a test must not depend on
 // which node won which election).
@@ -216,14 +229,7 @@ func TestLeaseReclaimedAfterMinisterChange(t *testing.T) {
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	old, err := cl.Leader(ctx, ids.RootMinistry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.Stop(old)
-	stopped := time.Now()
+	stopped := stopMinister(t, cl)
 	// B's conflicting lock is refused throughout: A's lock was taken over.
 	bLock := LeaseOptions{Lock: true, Owner: 2}
 	var fenceOver time.Duration
@@ -283,14 +289,7 @@ func TestLeaseFenceWaitsForAMissingHolder(t *testing.T) {
 	ino := leaseFile(t, a, "f")
 	acquireSoon(t, a, ino, LeaseWrite, 0, 0, nil)
 	a.Close() // stops renewing without releasing
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	old, err := cl.Leader(ctx, ids.RootMinistry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.Stop(old)
-	stopped := time.Now()
+	stopped := stopMinister(t, cl)
 	other := leaseFile(t, b, "g")
 	acquireSoon(t, b, other, LeaseRead, 0, 0, nil)
 	if took := time.Since(stopped); took < leaseTTL {
@@ -356,14 +355,7 @@ func TestLeaseBeingGivenBackIsReclaimed(t *testing.T) {
 		granted <- err
 	}()
 	<-revoking
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	old, err := cl.Leader(ctx, ids.RootMinistry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl.Stop(old)
-	stopped := time.Now()
+	stopped := stopMinister(t, cl)
 	select {
 	case err := <-granted:
 		t.Fatalf("B was granted the lease (%v) %v after the stop, while A was still giving it back", err, time.Since(stopped))

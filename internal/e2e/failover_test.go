@@ -70,7 +70,7 @@ func TestKillLeaderDuringCreates(t *testing.T) {
 		}()
 	}
 	time.Sleep(700 * time.Millisecond)
-	victim := groupLeader(t, admin, c, 1)
+	victim := groupLeader(t, c, 1)
 	killedAt := time.Now()
 	c.Kill(victim)
 	t.Logf("killed node %d (leader of group 1) at %v", victim+1, killedAt.Format(time.StampMilli))
@@ -157,7 +157,7 @@ func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n in
 	t.Helper()
 	ctx := context.Background()
 	admin := newClient(t, c.Addrs(), 30*time.Second)
-	victim := (groupLeader(t, admin, c, 1) + 1) % 3
+	victim := (groupLeader(t, c, 1) + 1) % 3
 	c.Kill(victim)
 	if _, err := admin.Mkdir(ctx, dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/testcluster"
 )
 
@@ -62,27 +63,14 @@ func newClient(t *testing.T, addrs []string, opTimeout time.Duration) *client.Cl
 	return cl
 }
 
-// groupLeader asks every node who leads group g; returns the node index
-// (0-based) of the leader.
-func groupLeader(t *testing.T, cl *client.Client, c *testcluster.ProcCluster, g uint64) int {
+// groupLeader returns the index of the process leading group g.
+func groupLeader(t *testing.T, c *testcluster.ProcCluster, g uint64) int {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, a := range c.Addrs() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := cl.Status(ctx, a)
-			cancel()
-			if err != nil {
-				continue
-			}
-			for _, gs := range st.GetGroups() {
-				if gs.GetGroup() == g && gs.GetRole() == "Leader" {
-					return i
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	i, err := c.Leader(ctx, ids.GroupID(g))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no leader for group %d", g)
-	return -1
+	return i
 }

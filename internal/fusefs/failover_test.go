@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/testcluster"
 )
 
@@ -28,28 +28,13 @@ import (
 // ministry (group 1).
 func rootMinister(t *testing.T, c *testcluster.ProcCluster) int {
 	t.Helper()
-	cl, err := client.New(t.Context(), clientConfig(c.Addrs()))
-	must(t, err)
-	defer cl.Close()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		for i, a := range c.Addrs() {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-			st, err := cl.Status(ctx, a)
-			cancel()
-			if err != nil {
-				continue
-			}
-			for _, gs := range st.GetGroups() {
-				if gs.GetGroup() == 1 && gs.GetRole() == "Leader" {
-					return i
-				}
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	i, err := c.Leader(ctx, ids.RootMinistry)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no leader for the root ministry")
-	return -1
+	return i
 }
 
 // killMinister kills -9 the root minister and returns its index; it is
@@ -478,4 +463,45 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 		t.Errorf("the new minister's fence ran out instead of ending by reclaim: %s", line)
 	}
 	t.Logf("new minister: %s", line)
+}
+
+// TestMountLockLostGivesEIO: a mount cut off from the cluster for longer
+// than a lease TTL (every metadata node paused 11 s) can no longer keep
+// its lock; its descriptors of the file then fail with EIO (as on NFS),
+// close included, while a new open works, and another mount can take
+// the lock.
+func TestMountLockLostGivesEIO(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	ma, mb := mountProc(t, c), mountProc(t, c)
+	must(t, os.WriteFile(filepath.Join(ma, "f"), []byte("before"), 0o644))
+	fa, err := os.OpenFile(filepath.Join(ma, "f"), os.O_RDWR, 0)
+	must(t, err)
+	must(t, setlk(fa, syscall.F_SETLK, syscall.F_WRLCK, 0, 0))
+	for i := range 3 {
+		c.Pause(i)
+	}
+	time.Sleep(11 * time.Second) // the lease TTL is 10 s
+	for i := range 3 {
+		c.Resume(i)
+	}
+	_, err = fa.WriteAt([]byte("after"), 0)
+	wantErrno(t, "write after the lock was lost", err, syscall.EIO)
+	wantErrno(t, "close after the lock was lost", fa.Close(), syscall.EIO)
+	b, err := os.ReadFile(filepath.Join(ma, "f"))
+	if err != nil || string(b) != "before" {
+		t.Fatalf("a new open after the loss: %q, %v (want the data written before)", b, err)
+	}
+	fb, err := os.OpenFile(filepath.Join(mb, "f"), os.O_RDWR, 0)
+	must(t, err)
+	defer fb.Close()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := setlk(fb, syscall.F_SETLK, syscall.F_WRLCK, 0, 0)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EAGAIN) || time.Now().After(deadline) {
+			t.Fatalf("the other mount's lock after the loss: %v", err)
+		}
+	}
 }

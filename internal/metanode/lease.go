@@ -275,17 +275,12 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 		}
 	}
 	// The client's session is in the log before anything is granted
-	// (reclaim.go); r.Client is validated by the table below, and a
-	// session of an invalid request is merely idle.
-	var grantTerm uint64
-	if r.Client != 0 {
-		done, term, err := ls.startGrant(ctx, g, r.Client)
-		if err != nil {
-			return nil, err
-		}
-		defer done()
-		grantTerm = term
+	// (reclaim.go; Lease refused client id 0 already).
+	done, grantTerm, err := ls.startGrant(ctx, g, r.Client)
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	clk := ls.n.cfg.Clock
 	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.maxWait())
 	end := clk.Now().Add(wait)
@@ -297,7 +292,7 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			ls.mu.Unlock()
 			return nil, err
 		}
-		if grantTerm != 0 && gl.term != grantTerm {
+		if gl.term != grantTerm {
 			// Re-elected meanwhile: the session check belongs to the
 			// old term (reclaim.go); the client asks again.
 			ls.mu.Unlock()

@@ -3,7 +3,6 @@ package namespace
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -53,7 +52,7 @@ func LeaseSessionOpen(r engine.Reader, client uint64) (bool, error) {
 }
 
 // LeaseSessions returns the clients with an open lease session, in
-// order.
+// order (keys hold the id big-endian).
 func LeaseSessions(r engine.Reader) ([]uint64, error) {
 	var out []uint64
 	lo := []byte{kindLeaseSession}
@@ -66,6 +65,5 @@ func LeaseSessions(r engine.Reader) ([]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("namespace: list lease sessions: %w", err)
 	}
-	slices.Sort(out)
 	return out, nil
 }

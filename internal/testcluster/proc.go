@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -399,6 +400,37 @@ func (c *ProcCluster) WaitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Leader returns the index of the running node that leads group g, as
+// the nodes' Status says, waiting until one does or ctx ends.
+func (c *ProcCluster) Leader(ctx context.Context, g ids.GroupID) (int, error) {
+	pool := rpc.NewPool()
+	defer pool.Close()
+	for {
+		for i, a := range c.layout.Addrs {
+			cc, err := pool.Get(a)
+			if err != nil {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+			cancel()
+			if err != nil {
+				continue
+			}
+			for _, gs := range st.GetGroups() {
+				if gs.GetGroup() == uint64(g) && gs.GetRole() == "Leader" {
+					return i, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("no leader of group %v: %w", g, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
