@@ -1,7 +1,7 @@
 // Package clustermap is the president group's state machine (pure and
-// deterministic): the cluster id, the metadata members, the ministry table
-// and the inode-number allocator. At this stage the ministry table is
-// fixed at bootstrap (ministry 1 owns "/").
+// deterministic): the cluster id, the metadata nodes, the ministry table,
+// subtree moves, the inode-number allocator and the data plane (chunk
+// servers, replica groups). Ministries: see ministries.go.
 //
 // Keys (relative to the group's state prefix):
 //
@@ -150,6 +150,9 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		_ = rw.Set(keyClusterID, []byte(op.InitCluster.GetClusterId()))
 		_ = rw.Set(keyMembers, b)
 		_ = rw.Set(keyNextIno, binary.BigEndian.AppendUint64(nil, uint64(ids.RootIno)+1))
+		if err := writeOutLegacy(rw); err != nil {
+			return nil, err
+		}
 		return &wire.Result{Message: op.InitCluster.GetClusterId()}, nil
 	case *wire.Command_AllocInodes:
 		n := op.AllocInodes.GetCount()
@@ -166,7 +169,19 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		if next+n < next {
 			return &wire.Result{Errno: uint32(syscall.ENOSPC), Message: "inode number space exhausted"}, nil
 		}
+		if g := op.AllocInodes.GetMinistry(); g > uint64(ids.RootMinistry) {
+			m, err := GetMinistry(rw, g)
+			if err != nil {
+				return nil, err
+			}
+			if m == nil {
+				return errResult(syscall.ENOENT, "inode grant for ministry %d, which does not exist", g), nil
+			}
+		}
 		if err := rw.Set(keyNextIno, binary.BigEndian.AppendUint64(nil, next+n)); err != nil {
+			return nil, err
+		}
+		if err := recordRange(rw, next, next+n, op.AllocInodes.GetMinistry()); err != nil {
 			return nil, err
 		}
 		return &wire.Result{Start: next, End: next + n}, nil
@@ -180,6 +195,18 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return replaceMember(rw, op.ReplaceMember)
 	case *wire.Command_MemberSynced:
 		return memberSynced(rw, op.MemberSynced)
+	case *wire.Command_CreateMinistry:
+		id, res, err := createMinistry(rw, op.CreateMinistry.GetMembers())
+		if err != nil || res != nil {
+			return res, err
+		}
+		return &wire.Result{Start: id}, nil
+	case *wire.Command_BeginMove:
+		return beginMove(rw, cmd.GetNowNs(), op.BeginMove)
+	case *wire.Command_MoveState:
+		return moveState(rw, cmd.GetNowNs(), op.MoveState)
+	case *wire.Command_JoinNode:
+		return joinNode(rw, op.JoinNode)
 	default:
 		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
 	}

@@ -29,6 +29,12 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		// request id (the proposing host's) only names its proposal.
 		return applyBatch(rw, cmd.NowNs, b)
 	}
+	// A command touching a subtree that is being moved is refused before
+	// its request id is looked at: the same request applies after the
+	// move (at the target, once the client follows the redirect).
+	if res, err := movingResult(rw, cmd); err != nil || res != nil {
+		return res, err
+	}
 	req := cmd.GetReq()
 	if req.GetClientId() == 0 {
 		return applyOp(rw, cmd)
@@ -100,6 +106,14 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 		return writeInline(t, op.WriteInline)
 	case *wire.Command_DropInline:
 		return dropInline(t, op.DropInline)
+	case *wire.Command_ExportSubtree:
+		return exportSubtree(t, op.ExportSubtree)
+	case *wire.Command_ImportSubtree:
+		return importSubtree(t, op.ImportSubtree)
+	case *wire.Command_FinishExport:
+		return finishExport(t, op.FinishExport)
+	case *wire.Command_AbortExport:
+		return abortExport(t, op.AbortExport)
 	case nil:
 		return nil, errnof(syscall.EINVAL, "command without operation")
 	default:
@@ -290,7 +304,7 @@ func unlink(t *tx, op *wire.UnlinkOp) (*wire.Result, error) {
 		return nil, errnof(syscall.ENOENT, "unlink %v/%q", parent, op.Name)
 	}
 	if d.Ministry != 0 {
-		return nil, errnof(syscall.EXDEV, "unlink %v/%q: owned by ministry %d", parent, op.Name, d.Ministry)
+		return nil, errnof(syscall.EBUSY, "%v/%q is the root of a subtree owned by ministry %d: give it back first (govfs admin unassign)", parent, op.Name, d.Ministry)
 	}
 	in, err := t.inode(ids.Ino(d.Ino))
 	if err != nil {

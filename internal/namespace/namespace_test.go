@@ -572,7 +572,7 @@ func TestQueries(t *testing.T) {
 	if err != nil || a != nil || d.Ministry != 5 || d.Ino != 777 {
 		t.Fatalf("Lookup(referral) = %v %v %v", a, d, err)
 	}
-	v.fails(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("ref"), Dir: true}}, syscall.EXDEV)
+	v.fails(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("ref"), Dir: true}}, syscall.EBUSY)
 	v.fails(&wire.Command_Rename{Rename: &wire.RenameOp{Parent: uint64(root), Name: []byte("f"), NewParent: uint64(root), NewName: []byte("ref")}}, syscall.EXDEV)
 	ents, _, _, err := Readdir(v.rw, root, nil, 0)
 	if err != nil || len(ents) != 2 || ents[1].Ministry != 5 || ents[1].Attr != nil || ents[0].Attr.Ino != uint64(file) {

@@ -253,6 +253,65 @@ func (SetattrField) EnumDescriptor() ([]byte, []int) {
 	return file_govfs_proto_rawDescGZIP(), []int{2}
 }
 
+type MoveState int32
+
+const (
+	MoveState_MOVE_UNKNOWN MoveState = 0
+	// The source freezes the subtree and the target copies it; nothing is
+	// decided yet: the source's copy is authoritative.
+	MoveState_MOVE_COPYING MoveState = 1
+	// Decided (the epoch grew): the target owns the subtree; the source is
+	// turning its entry into a referral and leaving forwarding records.
+	MoveState_MOVE_COMMITTED MoveState = 2
+	MoveState_MOVE_DONE      MoveState = 3
+	MoveState_MOVE_ABORTED   MoveState = 4
+)
+
+// Enum value maps for MoveState.
+var (
+	MoveState_name = map[int32]string{
+		0: "MOVE_UNKNOWN",
+		1: "MOVE_COPYING",
+		2: "MOVE_COMMITTED",
+		3: "MOVE_DONE",
+		4: "MOVE_ABORTED",
+	}
+	MoveState_value = map[string]int32{
+		"MOVE_UNKNOWN":   0,
+		"MOVE_COPYING":   1,
+		"MOVE_COMMITTED": 2,
+		"MOVE_DONE":      3,
+		"MOVE_ABORTED":   4,
+	}
+)
+
+func (x MoveState) Enum() *MoveState {
+	p := new(MoveState)
+	*p = x
+	return p
+}
+
+func (x MoveState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MoveState) Descriptor() protoreflect.EnumDescriptor {
+	return file_govfs_proto_enumTypes[3].Descriptor()
+}
+
+func (MoveState) Type() protoreflect.EnumType {
+	return &file_govfs_proto_enumTypes[3]
+}
+
+func (x MoveState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MoveState.Descriptor instead.
+func (MoveState) EnumDescriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{3}
+}
+
 type ReadConsistency int32
 
 const (
@@ -283,11 +342,11 @@ func (x ReadConsistency) String() string {
 }
 
 func (ReadConsistency) Descriptor() protoreflect.EnumDescriptor {
-	return file_govfs_proto_enumTypes[3].Descriptor()
+	return file_govfs_proto_enumTypes[4].Descriptor()
 }
 
 func (ReadConsistency) Type() protoreflect.EnumType {
-	return &file_govfs_proto_enumTypes[3]
+	return &file_govfs_proto_enumTypes[4]
 }
 
 func (x ReadConsistency) Number() protoreflect.EnumNumber {
@@ -296,7 +355,7 @@ func (x ReadConsistency) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReadConsistency.Descriptor instead.
 func (ReadConsistency) EnumDescriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{3}
+	return file_govfs_proto_rawDescGZIP(), []int{4}
 }
 
 // LeaseMode is what a lease lets its holder do: READ (cache data and
@@ -335,11 +394,11 @@ func (x LeaseMode) String() string {
 }
 
 func (LeaseMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_govfs_proto_enumTypes[4].Descriptor()
+	return file_govfs_proto_enumTypes[5].Descriptor()
 }
 
 func (LeaseMode) Type() protoreflect.EnumType {
-	return &file_govfs_proto_enumTypes[4]
+	return &file_govfs_proto_enumTypes[5]
 }
 
 func (x LeaseMode) Number() protoreflect.EnumNumber {
@@ -348,7 +407,7 @@ func (x LeaseMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseMode.Descriptor instead.
 func (LeaseMode) EnumDescriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{4}
+	return file_govfs_proto_rawDescGZIP(), []int{5}
 }
 
 type LeaseOp int32
@@ -393,11 +452,11 @@ func (x LeaseOp) String() string {
 }
 
 func (LeaseOp) Descriptor() protoreflect.EnumDescriptor {
-	return file_govfs_proto_enumTypes[5].Descriptor()
+	return file_govfs_proto_enumTypes[6].Descriptor()
 }
 
 func (LeaseOp) Type() protoreflect.EnumType {
-	return &file_govfs_proto_enumTypes[5]
+	return &file_govfs_proto_enumTypes[6]
 }
 
 func (x LeaseOp) Number() protoreflect.EnumNumber {
@@ -406,7 +465,7 @@ func (x LeaseOp) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseOp.Descriptor instead.
 func (LeaseOp) EnumDescriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{5}
+	return file_govfs_proto_rawDescGZIP(), []int{6}
 }
 
 type Status struct {
@@ -903,6 +962,10 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_MarkDirLease
 	//	*Command_LeaseSession
+	//	*Command_ExportSubtree
+	//	*Command_ImportSubtree
+	//	*Command_FinishExport
+	//	*Command_AbortExport
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -910,6 +973,10 @@ type Command struct {
 	//	*Command_AllocChunkHandles
 	//	*Command_ReplaceMember
 	//	*Command_MemberSynced
+	//	*Command_CreateMinistry
+	//	*Command_BeginMove
+	//	*Command_MoveState
+	//	*Command_JoinNode
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1117,6 +1184,42 @@ func (x *Command) GetLeaseSession() *LeaseSessionOp {
 	return nil
 }
 
+func (x *Command) GetExportSubtree() *ExportSubtreeOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ExportSubtree); ok {
+			return x.ExportSubtree
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetImportSubtree() *ImportSubtreeOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_ImportSubtree); ok {
+			return x.ImportSubtree
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishExport() *FinishExportOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FinishExport); ok {
+			return x.FinishExport
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetAbortExport() *AbortExportOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AbortExport); ok {
+			return x.AbortExport
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -1175,6 +1278,42 @@ func (x *Command) GetMemberSynced() *MemberSyncedOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_MemberSynced); ok {
 			return x.MemberSynced
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCreateMinistry() *CreateMinistryOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateMinistry); ok {
+			return x.CreateMinistry
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetBeginMove() *BeginMoveOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_BeginMove); ok {
+			return x.BeginMove
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetMoveState() *MoveStateOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MoveState); ok {
+			return x.MoveState
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetJoinNode() *JoinNodeOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_JoinNode); ok {
+			return x.JoinNode
 		}
 	}
 	return nil
@@ -1249,6 +1388,22 @@ type Command_LeaseSession struct {
 	LeaseSession *LeaseSessionOp `protobuf:"bytes,25,opt,name=lease_session,json=leaseSession,proto3,oneof"`
 }
 
+type Command_ExportSubtree struct {
+	ExportSubtree *ExportSubtreeOp `protobuf:"bytes,26,opt,name=export_subtree,json=exportSubtree,proto3,oneof"`
+}
+
+type Command_ImportSubtree struct {
+	ImportSubtree *ImportSubtreeOp `protobuf:"bytes,27,opt,name=import_subtree,json=importSubtree,proto3,oneof"`
+}
+
+type Command_FinishExport struct {
+	FinishExport *FinishExportOp `protobuf:"bytes,28,opt,name=finish_export,json=finishExport,proto3,oneof"`
+}
+
+type Command_AbortExport struct {
+	AbortExport *AbortExportOp `protobuf:"bytes,29,opt,name=abort_export,json=abortExport,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1276,6 +1431,22 @@ type Command_ReplaceMember struct {
 
 type Command_MemberSynced struct {
 	MemberSynced *MemberSyncedOp `protobuf:"bytes,36,opt,name=member_synced,json=memberSynced,proto3,oneof"`
+}
+
+type Command_CreateMinistry struct {
+	CreateMinistry *CreateMinistryOp `protobuf:"bytes,37,opt,name=create_ministry,json=createMinistry,proto3,oneof"`
+}
+
+type Command_BeginMove struct {
+	BeginMove *BeginMoveOp `protobuf:"bytes,38,opt,name=begin_move,json=beginMove,proto3,oneof"`
+}
+
+type Command_MoveState struct {
+	MoveState *MoveStateOp `protobuf:"bytes,39,opt,name=move_state,json=moveState,proto3,oneof"`
+}
+
+type Command_JoinNode struct {
+	JoinNode *JoinNodeOp `protobuf:"bytes,40,opt,name=join_node,json=joinNode,proto3,oneof"`
 }
 
 func (*Command_Create) isCommand_Op() {}
@@ -1310,6 +1481,14 @@ func (*Command_MarkDirLease) isCommand_Op() {}
 
 func (*Command_LeaseSession) isCommand_Op() {}
 
+func (*Command_ExportSubtree) isCommand_Op() {}
+
+func (*Command_ImportSubtree) isCommand_Op() {}
+
+func (*Command_FinishExport) isCommand_Op() {}
+
+func (*Command_AbortExport) isCommand_Op() {}
+
 func (*Command_InitCluster) isCommand_Op() {}
 
 func (*Command_AllocInodes) isCommand_Op() {}
@@ -1323,6 +1502,14 @@ func (*Command_AllocChunkHandles) isCommand_Op() {}
 func (*Command_ReplaceMember) isCommand_Op() {}
 
 func (*Command_MemberSynced) isCommand_Op() {}
+
+func (*Command_CreateMinistry) isCommand_Op() {}
+
+func (*Command_BeginMove) isCommand_Op() {}
+
+func (*Command_MoveState) isCommand_Op() {}
+
+func (*Command_JoinNode) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -2939,7 +3126,11 @@ type Result struct {
 	// set_chunk: the chunk recorded.
 	Chunk *ChunkRef `protobuf:"bytes,6,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	// batch: one result per command, in order.
-	Results       []*Result `protobuf:"bytes,7,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*Result `protobuf:"bytes,7,rep,name=results,proto3" json:"results,omitempty"`
+	// The command touches a subtree that is being moved to another
+	// ministry: nothing was applied and nothing remembered; send it again
+	// (the metadata service answers UNAVAILABLE).
+	Moving        bool `protobuf:"varint,8,opt,name=moving,proto3" json:"moving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3023,6 +3214,13 @@ func (x *Result) GetResults() []*Result {
 	return nil
 }
 
+func (x *Result) GetMoving() bool {
+	if x != nil {
+		return x.Moving
+	}
+	return false
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3076,12 +3274,20 @@ func (x *Member) GetAddr() string {
 }
 
 type Ministry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	RootIno       uint64                 `protobuf:"varint,2,opt,name=root_ino,json=rootIno,proto3" json:"root_ino,omitempty"`
-	RootPath      string                 `protobuf:"bytes,3,opt,name=root_path,json=rootPath,proto3" json:"root_path,omitempty"`
-	Members       []uint64               `protobuf:"varint,4,rep,packed,name=members,proto3" json:"members,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// The first subtree root (the root ministry: 1 and "/"); every root is
+	// in `subtrees`.
+	RootIno  uint64 `protobuf:"varint,2,opt,name=root_ino,json=rootIno,proto3" json:"root_ino,omitempty"`
+	RootPath string `protobuf:"bytes,3,opt,name=root_path,json=rootPath,proto3" json:"root_path,omitempty"`
+	// Node ids of the group's initial voters.
+	Members []uint64 `protobuf:"varint,4,rep,packed,name=members,proto3" json:"members,omitempty"`
+	// Grows whenever the ministry gains or loses a subtree.
+	Epoch    uint64     `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Subtrees []*Subtree `protobuf:"bytes,6,rep,name=subtrees,proto3" json:"subtrees,omitempty"`
+	// The minister as the president last heard (0 = unknown); soft state,
+	// filled in answers only.
+	Leader        uint64 `protobuf:"varint,7,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3151,6 +3357,790 @@ func (x *Ministry) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *Ministry) GetSubtrees() []*Subtree {
+	if x != nil {
+		return x.Subtrees
+	}
+	return nil
+}
+
+func (x *Ministry) GetLeader() uint64 {
+	if x != nil {
+		return x.Leader
+	}
+	return 0
+}
+
+// Subtree is a directory a ministry owns with everything below it (minus
+// subtrees delegated further). `path` is the path at assignment time
+// (informational: a later rename of an ancestor does not change it).
+type Subtree struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ino   uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Path  string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Where its entry lives: directory `parent` (owned by another
+	// ministry) under `name`. 0 for "/".
+	Parent        uint64 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subtree) Reset() {
+	*x = Subtree{}
+	mi := &file_govfs_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subtree) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subtree) ProtoMessage() {}
+
+func (x *Subtree) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subtree.ProtoReflect.Descriptor instead.
+func (*Subtree) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Subtree) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Subtree) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Subtree) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *Subtree) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+// Move is a subtree changing ministries, as the president's log records
+// it (docs/metadata.md, "Moves").
+type Move struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino    uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Path   string                 `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
+	Source uint64                 `protobuf:"varint,6,opt,name=source,proto3" json:"source,omitempty"`
+	Target uint64                 `protobuf:"varint,7,opt,name=target,proto3" json:"target,omitempty"`
+	State  MoveState              `protobuf:"varint,8,opt,name=state,proto3,enum=govfs.wire.MoveState" json:"state,omitempty"`
+	// ABORTED: why.
+	Error   string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	BegunNs int64  `protobuf:"varint,10,opt,name=begun_ns,json=begunNs,proto3" json:"begun_ns,omitempty"`
+	EndedNs int64  `protobuf:"varint,11,opt,name=ended_ns,json=endedNs,proto3" json:"ended_ns,omitempty"`
+	// The move gives the subtree back to the ministry of its parent
+	// (unassign): the target clears the referral instead of the source
+	// setting one.
+	Unassign      bool `protobuf:"varint,12,opt,name=unassign,proto3" json:"unassign,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Move) Reset() {
+	*x = Move{}
+	mi := &file_govfs_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Move) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Move) ProtoMessage() {}
+
+func (x *Move) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Move.ProtoReflect.Descriptor instead.
+func (*Move) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Move) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Move) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Move) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *Move) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *Move) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Move) GetSource() uint64 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *Move) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *Move) GetState() MoveState {
+	if x != nil {
+		return x.State
+	}
+	return MoveState_MOVE_UNKNOWN
+}
+
+func (x *Move) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Move) GetBegunNs() int64 {
+	if x != nil {
+		return x.BegunNs
+	}
+	return 0
+}
+
+func (x *Move) GetEndedNs() int64 {
+	if x != nil {
+		return x.EndedNs
+	}
+	return 0
+}
+
+func (x *Move) GetUnassign() bool {
+	if x != nil {
+		return x.Unassign
+	}
+	return false
+}
+
+// CreateMinistryOp creates a ministry (a new group id) on `members`.
+type CreateMinistryOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []uint64               `protobuf:"varint,1,rep,packed,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateMinistryOp) Reset() {
+	*x = CreateMinistryOp{}
+	mi := &file_govfs_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateMinistryOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateMinistryOp) ProtoMessage() {}
+
+func (x *CreateMinistryOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateMinistryOp.ProtoReflect.Descriptor instead.
+func (*CreateMinistryOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CreateMinistryOp) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// BeginMoveOp starts moving the subtree rooted at `ino` (entry `name` in
+// directory `parent`) from ministry `source` to `target`; with target 0 a
+// new ministry is created on `members` in the same entry. Result.start is
+// the move id, Result.end the target ministry.
+type BeginMoveOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Path          string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	Source        uint64                 `protobuf:"varint,5,opt,name=source,proto3" json:"source,omitempty"`
+	Target        uint64                 `protobuf:"varint,6,opt,name=target,proto3" json:"target,omitempty"`
+	Members       []uint64               `protobuf:"varint,7,rep,packed,name=members,proto3" json:"members,omitempty"`
+	Unassign      bool                   `protobuf:"varint,8,opt,name=unassign,proto3" json:"unassign,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BeginMoveOp) Reset() {
+	*x = BeginMoveOp{}
+	mi := &file_govfs_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BeginMoveOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BeginMoveOp) ProtoMessage() {}
+
+func (x *BeginMoveOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BeginMoveOp.ProtoReflect.Descriptor instead.
+func (*BeginMoveOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *BeginMoveOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *BeginMoveOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *BeginMoveOp) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *BeginMoveOp) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *BeginMoveOp) GetSource() uint64 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *BeginMoveOp) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *BeginMoveOp) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *BeginMoveOp) GetUnassign() bool {
+	if x != nil {
+		return x.Unassign
+	}
+	return false
+}
+
+// MoveStateOp advances move `id` to `state` (COMMITTED, DONE or ABORTED
+// with `error`). Repeating a transition already made is a no-op.
+type MoveStateOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         MoveState              `protobuf:"varint,2,opt,name=state,proto3,enum=govfs.wire.MoveState" json:"state,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveStateOp) Reset() {
+	*x = MoveStateOp{}
+	mi := &file_govfs_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveStateOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveStateOp) ProtoMessage() {}
+
+func (x *MoveStateOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveStateOp.ProtoReflect.Descriptor instead.
+func (*MoveStateOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MoveStateOp) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *MoveStateOp) GetState() MoveState {
+	if x != nil {
+		return x.State
+	}
+	return MoveState_MOVE_UNKNOWN
+}
+
+func (x *MoveStateOp) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// JoinNodeOp admits a metadata node listening on `addr`; Result.start is
+// its new node id. The same address joining again gets its id back.
+type JoinNodeOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinNodeOp) Reset() {
+	*x = JoinNodeOp{}
+	mi := &file_govfs_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinNodeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinNodeOp) ProtoMessage() {}
+
+func (x *JoinNodeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinNodeOp.ProtoReflect.Descriptor instead.
+func (*JoinNodeOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *JoinNodeOp) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+// ExportSubtreeOp freezes directory `ino` (entry `name` in `parent`) in
+// the source ministry for move `move`: changes to it fail with a
+// retryable UNAVAILABLE until the move ends. Refused (nothing changes)
+// when the entry does not name `ino`, when it is not a directory, or when
+// the subtree cannot move (see docs/metadata.md).
+type ExportSubtreeOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent        uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Target        uint64                 `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportSubtreeOp) Reset() {
+	*x = ExportSubtreeOp{}
+	mi := &file_govfs_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportSubtreeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportSubtreeOp) ProtoMessage() {}
+
+func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportSubtreeOp.ProtoReflect.Descriptor instead.
+func (*ExportSubtreeOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ExportSubtreeOp) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *ExportSubtreeOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *ExportSubtreeOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *ExportSubtreeOp) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *ExportSubtreeOp) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+// ImportSubtreeOp installs the keys of a moving subtree in the target
+// ministry (keys relative to the ministry's state, as ExportKeys read
+// them). With `parent` local (an unassign), its entry stops being a
+// referral and the root gets its parent record.
+type ImportSubtreeOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent        uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Kvs           []*KV                  `protobuf:"bytes,5,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	Source        uint64                 `protobuf:"varint,6,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSubtreeOp) Reset() {
+	*x = ImportSubtreeOp{}
+	mi := &file_govfs_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSubtreeOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSubtreeOp) ProtoMessage() {}
+
+func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSubtreeOp.ProtoReflect.Descriptor instead.
+func (*ImportSubtreeOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ImportSubtreeOp) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *ImportSubtreeOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *ImportSubtreeOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *ImportSubtreeOp) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *ImportSubtreeOp) GetKvs() []*KV {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
+func (x *ImportSubtreeOp) GetSource() uint64 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+// FinishExportOp completes move `move` at the source after the president
+// committed it: the subtree's keys are deleted, forwarding records to
+// `target` are left, and (assign) the entry in `parent` becomes a
+// referral.
+type FinishExportOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent        uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Target        uint64                 `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishExportOp) Reset() {
+	*x = FinishExportOp{}
+	mi := &file_govfs_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishExportOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishExportOp) ProtoMessage() {}
+
+func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishExportOp.ProtoReflect.Descriptor instead.
+func (*FinishExportOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *FinishExportOp) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *FinishExportOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *FinishExportOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *FinishExportOp) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *FinishExportOp) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+// AbortExportOp unfreezes the subtree of an aborted move.
+type AbortExportOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortExportOp) Reset() {
+	*x = AbortExportOp{}
+	mi := &file_govfs_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortExportOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortExportOp) ProtoMessage() {}
+
+func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortExportOp.ProtoReflect.Descriptor instead.
+func (*AbortExportOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *AbortExportOp) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *AbortExportOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 type MutateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -3162,7 +4152,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +4164,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +4177,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -3222,7 +4212,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +4224,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +4237,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -3288,6 +4278,7 @@ type ReadRequest struct {
 	//	*ReadRequest_ListXattr
 	//	*ReadRequest_Readlink
 	//	*ReadRequest_GetChunks
+	//	*ReadRequest_ExportKeys
 	Op            isReadRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3295,7 +4286,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +4298,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +4311,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -3421,6 +4412,15 @@ func (x *ReadRequest) GetGetChunks() *GetChunksReq {
 	return nil
 }
 
+func (x *ReadRequest) GetExportKeys() *ExportKeysReq {
+	if x != nil {
+		if x, ok := x.Op.(*ReadRequest_ExportKeys); ok {
+			return x.ExportKeys
+		}
+	}
+	return nil
+}
+
 type isReadRequest_Op interface {
 	isReadRequest_Op()
 }
@@ -3453,6 +4453,10 @@ type ReadRequest_GetChunks struct {
 	GetChunks *GetChunksReq `protobuf:"bytes,16,opt,name=get_chunks,json=getChunks,proto3,oneof"`
 }
 
+type ReadRequest_ExportKeys struct {
+	ExportKeys *ExportKeysReq `protobuf:"bytes,17,opt,name=export_keys,json=exportKeys,proto3,oneof"`
+}
+
 func (*ReadRequest_Lookup) isReadRequest_Op() {}
 
 func (*ReadRequest_GetAttr) isReadRequest_Op() {}
@@ -3466,6 +4470,8 @@ func (*ReadRequest_ListXattr) isReadRequest_Op() {}
 func (*ReadRequest_Readlink) isReadRequest_Op() {}
 
 func (*ReadRequest_GetChunks) isReadRequest_Op() {}
+
+func (*ReadRequest_ExportKeys) isReadRequest_Op() {}
 
 // WriteInlineOp writes `data` at `offset` of a small regular file whose
 // bytes live inline in its ministry (no chunk servers), growing the size
@@ -3485,7 +4491,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +4503,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +4516,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -3559,7 +4565,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +4577,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +4590,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -3624,7 +4630,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +4642,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +4655,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -3683,7 +4689,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +4701,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +4714,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -3734,7 +4740,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +4752,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +4765,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -3782,7 +4788,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +4800,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +4813,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -3841,7 +4847,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4859,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4872,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -3892,7 +4898,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4910,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4923,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -3936,7 +4942,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3948,7 +4954,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3961,12 +4967,82 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
 	if x != nil {
 		return x.Ino
+	}
+	return 0
+}
+
+// ExportKeysReq reads the keys of the frozen subtree of move `move`
+// rooted at `ino`, in pages after key `after` (metadata nodes only).
+type ExportKeysReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	After         []byte                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportKeysReq) Reset() {
+	*x = ExportKeysReq{}
+	mi := &file_govfs_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportKeysReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportKeysReq) ProtoMessage() {}
+
+func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
+func (*ExportKeysReq) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ExportKeysReq) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *ExportKeysReq) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *ExportKeysReq) GetAfter() []byte {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ExportKeysReq) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -3984,7 +5060,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +5072,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +5085,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -4072,13 +5148,15 @@ type ReadResponse struct {
 	// get_chunks with max_chunks: the file has more records than that;
 	// chunks is empty.
 	ChunksOmitted bool `protobuf:"varint,13,opt,name=chunks_omitted,json=chunksOmitted,proto3" json:"chunks_omitted,omitempty"`
+	// export_keys: a page of keys; next_cookie/eof say where it ends.
+	Kvs           []*KV `protobuf:"bytes,14,rep,name=kvs,proto3" json:"kvs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4090,7 +5168,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4103,7 +5181,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -4197,6 +5275,13 @@ func (x *ReadResponse) GetChunksOmitted() bool {
 	return false
 }
 
+func (x *ReadResponse) GetKvs() []*KV {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
 type ClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4205,7 +5290,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +5302,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +5315,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 type ClusterInfoResponse struct {
@@ -4244,14 +5329,19 @@ type ClusterInfoResponse struct {
 	ReplicaGroups []*ReplicaGroup `protobuf:"bytes,6,rep,name=replica_groups,json=replicaGroups,proto3" json:"replica_groups,omitempty"`
 	ChunkServers  []*ChunkServer  `protobuf:"bytes,7,rep,name=chunk_servers,json=chunkServers,proto3" json:"chunk_servers,omitempty"`
 	// Chunk size of the cluster's chunk servers, in bytes.
-	ChunkSize     int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	ChunkSize int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// Subtree moves under way and the most recent finished ones.
+	Moves []*Move `protobuf:"bytes,9,rep,name=moves,proto3" json:"moves,omitempty"`
+	// Whether this answer comes from a copy of the map older than the
+	// president's (a node that does not host group 0), and how old.
+	MapAgeMs      int64 `protobuf:"varint,10,opt,name=map_age_ms,json=mapAgeMs,proto3" json:"map_age_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +5353,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +5366,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -4335,6 +5425,20 @@ func (x *ClusterInfoResponse) GetChunkSize() int64 {
 	return 0
 }
 
+func (x *ClusterInfoResponse) GetMoves() []*Move {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *ClusterInfoResponse) GetMapAgeMs() int64 {
+	if x != nil {
+		return x.MapAgeMs
+	}
+	return 0
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4343,7 +5447,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +5459,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +5472,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 type GroupStatus struct {
@@ -4388,7 +5492,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4400,7 +5504,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4413,7 +5517,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -4498,7 +5602,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +5614,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +5627,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -4617,7 +5721,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4629,7 +5733,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4642,7 +5746,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -4716,7 +5820,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4728,7 +5832,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4741,7 +5845,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -4793,7 +5897,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4805,7 +5909,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4818,7 +5922,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -4932,7 +6036,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +6048,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +6061,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -5091,7 +6195,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5103,7 +6207,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5116,7 +6220,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -5209,7 +6313,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5221,7 +6325,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5234,7 +6338,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -5293,6 +6397,317 @@ func (x *LeaseResponse) GetReclaim() bool {
 	return false
 }
 
+type AssignRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The subtree: directory `ino`, entry `name` in `parent`, owned now by
+	// ministry `source`; `path` for the map and messages.
+	Path   string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Ino    uint64 `protobuf:"varint,3,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent uint64 `protobuf:"varint,4,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	Source uint64 `protobuf:"varint,6,opt,name=source,proto3" json:"source,omitempty"`
+	// Target ministry; 0 with `new` creates one on `members` (chosen by the
+	// president when empty).
+	Target  uint64   `protobuf:"varint,7,opt,name=target,proto3" json:"target,omitempty"`
+	New     bool     `protobuf:"varint,8,opt,name=new,proto3" json:"new,omitempty"`
+	Members []uint64 `protobuf:"varint,9,rep,packed,name=members,proto3" json:"members,omitempty"`
+	// Give the subtree back to the ministry of its parent.
+	Unassign bool `protobuf:"varint,10,opt,name=unassign,proto3" json:"unassign,omitempty"`
+	// A client request id, so a retried assign is not started twice.
+	Req           *RequestID `protobuf:"bytes,11,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignRequest) Reset() {
+	*x = AssignRequest{}
+	mi := &file_govfs_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignRequest) ProtoMessage() {}
+
+func (x *AssignRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
+func (*AssignRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *AssignRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AssignRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AssignRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *AssignRequest) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *AssignRequest) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *AssignRequest) GetSource() uint64 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *AssignRequest) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *AssignRequest) GetNew() bool {
+	if x != nil {
+		return x.New
+	}
+	return false
+}
+
+func (x *AssignRequest) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *AssignRequest) GetUnassign() bool {
+	if x != nil {
+		return x.Unassign
+	}
+	return false
+}
+
+func (x *AssignRequest) GetReq() *RequestID {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+type AssignResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Move          *Move                  `protobuf:"bytes,2,opt,name=move,proto3" json:"move,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AssignResponse) Reset() {
+	*x = AssignResponse{}
+	mi := &file_govfs_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AssignResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AssignResponse) ProtoMessage() {}
+
+func (x *AssignResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
+func (*AssignResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *AssignResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *AssignResponse) GetMove() *Move {
+	if x != nil {
+		return x.Move
+	}
+	return nil
+}
+
+type JoinRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The joining node's gRPC address.
+	Addr          string     `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Req           *RequestID `protobuf:"bytes,3,opt,name=req,proto3" json:"req,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_govfs_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetReq() *RequestID {
+	if x != nil {
+		return x.Req
+	}
+	return nil
+}
+
+type JoinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	NodeId        uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Members       []*Member              `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_govfs_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *JoinResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *JoinResponse) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 type PingRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -5301,7 +6716,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5313,7 +6728,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5326,7 +6741,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 type PingResponse struct {
@@ -5337,7 +6752,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5349,7 +6764,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5362,7 +6777,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -5379,7 +6794,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5391,7 +6806,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5404,7 +6819,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -5446,7 +6861,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5458,7 +6873,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5471,7 +6886,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -5497,7 +6912,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5509,7 +6924,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5522,7 +6937,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -5550,7 +6965,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5562,7 +6977,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5575,7 +6990,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -5637,7 +7052,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5649,7 +7064,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5662,7 +7077,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *KV) GetKey() []byte {
@@ -5721,7 +7136,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x89\f\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x8c\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -5743,14 +7158,24 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0ereserve_inodes\x18\x16 \x01(\v2\x1b.govfs.wire.ReserveInodesOpH\x00R\rreserveInodes\x12+\n" +
 	"\x05batch\x18\x17 \x01(\v2\x13.govfs.wire.BatchOpH\x00R\x05batch\x12B\n" +
 	"\x0emark_dir_lease\x18\x18 \x01(\v2\x1a.govfs.wire.MarkDirLeaseOpH\x00R\fmarkDirLease\x12A\n" +
-	"\rlease_session\x18\x19 \x01(\v2\x1a.govfs.wire.LeaseSessionOpH\x00R\fleaseSession\x12>\n" +
+	"\rlease_session\x18\x19 \x01(\v2\x1a.govfs.wire.LeaseSessionOpH\x00R\fleaseSession\x12D\n" +
+	"\x0eexport_subtree\x18\x1a \x01(\v2\x1b.govfs.wire.ExportSubtreeOpH\x00R\rexportSubtree\x12D\n" +
+	"\x0eimport_subtree\x18\x1b \x01(\v2\x1b.govfs.wire.ImportSubtreeOpH\x00R\rimportSubtree\x12A\n" +
+	"\rfinish_export\x18\x1c \x01(\v2\x1a.govfs.wire.FinishExportOpH\x00R\ffinishExport\x12>\n" +
+	"\fabort_export\x18\x1d \x01(\v2\x19.govfs.wire.AbortExportOpH\x00R\vabortExport\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
 	"\x14create_replica_group\x18! \x01(\v2 .govfs.wire.CreateReplicaGroupOpH\x00R\x12createReplicaGroup\x12Q\n" +
 	"\x13alloc_chunk_handles\x18\" \x01(\v2\x1f.govfs.wire.AllocChunkHandlesOpH\x00R\x11allocChunkHandles\x12D\n" +
 	"\x0ereplace_member\x18# \x01(\v2\x1b.govfs.wire.ReplaceMemberOpH\x00R\rreplaceMember\x12A\n" +
-	"\rmember_synced\x18$ \x01(\v2\x1a.govfs.wire.MemberSyncedOpH\x00R\fmemberSyncedB\x04\n" +
+	"\rmember_synced\x18$ \x01(\v2\x1a.govfs.wire.MemberSyncedOpH\x00R\fmemberSynced\x12G\n" +
+	"\x0fcreate_ministry\x18% \x01(\v2\x1c.govfs.wire.CreateMinistryOpH\x00R\x0ecreateMinistry\x128\n" +
+	"\n" +
+	"begin_move\x18& \x01(\v2\x17.govfs.wire.BeginMoveOpH\x00R\tbeginMove\x128\n" +
+	"\n" +
+	"move_state\x18' \x01(\v2\x17.govfs.wire.MoveStateOpH\x00R\tmoveState\x125\n" +
+	"\tjoin_node\x18( \x01(\v2\x16.govfs.wire.JoinNodeOpH\x00R\bjoinNodeB\x04\n" +
 	"\x02op\"\xf6\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -5863,7 +7288,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\x12'\n" +
 	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\xe0\x01\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\xf8\x01\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12$\n" +
 	"\x04attr\x18\x02 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x14\n" +
@@ -5871,16 +7296,78 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03end\x18\x04 \x01(\x04R\x03end\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
 	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\x12,\n" +
-	"\aresults\x18\a \x03(\v2\x12.govfs.wire.ResultR\aresults\",\n" +
+	"\aresults\x18\a \x03(\v2\x12.govfs.wire.ResultR\aresults\x12\x16\n" +
+	"\x06moving\x18\b \x01(\bR\x06moving\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x88\x01\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xd1\x01\n" +
 	"\bMinistry\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x19\n" +
 	"\broot_ino\x18\x02 \x01(\x04R\arootIno\x12\x1b\n" +
 	"\troot_path\x18\x03 \x01(\tR\brootPath\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\x04R\amembers\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\"k\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12/\n" +
+	"\bsubtrees\x18\x06 \x03(\v2\x13.govfs.wire.SubtreeR\bsubtrees\x12\x16\n" +
+	"\x06leader\x18\a \x01(\x04R\x06leader\"[\n" +
+	"\aSubtree\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\"\xad\x02\n" +
+	"\x04Move\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\x12\x12\n" +
+	"\x04path\x18\x05 \x01(\tR\x04path\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\x04R\x06source\x12\x16\n" +
+	"\x06target\x18\a \x01(\x04R\x06target\x12+\n" +
+	"\x05state\x18\b \x01(\x0e2\x15.govfs.wire.MoveStateR\x05state\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x19\n" +
+	"\bbegun_ns\x18\n" +
+	" \x01(\x03R\abegunNs\x12\x19\n" +
+	"\bended_ns\x18\v \x01(\x03R\aendedNs\x12\x1a\n" +
+	"\bunassign\x18\f \x01(\bR\bunassign\",\n" +
+	"\x10CreateMinistryOp\x12\x18\n" +
+	"\amembers\x18\x01 \x03(\x04R\amembers\"\xc5\x01\n" +
+	"\vBeginMoveOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\fR\x04name\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n" +
+	"\x06source\x18\x05 \x01(\x04R\x06source\x12\x16\n" +
+	"\x06target\x18\x06 \x01(\x04R\x06target\x12\x18\n" +
+	"\amembers\x18\a \x03(\x04R\amembers\x12\x1a\n" +
+	"\bunassign\x18\b \x01(\bR\bunassign\"`\n" +
+	"\vMoveStateOp\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x15.govfs.wire.MoveStateR\x05state\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\" \n" +
+	"\n" +
+	"JoinNodeOp\x12\x12\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\"{\n" +
+	"\x0fExportSubtreeOp\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\"\x9d\x01\n" +
+	"\x0fImportSubtreeOp\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\x12 \n" +
+	"\x03kvs\x18\x05 \x03(\v2\x0e.govfs.wire.KVR\x03kvs\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\x04R\x06source\"z\n" +
+	"\x0eFinishExportOp\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\"5\n" +
+	"\rAbortExportOp\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"k\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5889,7 +7376,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xa3\x04\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xe1\x04\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -5905,7 +7392,9 @@ const file_govfs_proto_rawDesc = "" +
 	"list_xattr\x18\x0e \x01(\v2\x18.govfs.wire.ListXattrReqH\x00R\tlistXattr\x125\n" +
 	"\breadlink\x18\x0f \x01(\v2\x17.govfs.wire.ReadlinkReqH\x00R\breadlink\x129\n" +
 	"\n" +
-	"get_chunks\x18\x10 \x01(\v2\x18.govfs.wire.GetChunksReqH\x00R\tgetChunksB\x04\n" +
+	"get_chunks\x18\x10 \x01(\v2\x18.govfs.wire.GetChunksReqH\x00R\tgetChunks\x12<\n" +
+	"\vexport_keys\x18\x11 \x01(\v2\x19.govfs.wire.ExportKeysReqH\x00R\n" +
+	"exportKeysB\x04\n" +
 	"\x02op\"l\n" +
 	"\rWriteInlineOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
@@ -5939,13 +7428,18 @@ const file_govfs_proto_rawDesc = "" +
 	"\fListXattrReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x1f\n" +
 	"\vReadlinkReq\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x9c\x01\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"a\n" +
+	"\rExportKeysReq\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\fR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\"\x9c\x01\n" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x03 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x1a\n" +
 	"\bministry\x18\x04 \x01(\x04R\bministry\x12$\n" +
-	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xbe\x03\n" +
+	"\x04attr\x18\x05 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xe0\x03\n" +
 	"\fReadResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12$\n" +
@@ -5962,8 +7456,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06inline\x18\v \x01(\bR\x06inline\x12\x1f\n" +
 	"\vinline_data\x18\f \x01(\fR\n" +
 	"inlineData\x12%\n" +
-	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xfb\x02\n" +
+	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\x12 \n" +
+	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"\x14\n" +
+	"\x12ClusterInfoRequest\"\xc1\x03\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -5976,7 +7471,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0ereplica_groups\x18\x06 \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\x12<\n" +
 	"\rchunk_servers\x18\a \x03(\v2\x17.govfs.wire.ChunkServerR\fchunkServers\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\b \x01(\x03R\tchunkSize\"\x0f\n" +
+	"chunk_size\x18\b \x01(\x03R\tchunkSize\x12&\n" +
+	"\x05moves\x18\t \x03(\v2\x10.govfs.wire.MoveR\x05moves\x12\x1c\n" +
+	"\n" +
+	"map_age_ms\x18\n" +
+	" \x01(\x03R\bmapAgeMs\"\x0f\n" +
 	"\rStatusRequest\"\xe2\x01\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
@@ -6069,7 +7568,35 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
 	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\x12\x18\n" +
-	"\areclaim\x18\b \x01(\bR\areclaim\"\r\n" +
+	"\areclaim\x18\b \x01(\bR\areclaim\"\xa1\x02\n" +
+	"\rAssignRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x10\n" +
+	"\x03ino\x18\x03 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x04 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\fR\x04name\x12\x16\n" +
+	"\x06source\x18\x06 \x01(\x04R\x06source\x12\x16\n" +
+	"\x06target\x18\a \x01(\x04R\x06target\x12\x10\n" +
+	"\x03new\x18\b \x01(\bR\x03new\x12\x18\n" +
+	"\amembers\x18\t \x03(\x04R\amembers\x12\x1a\n" +
+	"\bunassign\x18\n" +
+	" \x01(\bR\bunassign\x12'\n" +
+	"\x03req\x18\v \x01(\v2\x15.govfs.wire.RequestIDR\x03req\"b\n" +
+	"\x0eAssignResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12$\n" +
+	"\x04move\x18\x02 \x01(\v2\x10.govfs.wire.MoveR\x04move\"i\n" +
+	"\vJoinRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12'\n" +
+	"\x03req\x18\x03 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\"\xa0\x01\n" +
+	"\fJoinResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12,\n" +
+	"\amembers\x18\x04 \x03(\v2\x12.govfs.wire.MemberR\amembers\"\r\n" +
 	"\vPingRequest\"\x0e\n" +
 	"\fPingResponse\"{\n" +
 	"\tRaftBatch\x12\x1d\n" +
@@ -6127,7 +7654,13 @@ const file_govfs_proto_rawDesc = "" +
 	"\rSETATTR_MTIME\x10 \x12\x15\n" +
 	"\x11SETATTR_ATIME_NOW\x10@\x12\x16\n" +
 	"\x11SETATTR_MTIME_NOW\x10\x80\x01\x12\x16\n" +
-	"\x11SETATTR_SIZE_GROW\x10\x80\x02*0\n" +
+	"\x11SETATTR_SIZE_GROW\x10\x80\x02*d\n" +
+	"\tMoveState\x12\x10\n" +
+	"\fMOVE_UNKNOWN\x10\x00\x12\x10\n" +
+	"\fMOVE_COPYING\x10\x01\x12\x12\n" +
+	"\x0eMOVE_COMMITTED\x10\x02\x12\r\n" +
+	"\tMOVE_DONE\x10\x03\x12\x10\n" +
+	"\fMOVE_ABORTED\x10\x04*0\n" +
 	"\x0fReadConsistency\x12\v\n" +
 	"\aSESSION\x10\x00\x12\x10\n" +
 	"\fLINEARIZABLE\x10\x01*<\n" +
@@ -6140,7 +7673,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
-	"\rLEASE_RELEASE\x10\x022\xe5\x03\n" +
+	"\rLEASE_RELEASE\x10\x022\xe1\x04\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
@@ -6148,7 +7681,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06Status\x12\x19.govfs.wire.StatusRequest\x1a\x1a.govfs.wire.StatusResponse\x12W\n" +
 	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse\x12<\n" +
 	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse\x129\n" +
-	"\x04Ping\x12\x17.govfs.wire.PingRequest\x1a\x18.govfs.wire.PingResponse2|\n" +
+	"\x04Ping\x12\x17.govfs.wire.PingRequest\x1a\x18.govfs.wire.PingResponse\x12?\n" +
+	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x129\n" +
+	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse2|\n" +
 	"\x04Raft\x122\n" +
 	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
@@ -6165,187 +7700,228 @@ func file_govfs_proto_rawDescGZIP() []byte {
 	return file_govfs_proto_rawDescData
 }
 
-var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
 	(SetattrField)(0),              // 2: govfs.wire.SetattrField
-	(ReadConsistency)(0),           // 3: govfs.wire.ReadConsistency
-	(LeaseMode)(0),                 // 4: govfs.wire.LeaseMode
-	(LeaseOp)(0),                   // 5: govfs.wire.LeaseOp
-	(*Status)(nil),                 // 6: govfs.wire.Status
-	(*Attr)(nil),                   // 7: govfs.wire.Attr
-	(*Inode)(nil),                  // 8: govfs.wire.Inode
-	(*Dirent)(nil),                 // 9: govfs.wire.Dirent
-	(*RequestID)(nil),              // 10: govfs.wire.RequestID
-	(*Cred)(nil),                   // 11: govfs.wire.Cred
-	(*Command)(nil),                // 12: govfs.wire.Command
-	(*CreateOp)(nil),               // 13: govfs.wire.CreateOp
-	(*ReserveInodesOp)(nil),        // 14: govfs.wire.ReserveInodesOp
-	(*MarkDirLeaseOp)(nil),         // 15: govfs.wire.MarkDirLeaseOp
-	(*LeaseSessionOp)(nil),         // 16: govfs.wire.LeaseSessionOp
-	(*BatchOp)(nil),                // 17: govfs.wire.BatchOp
-	(*LinkOp)(nil),                 // 18: govfs.wire.LinkOp
-	(*UnlinkOp)(nil),               // 19: govfs.wire.UnlinkOp
-	(*RenameOp)(nil),               // 20: govfs.wire.RenameOp
-	(*SetattrOp)(nil),              // 21: govfs.wire.SetattrOp
-	(*SetXattrOp)(nil),             // 22: govfs.wire.SetXattrOp
-	(*RemoveXattrOp)(nil),          // 23: govfs.wire.RemoveXattrOp
-	(*ChunkRef)(nil),               // 24: govfs.wire.ChunkRef
-	(*SetChunkOp)(nil),             // 25: govfs.wire.SetChunkOp
-	(*GrantInodesOp)(nil),          // 26: govfs.wire.GrantInodesOp
-	(*InitMinistryOp)(nil),         // 27: govfs.wire.InitMinistryOp
-	(*InitClusterOp)(nil),          // 28: govfs.wire.InitClusterOp
-	(*AllocInodesOp)(nil),          // 29: govfs.wire.AllocInodesOp
-	(*ChunkServer)(nil),            // 30: govfs.wire.ChunkServer
-	(*RegisterChunkServerOp)(nil),  // 31: govfs.wire.RegisterChunkServerOp
-	(*ReplicaGroup)(nil),           // 32: govfs.wire.ReplicaGroup
-	(*ReplaceMemberOp)(nil),        // 33: govfs.wire.ReplaceMemberOp
-	(*MemberSyncedOp)(nil),         // 34: govfs.wire.MemberSyncedOp
-	(*CreateReplicaGroupOp)(nil),   // 35: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 36: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 37: govfs.wire.Result
-	(*Member)(nil),                 // 38: govfs.wire.Member
-	(*Ministry)(nil),               // 39: govfs.wire.Ministry
-	(*MutateRequest)(nil),          // 40: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 41: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 42: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 43: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 44: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 45: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 46: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 47: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 48: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 49: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 50: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 51: govfs.wire.ReadlinkReq
-	(*DirEntry)(nil),               // 52: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 53: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 54: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 55: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 56: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 57: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 58: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 59: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 60: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 61: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 62: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 63: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 64: govfs.wire.LeaseResponse
-	(*PingRequest)(nil),            // 65: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 66: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 67: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 68: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 69: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 70: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 71: govfs.wire.KV
-	nil,                            // 72: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(MoveState)(0),                 // 3: govfs.wire.MoveState
+	(ReadConsistency)(0),           // 4: govfs.wire.ReadConsistency
+	(LeaseMode)(0),                 // 5: govfs.wire.LeaseMode
+	(LeaseOp)(0),                   // 6: govfs.wire.LeaseOp
+	(*Status)(nil),                 // 7: govfs.wire.Status
+	(*Attr)(nil),                   // 8: govfs.wire.Attr
+	(*Inode)(nil),                  // 9: govfs.wire.Inode
+	(*Dirent)(nil),                 // 10: govfs.wire.Dirent
+	(*RequestID)(nil),              // 11: govfs.wire.RequestID
+	(*Cred)(nil),                   // 12: govfs.wire.Cred
+	(*Command)(nil),                // 13: govfs.wire.Command
+	(*CreateOp)(nil),               // 14: govfs.wire.CreateOp
+	(*ReserveInodesOp)(nil),        // 15: govfs.wire.ReserveInodesOp
+	(*MarkDirLeaseOp)(nil),         // 16: govfs.wire.MarkDirLeaseOp
+	(*LeaseSessionOp)(nil),         // 17: govfs.wire.LeaseSessionOp
+	(*BatchOp)(nil),                // 18: govfs.wire.BatchOp
+	(*LinkOp)(nil),                 // 19: govfs.wire.LinkOp
+	(*UnlinkOp)(nil),               // 20: govfs.wire.UnlinkOp
+	(*RenameOp)(nil),               // 21: govfs.wire.RenameOp
+	(*SetattrOp)(nil),              // 22: govfs.wire.SetattrOp
+	(*SetXattrOp)(nil),             // 23: govfs.wire.SetXattrOp
+	(*RemoveXattrOp)(nil),          // 24: govfs.wire.RemoveXattrOp
+	(*ChunkRef)(nil),               // 25: govfs.wire.ChunkRef
+	(*SetChunkOp)(nil),             // 26: govfs.wire.SetChunkOp
+	(*GrantInodesOp)(nil),          // 27: govfs.wire.GrantInodesOp
+	(*InitMinistryOp)(nil),         // 28: govfs.wire.InitMinistryOp
+	(*InitClusterOp)(nil),          // 29: govfs.wire.InitClusterOp
+	(*AllocInodesOp)(nil),          // 30: govfs.wire.AllocInodesOp
+	(*ChunkServer)(nil),            // 31: govfs.wire.ChunkServer
+	(*RegisterChunkServerOp)(nil),  // 32: govfs.wire.RegisterChunkServerOp
+	(*ReplicaGroup)(nil),           // 33: govfs.wire.ReplicaGroup
+	(*ReplaceMemberOp)(nil),        // 34: govfs.wire.ReplaceMemberOp
+	(*MemberSyncedOp)(nil),         // 35: govfs.wire.MemberSyncedOp
+	(*CreateReplicaGroupOp)(nil),   // 36: govfs.wire.CreateReplicaGroupOp
+	(*AllocChunkHandlesOp)(nil),    // 37: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 38: govfs.wire.Result
+	(*Member)(nil),                 // 39: govfs.wire.Member
+	(*Ministry)(nil),               // 40: govfs.wire.Ministry
+	(*Subtree)(nil),                // 41: govfs.wire.Subtree
+	(*Move)(nil),                   // 42: govfs.wire.Move
+	(*CreateMinistryOp)(nil),       // 43: govfs.wire.CreateMinistryOp
+	(*BeginMoveOp)(nil),            // 44: govfs.wire.BeginMoveOp
+	(*MoveStateOp)(nil),            // 45: govfs.wire.MoveStateOp
+	(*JoinNodeOp)(nil),             // 46: govfs.wire.JoinNodeOp
+	(*ExportSubtreeOp)(nil),        // 47: govfs.wire.ExportSubtreeOp
+	(*ImportSubtreeOp)(nil),        // 48: govfs.wire.ImportSubtreeOp
+	(*FinishExportOp)(nil),         // 49: govfs.wire.FinishExportOp
+	(*AbortExportOp)(nil),          // 50: govfs.wire.AbortExportOp
+	(*MutateRequest)(nil),          // 51: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 52: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 53: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 54: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 55: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 56: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 57: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 58: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 59: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 60: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 61: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 62: govfs.wire.ReadlinkReq
+	(*ExportKeysReq)(nil),          // 63: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 64: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 65: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 66: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 67: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 68: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 69: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 70: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 71: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 72: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 73: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 74: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 75: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 76: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 77: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 78: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 79: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 80: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 81: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 82: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 83: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 84: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 85: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 86: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 87: govfs.wire.KV
+	nil,                            // 88: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
-	0,  // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
-	1,  // 1: govfs.wire.Attr.type:type_name -> govfs.wire.FileType
-	7,  // 2: govfs.wire.Inode.attr:type_name -> govfs.wire.Attr
-	1,  // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
-	10, // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
-	13, // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
-	18, // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
-	19, // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
-	20, // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
-	21, // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
-	22, // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
-	23, // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	26, // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	27, // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	25, // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	43, // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	44, // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
-	14, // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
-	17, // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
-	15, // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
-	16, // 20: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
-	28, // 21: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	29, // 22: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	31, // 23: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	35, // 24: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	36, // 25: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	33, // 26: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	34, // 27: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	1,  // 28: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	11, // 29: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	12, // 30: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	24, // 31: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	24, // 32: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	38, // 33: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	30, // 34: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	7,  // 35: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	24, // 36: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	37, // 37: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	12, // 38: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	6,  // 39: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	37, // 40: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	3,  // 41: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	46, // 42: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	47, // 43: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	48, // 44: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	49, // 45: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	50, // 46: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	51, // 47: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	45, // 48: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	24, // 49: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,  // 50: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	7,  // 51: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	6,  // 52: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	7,  // 53: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	52, // 54: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	24, // 55: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	6,  // 56: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	38, // 57: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	39, // 58: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	32, // 59: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	30, // 60: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	6,  // 61: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	57, // 62: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	38, // 63: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	61, // 64: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	32, // 65: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	6,  // 66: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	32, // 67: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	72, // 68: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	30, // 69: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	5,  // 70: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	4,  // 71: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	63, // 72: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	4,  // 73: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	6,  // 74: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	63, // 75: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	63, // 76: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	68, // 77: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	6,  // 78: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	71, // 79: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	40, // 80: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	42, // 81: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	54, // 82: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	56, // 83: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	59, // 84: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	62, // 85: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	65, // 86: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	67, // 87: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	70, // 88: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	41, // 89: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	53, // 90: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	55, // 91: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	58, // 92: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	60, // 93: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	64, // 94: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	66, // 95: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	69, // 96: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	69, // 97: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	89, // [89:98] is the sub-list for method output_type
-	80, // [80:89] is the sub-list for method input_type
-	80, // [80:80] is the sub-list for extension type_name
-	80, // [80:80] is the sub-list for extension extendee
-	0,  // [0:80] is the sub-list for field type_name
+	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
+	1,   // 1: govfs.wire.Attr.type:type_name -> govfs.wire.FileType
+	8,   // 2: govfs.wire.Inode.attr:type_name -> govfs.wire.Attr
+	1,   // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
+	11,  // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
+	14,  // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
+	19,  // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
+	20,  // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
+	21,  // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
+	22,  // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
+	23,  // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
+	24,  // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
+	27,  // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	28,  // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	26,  // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	54,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	55,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	15,  // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
+	18,  // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
+	16,  // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
+	17,  // 20: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
+	47,  // 21: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
+	48,  // 22: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
+	49,  // 23: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
+	50,  // 24: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
+	29,  // 25: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	30,  // 26: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	32,  // 27: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	36,  // 28: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	37,  // 29: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	34,  // 30: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	35,  // 31: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	43,  // 32: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
+	44,  // 33: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
+	45,  // 34: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
+	46,  // 35: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
+	1,   // 36: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 37: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 38: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 39: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 40: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	39,  // 41: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 42: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	8,   // 43: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 44: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	38,  // 45: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	41,  // 46: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 47: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 48: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	87,  // 49: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	13,  // 50: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 51: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	38,  // 52: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 53: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	57,  // 54: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	58,  // 55: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	59,  // 56: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	60,  // 57: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	61,  // 58: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	62,  // 59: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	56,  // 60: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	63,  // 61: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	25,  // 62: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 63: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 64: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 65: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 66: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	64,  // 67: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 68: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	87,  // 69: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 70: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	39,  // 71: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	40,  // 72: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 73: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 74: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	42,  // 75: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	7,   // 76: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	69,  // 77: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 78: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	73,  // 79: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 80: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 81: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 82: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	88,  // 83: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 84: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 85: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 86: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	75,  // 87: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 88: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 89: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	75,  // 90: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	75,  // 91: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 92: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 93: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 94: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 95: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 96: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 97: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	84,  // 98: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 99: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	87,  // 100: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	51,  // 101: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	53,  // 102: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	66,  // 103: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	68,  // 104: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	71,  // 105: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	74,  // 106: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	81,  // 107: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	77,  // 108: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	79,  // 109: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	83,  // 110: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	86,  // 111: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	52,  // 112: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	65,  // 113: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	67,  // 114: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	70,  // 115: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	72,  // 116: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	76,  // 117: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	82,  // 118: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	78,  // 119: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	80,  // 120: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	85,  // 121: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	85,  // 122: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	112, // [112:123] is the sub-list for method output_type
+	101, // [101:112] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -6370,6 +7946,10 @@ func file_govfs_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_MarkDirLease)(nil),
 		(*Command_LeaseSession)(nil),
+		(*Command_ExportSubtree)(nil),
+		(*Command_ImportSubtree)(nil),
+		(*Command_FinishExport)(nil),
+		(*Command_AbortExport)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
@@ -6377,8 +7957,12 @@ func file_govfs_proto_init() {
 		(*Command_AllocChunkHandles)(nil),
 		(*Command_ReplaceMember)(nil),
 		(*Command_MemberSynced)(nil),
+		(*Command_CreateMinistry)(nil),
+		(*Command_BeginMove)(nil),
+		(*Command_MoveState)(nil),
+		(*Command_JoinNode)(nil),
 	}
-	file_govfs_proto_msgTypes[36].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[46].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -6386,14 +7970,15 @@ func file_govfs_proto_init() {
 		(*ReadRequest_ListXattr)(nil),
 		(*ReadRequest_Readlink)(nil),
 		(*ReadRequest_GetChunks)(nil),
+		(*ReadRequest_ExportKeys)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   67,
+			NumEnums:      7,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

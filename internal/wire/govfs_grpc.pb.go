@@ -35,6 +35,8 @@ const (
 	Meta_ChunkHeartbeat_FullMethodName = "/govfs.wire.Meta/ChunkHeartbeat"
 	Meta_Lease_FullMethodName          = "/govfs.wire.Meta/Lease"
 	Meta_Ping_FullMethodName           = "/govfs.wire.Meta/Ping"
+	Meta_Assign_FullMethodName         = "/govfs.wire.Meta/Assign"
+	Meta_Join_FullMethodName           = "/govfs.wire.Meta/Join"
 )
 
 // MetaClient is the client API for Meta service.
@@ -51,6 +53,12 @@ type MetaClient interface {
 	// whether the node is there at all (a paused process keeps its
 	// sockets open).
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
+	// Assign moves a subtree to another ministry (the president's leader
+	// runs it; other nodes answer NOT_LEADER with its address).
+	Assign(ctx context.Context, in *AssignRequest, opts ...grpc.CallOption) (*AssignResponse, error)
+	// Join admits a new metadata node (any member forwards it to the
+	// president).
+	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 }
 
 type metaClient struct {
@@ -131,6 +139,26 @@ func (c *metaClient) Ping(ctx context.Context, in *PingRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *metaClient) Assign(ctx context.Context, in *AssignRequest, opts ...grpc.CallOption) (*AssignResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AssignResponse)
+	err := c.cc.Invoke(ctx, Meta_Assign_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinResponse)
+	err := c.cc.Invoke(ctx, Meta_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -145,6 +173,12 @@ type MetaServer interface {
 	// whether the node is there at all (a paused process keeps its
 	// sockets open).
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
+	// Assign moves a subtree to another ministry (the president's leader
+	// runs it; other nodes answer NOT_LEADER with its address).
+	Assign(context.Context, *AssignRequest) (*AssignResponse, error)
+	// Join admits a new metadata node (any member forwards it to the
+	// president).
+	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -175,6 +209,12 @@ func (UnimplementedMetaServer) Lease(context.Context, *LeaseRequest) (*LeaseResp
 }
 func (UnimplementedMetaServer) Ping(context.Context, *PingRequest) (*PingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ping not implemented")
+}
+func (UnimplementedMetaServer) Assign(context.Context, *AssignRequest) (*AssignResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Assign not implemented")
+}
+func (UnimplementedMetaServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -323,6 +363,42 @@ func _Meta_Ping_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Assign_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AssignRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Assign(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Assign_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Assign(ctx, req.(*AssignRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Join(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Join_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -357,6 +433,14 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ping",
 			Handler:    _Meta_Ping_Handler,
+		},
+		{
+			MethodName: "Assign",
+			Handler:    _Meta_Assign_Handler,
+		},
+		{
+			MethodName: "Join",
+			Handler:    _Meta_Join_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
