@@ -19,6 +19,10 @@ type Config struct {
 	ID      ids.NodeID
 	Listen  string
 	Peers   map[ids.NodeID]string
+	// Join lists addresses of running metadata nodes: a node started with
+	// it (and no ID or Peers) asks the president to admit it, and starts
+	// idle. Its data directory then remembers the id it was given.
+	Join    []string
 	DataDir string
 	// HTTPListen serves /metrics and /healthz when non-empty.
 	HTTPListen string
@@ -117,9 +121,30 @@ func sortedIDs(p map[ids.NodeID]string) []ids.NodeID {
 
 // Validate names the first bad field and what to do.
 func (c *Config) Validate() error {
+	if len(c.Join) > 0 {
+		switch {
+		case len(c.Peers) > 0:
+			return errors.New("--join and --peers exclude each other: --peers forms a new cluster from its initial members, --join adds a node to a running one")
+		case c.DataDir == "":
+			return errors.New("--data is required: the directory holding this node's store")
+		case c.Listen == "":
+			return errors.New("--listen is required: HOST:PORT to serve on (other nodes reach this node there)")
+		case c.TickInterval <= 0:
+			return errors.New("tick interval must be positive")
+		}
+		for _, a := range c.Join {
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return fmt.Errorf("--join address %q: %w", a, err)
+			}
+		}
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %w", c.Listen, err)
+		}
+		return nil
+	}
 	switch {
 	case c.ID == 0:
-		return errors.New("--id is required (a positive node id listed in --peers)")
+		return errors.New("--id is required (a positive node id listed in --peers), or --join to add this node to a running cluster")
 	case c.DataDir == "":
 		return errors.New("--data is required: the directory holding this node's store")
 	case c.Listen == "":

@@ -15,6 +15,20 @@ type identity struct {
 	NodeID    ids.NodeID            `json:"node_id"`
 	Peers     map[ids.NodeID]string `json:"peers"`
 	ClusterID string                `json:"cluster_id,omitempty"`
+	// Joined: the node was admitted with --join (Peers are then the
+	// cluster's initial members, learned when it joined).
+	Joined bool `json:"joined,omitempty"`
+	// Groups are the ministries this node was given a replica of after
+	// formation (the president's map assigned them).
+	Groups []hostedGroup `json:"groups,omitempty"`
+}
+
+// hostedGroup is a ministry replica the node started, with the voters
+// it was created with (to bootstrap it again if the node crashed before
+// its first write).
+type hostedGroup struct {
+	Group   uint64   `json:"group"`
+	Members []uint64 `json:"members"`
 }
 
 func loadIdentity(e *engine.Engine) (*identity, error) {
@@ -46,6 +60,17 @@ func saveIdentity(e *engine.Engine, id *identity) error {
 // was formed with other peers.
 func checkIdentity(cfg *Config, stored *identity) error {
 	if stored == nil {
+		return nil
+	}
+	if len(cfg.Join) > 0 || stored.Joined {
+		if !stored.Joined {
+			return fmt.Errorf("data directory %s belongs to node %d, formed with --peers: start it with --id %d --peers %s, not --join",
+				cfg.DataDir, uint64(stored.NodeID), uint64(stored.NodeID), FormatPeers(stored.Peers))
+		}
+		if cfg.ID != 0 && cfg.ID != stored.NodeID {
+			return fmt.Errorf("data directory %s belongs to node %d, not node %d: start without --id (a joined node keeps the id it was given)",
+				cfg.DataDir, uint64(stored.NodeID), uint64(cfg.ID))
+		}
 		return nil
 	}
 	if stored.NodeID != cfg.ID {

@@ -2,6 +2,7 @@ package metanode
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -72,15 +73,36 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 			n.log.Debug("replica group planning", "err", err)
 		}
 	}
-	if _, me := n.host.Leader(ids.RootMinistry); !me {
-		return nil
+	if err := n.fetchMap(ctx); err != nil {
+		n.log.Debug("cluster map", "err", err)
 	}
-	r := n.stateReader(ids.RootMinistry)
-	if _, err := namespace.GetAttr(r, ids.RootIno); err != nil {
-		_, _, err := n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
-			Op: &wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(ids.RootIno), Mode: 0o755}}})
-		if err != nil {
-			return err
+	if err := n.syncMap(n.mapView()); err != nil {
+		n.log.Warn("cluster map", "err", err)
+	}
+	n.moves.tick(n, leadsPresident)
+	var errs []error
+	for _, g := range n.hostedMinistries() {
+		if _, me := n.host.Leader(g); me {
+			if err := n.ministerDuties(ctx, g); err != nil {
+				errs = append(errs, fmt.Errorf("%v: %w", g, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ministerDuties runs on the minister of g: the root ministry creates
+// "/", and every ministry asks the president for inode numbers before it
+// runs out.
+func (n *Node) ministerDuties(ctx context.Context, g ids.GroupID) error {
+	r := n.stateReader(g)
+	if g == ids.RootMinistry {
+		if _, err := namespace.GetAttr(r, ids.RootIno); err != nil {
+			_, _, err := n.host.Propose(ctx, g, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
+				Op: &wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(ids.RootIno), Mode: 0o755}}})
+			if err != nil {
+				return err
+			}
 		}
 	}
 	free, err := namespace.FreeInodes(r)
@@ -91,41 +113,16 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 		return nil
 	}
 	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
-		Op: &wire.Command_AllocInodes{AllocInodes: &wire.AllocInodesOp{Ministry: uint64(ids.RootMinistry), Count: inodeGrant}}})
+		Op: &wire.Command_AllocInodes{AllocInodes: &wire.AllocInodesOp{Ministry: uint64(g), Count: inodeGrant}}})
 	if err != nil {
 		return fmt.Errorf("ask president for inodes: %w", err)
 	}
 	if res.GetErrno() != 0 {
 		return fmt.Errorf("president refused inode grant: %s", res.GetMessage())
 	}
-	_, _, err = n.host.Propose(ctx, ids.RootMinistry, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
+	_, _, err = n.host.Propose(ctx, g, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 		Op: &wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: res.GetStart(), End: res.GetEnd()}}})
 	return err
-}
-
-// proposeAnywhere proposes cmd to group g through its leader, local or
-// remote.
-func (n *Node) proposeAnywhere(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*wire.Result, error) {
-	lead, me := n.host.Leader(g)
-	if me {
-		res, _, err := n.host.Propose(ctx, g, cmd)
-		return res, err
-	}
-	if lead == 0 {
-		return nil, fmt.Errorf("group %v has no leader", g)
-	}
-	cc, err := n.pool.Get(n.cfg.Peers[lead])
-	if err != nil {
-		return nil, err
-	}
-	resp, err := wire.NewMetaClient(cc).Mutate(ctx, &wire.MutateRequest{ClusterId: n.ClusterID(), Group: uint64(g), Cmd: cmd})
-	if err != nil {
-		return nil, err
-	}
-	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK && st.GetCode() != wire.Code_ERRNO {
-		return nil, fmt.Errorf("%v: %s", st.GetCode(), st.GetMessage())
-	}
-	return resp.GetResult(), nil
 }
 
 func newClusterID() string {

@@ -13,6 +13,7 @@ import (
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/protobuf/proto"
 )
 
 // maxSymlinkTarget is PATH_MAX.
@@ -34,13 +35,13 @@ func (s *metaService) errStatus(g ids.GroupID, err error) *wire.Status {
 	var errno syscall.Errno
 	switch {
 	case errors.As(err, &nl):
-		return &wire.Status{Code: wire.Code_NOT_LEADER, Message: err.Error(), LeaderId: uint64(nl.Leader), LeaderAddr: s.n.cfg.Peers[nl.Leader]}
+		return &wire.Status{Code: wire.Code_NOT_LEADER, Message: err.Error(), LeaderId: uint64(nl.Leader), LeaderAddr: s.n.addrOf(nl.Leader)}
 	case errors.Is(err, multiraft.ErrUnknownGroup):
 		return statusOf(wire.Code_UNKNOWN_GROUP, "group %v is not hosted on node %v", g, s.n.cfg.ID)
 	case errors.Is(err, multiraft.ErrUnavailable), errors.Is(err, multiraft.ErrStopped),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		lead, _ := s.n.host.Leader(g)
-		return &wire.Status{Code: wire.Code_UNAVAILABLE, Message: err.Error(), LeaderId: uint64(lead), LeaderAddr: s.n.cfg.Peers[lead]}
+		return &wire.Status{Code: wire.Code_UNAVAILABLE, Message: err.Error(), LeaderId: uint64(lead), LeaderAddr: s.n.addrOf(lead)}
 	case errors.As(err, &errno):
 		return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}
 	default:
@@ -93,7 +94,19 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		*wire.Command_WriteInline, *wire.Command_DropInline, *wire.Command_ReserveInodes:
 	case *wire.Command_Batch:
 		return validateBatch(g, cmd)
-	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
+	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
+		// Steps of a subtree move, sent by the president's leader.
+		// NB: not authenticated yet (issue 13: only a metadata node's
+		// certificate may send them).
+		if g == ids.PresidentGroup {
+			return fmt.Errorf("%T goes to a ministry", cmd.GetOp())
+		}
+		if cmd.GetReq().GetClientId() == 0 {
+			return fmt.Errorf("%T needs a request id", cmd.GetOp())
+		}
+		return nil
+	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced,
+		*wire.Command_MoveState, *wire.Command_JoinNode:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
 		}
@@ -136,8 +149,11 @@ func validateBatch(g ids.GroupID, cmd *wire.Command) error {
 			if op.Create.GetIno() == 0 {
 				return fmt.Errorf("batch command %d: a batched create needs a reserved inode number (CreateOp.ino)", i)
 			}
-		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced:
+		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced,
+			*wire.Command_MoveState, *wire.Command_JoinNode, *wire.Command_BeginMove, *wire.Command_CreateMinistry:
 			return fmt.Errorf("batch command %d: %T goes to the president group, never in a batch", i, sub.GetOp())
+		case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
+			return fmt.Errorf("batch command %d: %T is a move step, never in a batch", i, sub.GetOp())
 		}
 		if c := sub.GetReq().GetClientId(); c == 0 || c != client {
 			return fmt.Errorf("batch command %d: client id %d (every command of a batch needs the same non-zero client id, %d)", i, c, client)
@@ -193,6 +209,13 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 			return &wire.MutateResponse{Status: statusOf(wire.Code_UNAVAILABLE, "ministry %v is waiting for inode numbers from the president; retry shortly", g)}, nil
 		}
 	}
+	// A change inside a subtree being moved waits (the client retries),
+	// and one for an inode that lives elsewhere is redirected at once.
+	if g != ids.PresidentGroup {
+		if st := s.precheck(g, cmd); st != nil {
+			return &wire.MutateResponse{Status: st}, nil
+		}
+	}
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
 	// Other clients' read leases on the inode are given back first (lease.go).
@@ -208,8 +231,20 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
 	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
+	if movingIn(res) {
+		resp.Status = statusOf(wire.Code_UNAVAILABLE, "%s", movingMessage(res))
+		return resp, nil
+	}
 	if e := res.GetErrno(); e != 0 {
 		resp.Status = &wire.Status{Code: wire.Code_ERRNO, Errno: e, Message: res.GetMessage()}
+		if g != ids.PresidentGroup {
+			if st := s.n.routeMutation(g, cmd, res); st != nil {
+				resp.Status = st
+				if st.GetCode() == wire.Code_ERRNO {
+					resp.Result = &wire.Result{Errno: st.GetErrno(), Message: st.GetMessage()}
+				}
+			}
+		}
 	}
 	return resp, nil
 }
@@ -259,6 +294,13 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	if err != nil {
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
+			if errno == syscall.ENOENT || errno == syscall.ESTALE {
+				if ino := readRouteIno(req); ino != 0 {
+					if to := s.n.elsewhere(g, ino); to != 0 {
+						return &wire.ReadResponse{Status: redirectStatus(ino, g, to), AppliedIndex: applied}, nil
+					}
+				}
+			}
 			return &wire.ReadResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}, AppliedIndex: applied}, nil
 		}
 		if errors.Is(err, errBadRead) {
@@ -334,12 +376,21 @@ func query(r interface {
 			return nil, err
 		}
 		return &wire.ReadResponse{Value: v}, nil
+	case *wire.ReadRequest_ExportKeys:
+		kvs, eof, err := namespace.ExportKeys(r, op.ExportKeys.GetMove(), ids.Ino(op.ExportKeys.GetIno()), op.ExportKeys.GetAfter(), int(min(op.ExportKeys.GetLimit(), 10000)))
+		if err != nil {
+			return nil, err
+		}
+		return &wire.ReadResponse{Kvs: kvs, Eof: eof}, nil
 	default:
 		return nil, fmt.Errorf("%w: no operation", errBadRead)
 	}
 }
 
 func (s *metaService) members() []*wire.Member {
+	if v := s.n.mapView(); v != nil && len(v.members) > 0 {
+		return v.members
+	}
 	var out []*wire.Member
 	for _, id := range sortedIDs(s.n.cfg.Peers) {
 		out = append(out, &wire.Member{Id: uint64(id), Addr: s.n.cfg.Peers[id]})
@@ -348,33 +399,38 @@ func (s *metaService) members() []*wire.Member {
 }
 
 func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
-	var voters []uint64
-	for _, id := range sortedIDs(s.n.cfg.Peers) {
-		voters = append(voters, uint64(id))
+	resp := &wire.ClusterInfoResponse{Status: &wire.Status{}, ClusterId: s.n.ClusterID(), NodeId: uint64(s.n.cfg.ID)}
+	v := s.n.mapView()
+	if v == nil {
+		resp.Status = statusOf(wire.Code_UNAVAILABLE, "node %v does not know the cluster map yet (still starting)", s.n.cfg.ID)
+		return resp, nil
 	}
-	var groups []*wire.ReplicaGroup
-	var servers []*wire.ChunkServer
-	var chunkSize int64
-	_ = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
-		var err error
-		if groups, err = clustermap.ReplicaGroups(r); err != nil {
-			return err
+	resp.Members, resp.Ministries, resp.Moves = v.members, v.ministries, v.moves
+	if !v.taken.IsZero() {
+		resp.MapAgeMs = max(1, s.n.cfg.Clock.Now().Sub(v.taken).Milliseconds())
+	}
+	// Leaders as this node knows them (the ministries it hosts).
+	for i, m := range resp.Ministries {
+		if lead, _ := s.n.host.Leader(ids.GroupID(m.GetGroup())); lead != 0 {
+			m = proto.Clone(m).(*wire.Ministry)
+			m.Leader = uint64(lead)
+			resp.Ministries[i] = m
 		}
-		if servers, err = clustermap.ChunkServers(r); err != nil {
-			return err
-		}
-		chunkSize = clustermap.ClusterChunkSize(r)
-		return nil
-	})
-	return &wire.ClusterInfoResponse{
-		ReplicaGroups: groups, ChunkServers: servers, ChunkSize: chunkSize,
-		Status:    &wire.Status{},
-		ClusterId: s.n.ClusterID(),
-		NodeId:    uint64(s.n.cfg.ID),
-		Members:   s.members(),
-		Ministries: []*wire.Ministry{{Group: uint64(ids.RootMinistry), RootIno: uint64(ids.RootIno), RootPath: "/",
-			Members: voters, Epoch: 1}},
-	}, nil
+	}
+	if s.n.host.HasGroup(ids.PresidentGroup) {
+		_ = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+			var err error
+			if resp.ReplicaGroups, err = clustermap.ReplicaGroups(r); err != nil {
+				return err
+			}
+			if resp.ChunkServers, err = clustermap.ChunkServers(r); err != nil {
+				return err
+			}
+			resp.ChunkSize = clustermap.ClusterChunkSize(r)
+			return nil
+		})
+	}
+	return resp, nil
 }
 
 // Ping answers at once (client/guard.go).
@@ -387,7 +443,7 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 		Status:               &wire.Status{},
 		ClusterId:            s.n.ClusterID(),
 		NodeId:               uint64(s.n.cfg.ID),
-		Addr:                 s.n.cfg.Peers[s.n.cfg.ID],
+		Addr:                 s.n.addrOf(s.n.cfg.ID),
 		Members:              s.members(),
 		MeanEntriesPerAppend: s.n.host.MeanEntriesPerAppend(),
 	}
@@ -407,4 +463,46 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 		resp.Groups = append(resp.Groups, gs)
 	}
 	return resp, nil
+}
+
+// precheck answers a mutation that cannot be applied here right now:
+// UNAVAILABLE when it touches a subtree being moved (the client retries
+// until the move is over), REDIRECT when its inode lives in another
+// ministry. nil: go ahead (the state machine checks again).
+func (s *metaService) precheck(g ids.GroupID, cmd *wire.Command) *wire.Status {
+	var st *wire.Status
+	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		ino, move, err := namespace.FrozenIn(r, namespace.TouchedInodes(r, cmd))
+		if err == nil && move != 0 {
+			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+		}
+		return err
+	})
+	return st
+}
+
+// movingIn reports whether res (or one result of a batch) was refused
+// because of a subtree move.
+func movingIn(res *wire.Result) bool {
+	if res.GetMoving() {
+		return true
+	}
+	for _, r := range res.GetResults() {
+		if r.GetMoving() {
+			return true
+		}
+	}
+	return false
+}
+
+func movingMessage(res *wire.Result) string {
+	if res.GetMoving() {
+		return res.GetMessage()
+	}
+	for _, r := range res.GetResults() {
+		if r.GetMoving() {
+			return r.GetMessage()
+		}
+	}
+	return ""
 }

@@ -43,6 +43,18 @@ type Node struct {
 	chunks    chunkLiveness
 	gc        *collector
 	leases    *leaseService
+	maps      mapCache
+	moves     moveRunner
+	hostMu    sync.Mutex // serialises hostMinistry
+	// lastCampaign: when this node last stood for election in a ministry
+	// it was chosen to lead (maintain loop only).
+	lastCampaign map[ids.GroupID]time.Time
+
+	// Commands this node sends to other nodes' groups (moves, grants).
+	reqClient   uint64
+	reqMu       sync.Mutex
+	reqSeq      uint64
+	reqInflight map[uint64]bool
 
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -76,7 +88,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", uint64(cfg.ID)), eng: eng, pool: rpc.NewPool(), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", uint64(cfg.ID)), eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
+		lastCampaign: map[ids.GroupID]time.Time{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -90,13 +103,31 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := checkIdentity(&cfg, stored); err != nil {
 		return nil, err
 	}
+	if stored == nil && len(cfg.Join) > 0 {
+		if stored, err = n.join(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if stored == nil {
 		stored = &identity{NodeID: cfg.ID, Peers: cfg.Peers}
 		if err := saveIdentity(eng, stored); err != nil {
 			return nil, fmt.Errorf("record node identity: %w", err)
 		}
 	}
+	if stored.Joined {
+		// A joined node's id comes from its data directory; its address
+		// book starts with the initial members and grows from the map.
+		cfg.ID = stored.NodeID
+		cfg.Peers = map[ids.NodeID]string{}
+		for id, a := range stored.Peers {
+			cfg.Peers[id] = a
+		}
+		cfg.Peers[cfg.ID] = cfg.Listen
+		n.cfg = cfg
+		n.log = cfg.Logger.With("node", uint64(cfg.ID))
+	}
 	n.ident = stored
+	n.reqClient = newReqClient()
 	n.clusterID.Store(stored.ClusterID)
 	if err := n.checkPeersCluster(ctx); err != nil {
 		return nil, err
@@ -128,12 +159,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	peers := sortedIDs(cfg.Peers)
-	if err := host.AddGroup(ids.PresidentGroup, clustermap.Map{}, peers); err != nil {
-		return nil, err
+	// The initial members host the president group and the root
+	// ministry; any node hosts the ministries the map gave it since.
+	if !stored.Joined {
+		peers := sortedIDs(stored.Peers)
+		if err := host.AddGroup(ids.PresidentGroup, clustermap.Map{}, peers); err != nil {
+			return nil, err
+		}
+		if err := host.AddGroup(ids.RootMinistry, ministrySM{}, peers); err != nil {
+			return nil, err
+		}
 	}
-	if err := host.AddGroup(ids.RootMinistry, ministrySM{}, peers); err != nil {
-		return nil, err
+	for _, hg := range stored.Groups {
+		if err := host.AddGroup(ids.GroupID(hg.Group), ministrySM{}, nodeIDs(hg.Members)); err != nil {
+			return nil, err
+		}
 	}
 	n.host = host
 	n.leases = newLeaseService(n)
@@ -198,10 +238,18 @@ func (n *Node) checkPeersCluster(ctx context.Context) error {
 	if mine == "" {
 		return nil
 	}
+	addrs := map[string]ids.NodeID{}
 	for id, addr := range n.cfg.Peers {
-		if id == n.cfg.ID {
-			continue
+		if id != n.cfg.ID {
+			addrs[addr] = id
 		}
+	}
+	for _, a := range n.cfg.Join {
+		if _, ok := addrs[a]; !ok {
+			addrs[a] = 0
+		}
+	}
+	for addr, id := range addrs {
 		cc, err := n.pool.Get(addr)
 		if err != nil {
 			continue
@@ -213,8 +261,12 @@ func (n *Node) checkPeersCluster(ctx context.Context) error {
 			continue
 		}
 		if theirs := info.GetClusterId(); theirs != "" && theirs != mine {
-			return fmt.Errorf("data directory %s belongs to cluster %s but peer %v at %s is in cluster %s: use the data directory of this cluster, or an empty one to form a new cluster",
-				n.cfg.DataDir, mine, id, addr, theirs)
+			who := "node at " + addr
+			if id != 0 {
+				who = fmt.Sprintf("peer %v at %s", id, addr)
+			}
+			return fmt.Errorf("data directory %s belongs to cluster %s but the %s is in cluster %s: use the data directory of this cluster, or an empty one to form a new cluster (or join this one)",
+				n.cfg.DataDir, mine, who, theirs)
 		}
 	}
 	return nil

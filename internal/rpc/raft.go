@@ -48,6 +48,21 @@ func NewRaftTransport(self ids.NodeID, addrs map[ids.NodeID]string, clusterID fu
 		peers: map[ids.NodeID]*peer{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
+// Addr returns the address of node id ("" when it is not a member).
+func (t *RaftTransport) Addr(id ids.NodeID) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.addrs[id]
+}
+
+// SetAddrs replaces the address book (nodes join, and addresses come
+// from the cluster map).
+func (t *RaftTransport) SetAddrs(addrs map[ids.NodeID]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.addrs = addrs
+}
+
 // SetHost attaches the host that receives messages.
 func (t *RaftTransport) SetHost(h *multiraft.Host) {
 	t.mu.Lock()
@@ -112,7 +127,6 @@ func msgBytes(msgs []multiraft.GroupMessage) int {
 // RaftBatch per RPC.
 func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
 	defer t.wg.Done()
-	addr := t.addrs[to]
 	for {
 		var batch []multiraft.GroupMessage
 		select {
@@ -133,6 +147,10 @@ func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
 			default:
 				break drain
 			}
+		}
+		addr := t.Addr(to)
+		if addr == "" {
+			continue // not known yet: raft sends again
 		}
 		if err := t.sendBatch(to, addr, batch); err != nil {
 			t.log.Debug("raft send failed", "to", uint64(to), "err", err)
@@ -189,7 +207,7 @@ func (t *RaftTransport) SendSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Messa
 }
 
 func (t *RaftTransport) streamSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Message, src multiraft.SnapshotSource) error {
-	cc, err := t.pool.Get(t.addrs[to])
+	cc, err := t.pool.Get(t.Addr(to))
 	if err != nil {
 		return err
 	}
@@ -242,7 +260,7 @@ func (t *RaftTransport) streamSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Mes
 }
 
 func (t *RaftTransport) checkPeer(cluster string, from, to uint64) *wire.Status {
-	if _, ok := t.addrs[ids.NodeID(from)]; !ok {
+	if t.Addr(ids.NodeID(from)) == "" {
 		return &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("node %d is not a member of this cluster", from)}
 	}
 	if to != uint64(t.self) {

@@ -1,0 +1,209 @@
+package metanode
+
+// Admin RPCs of the president: Assign (move a subtree to another
+// ministry) and Join (admit a metadata node).
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// defaultMinistryMembers is the replica count of a new ministry.
+const defaultMinistryMembers = 3
+
+// assignWait is how long Assign waits for the move to end before it
+// answers with the move still under way.
+const assignWait = 25 * time.Second
+
+func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wire.AssignResponse, error) {
+	n := s.n
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.AssignResponse{Status: st}, nil
+	}
+	if lead, me := n.host.Leader(ids.PresidentGroup); !me {
+		if !n.host.HasGroup(ids.PresidentGroup) {
+			var addrs []string
+			addrs = append(addrs, n.presidentAddrs()...)
+			if len(addrs) > 0 {
+				return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, LeaderAddr: addrs[0],
+					Message: fmt.Sprintf("node %v does not host the president group; ask %s", n.cfg.ID, addrs[0])}}, nil
+			}
+		}
+		return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, LeaderId: uint64(lead), LeaderAddr: n.addrOf(lead),
+			Message: fmt.Sprintf("node %v is not the president's leader", n.cfg.ID)}}, nil
+	}
+	invalid := func(format string, args ...any) (*wire.AssignResponse, error) {
+		return &wire.AssignResponse{Status: statusOf(wire.Code_INVALID, format, args...)}, nil
+	}
+	switch {
+	case req.GetPath() == "":
+		return invalid("assign: no path given")
+	case req.GetIno() == uint64(ids.RootIno):
+		return invalid("/ always belongs to the root ministry (1); assign a directory below it")
+	case req.GetIno() == 0 || req.GetParent() == 0 || req.GetSource() == 0:
+		return invalid("assign %s: the directory (ino, parent, source ministry) is not given", req.GetPath())
+	case req.GetReq().GetClientId() == 0:
+		return invalid("assign %s: no request id", req.GetPath())
+	case req.GetNew() && req.GetTarget() != 0:
+		return invalid("assign %s: give either --new or --ministry, not both", req.GetPath())
+	case !req.GetNew() && req.GetTarget() == 0:
+		return invalid("assign %s: give --new or --ministry ID", req.GetPath())
+	case len(req.GetMembers()) > 0 && !req.GetNew():
+		return invalid("assign %s: --nodes chooses the members of a new ministry; it goes with --new", req.GetPath())
+	}
+	if err := namespace.ValidateName(req.GetName()); err != nil {
+		return invalid("assign %s: %v", req.GetPath(), err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, assignWait)
+	defer cancel()
+	op := &wire.BeginMoveOp{Ino: req.GetIno(), Parent: req.GetParent(), Name: req.GetName(), Path: req.GetPath(),
+		Source: req.GetSource(), Target: req.GetTarget(), Unassign: req.GetUnassign()}
+	if req.GetNew() {
+		members, err := n.chooseMembers(ctx, req.GetMembers())
+		if err != nil {
+			return &wire.AssignResponse{Status: statusOf(wire.Code_ERRNO, "assign %s: %v", req.GetPath(), err)}, nil
+		}
+		op.Members = members
+	}
+	res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, Req: req.GetReq(), NowNs: n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_BeginMove{BeginMove: op}})
+	if err != nil {
+		return &wire.AssignResponse{Status: s.errStatus(ids.PresidentGroup, err)}, nil
+	}
+	if e := res.GetErrno(); e != 0 {
+		return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: e, Message: res.GetMessage()}}, nil
+	}
+	id := res.GetStart()
+	n.log.Info("subtree move begun", "move", id, "path", req.GetPath(), "from", req.GetSource(), "to", res.GetEnd(), "members", op.Members)
+	n.moves.tick(n, true) // start it now rather than at the next tick
+	for {
+		var mv *wire.Move
+		if v := n.mapView(); v != nil {
+			for _, m := range v.moves {
+				if m.GetId() == id {
+					mv = m
+				}
+			}
+		}
+		if mv != nil && (mv.GetState() == wire.MoveState_MOVE_DONE || mv.GetState() == wire.MoveState_MOVE_ABORTED) {
+			return &wire.AssignResponse{Status: &wire.Status{}, Move: mv}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return &wire.AssignResponse{Status: &wire.Status{}, Move: mv}, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// chooseMembers picks the voters of a new ministry: the nodes asked for
+// (each must answer), or the defaultMinistryMembers live nodes hosting
+// the fewest ministries. The first is the one that should lead it.
+func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, error) {
+	v := n.mapView()
+	if v == nil {
+		return nil, fmt.Errorf("the cluster map is not known yet")
+	}
+	alive := n.liveNodes(ctx, v)
+	if len(asked) > 0 {
+		for _, id := range asked {
+			known := slices.ContainsFunc(v.members, func(m *wire.Member) bool { return m.GetId() == id })
+			switch {
+			case !known:
+				return nil, fmt.Errorf("node %d is not a metadata node of this cluster (see govfs admin nodes)", id)
+			case !alive[id]:
+				return nil, fmt.Errorf("node %d does not answer; choose live nodes (see govfs admin nodes)", id)
+			}
+		}
+		return asked, nil
+	}
+	load := map[uint64]int{}
+	for _, m := range v.ministries {
+		for _, id := range m.GetMembers() {
+			load[id]++
+		}
+	}
+	var cands []uint64
+	for _, m := range v.members {
+		if alive[m.GetId()] {
+			cands = append(cands, m.GetId())
+		}
+	}
+	if len(cands) < defaultMinistryMembers {
+		return nil, fmt.Errorf("a new ministry needs %d live metadata nodes and %d answer: add nodes (govfs meta --join) or name them with --nodes",
+			defaultMinistryMembers, len(cands))
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		if load[a] != load[b] {
+			return load[a] < load[b]
+		}
+		return a < b
+	})
+	return cands[:defaultMinistryMembers], nil
+}
+
+// liveNodes pings every metadata node (this one is alive).
+func (n *Node) liveNodes(ctx context.Context, v *mapView) map[uint64]bool {
+	out := map[uint64]bool{uint64(n.cfg.ID): true}
+	type answer struct {
+		id uint64
+		ok bool
+	}
+	ch := make(chan answer, len(v.members))
+	for _, m := range v.members {
+		go func(m *wire.Member) {
+			cc, err := n.pool.Get(m.GetAddr())
+			if err != nil {
+				ch <- answer{m.GetId(), false}
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, err = wire.NewMetaClient(cc).Ping(cctx, &wire.PingRequest{})
+			ch <- answer{m.GetId(), err == nil}
+		}(m)
+	}
+	for range v.members {
+		a := <-ch
+		out[a.id] = out[a.id] || a.ok
+	}
+	return out
+}
+
+func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.JoinResponse, error) {
+	n := s.n
+	if st := s.checkCluster(req.GetClusterId()); st != nil {
+		return &wire.JoinResponse{Status: st}, nil
+	}
+	if req.GetAddr() == "" || req.GetReq().GetClientId() == 0 {
+		return &wire.JoinResponse{Status: statusOf(wire.Code_INVALID, "join: the node's address and a request id are required")}, nil
+	}
+	if n.ClusterID() == "" {
+		return &wire.JoinResponse{Status: statusOf(wire.Code_UNAVAILABLE, "node %v does not know its cluster yet (still forming); retry", n.cfg.ID)}, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, Req: req.GetReq(), NowNs: n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_JoinNode{JoinNode: &wire.JoinNodeOp{Addr: req.GetAddr()}}})
+	if err != nil {
+		return &wire.JoinResponse{Status: statusOf(wire.Code_UNAVAILABLE, "join: %v", err)}, nil
+	}
+	if e := res.GetErrno(); e != 0 {
+		return &wire.JoinResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: e, Message: res.GetMessage()}}, nil
+	}
+	resp := &wire.JoinResponse{Status: &wire.Status{}, NodeId: res.GetStart(), ClusterId: n.ClusterID()}
+	// The president group's members: the new node reads the map there.
+	for _, id := range sortedIDs(n.ident.Peers) {
+		resp.Members = append(resp.Members, &wire.Member{Id: uint64(id), Addr: n.ident.Peers[id]})
+	}
+	n.log.Info("metadata node joined", "node", res.GetStart(), "addr", req.GetAddr())
+	return resp, nil
+}

@@ -1,0 +1,413 @@
+package metanode
+
+// Many ministries on one node: the node's copy of the cluster map, the
+// address book it feeds, hosting the ministries the map assigns to this
+// node, and calls to a group's leader wherever it runs.
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/protobuf/proto"
+)
+
+// mapView is the metadata side of the cluster map as this node knows it.
+type mapView struct {
+	members    []*wire.Member
+	ministries []*wire.Ministry
+	moves      []*wire.Move
+	// taken is when a copy fetched from another node was read (zero for
+	// the node's own replica of group 0).
+	taken time.Time
+}
+
+func (v *mapView) ministry(g ids.GroupID) *wire.Ministry {
+	for _, m := range v.ministries {
+		if m.GetGroup() == uint64(g) {
+			return m
+		}
+	}
+	return nil
+}
+
+// mapCache holds the copy of the map a node without a replica of group 0
+// fetched from a member.
+type mapCache struct {
+	mu   sync.Mutex
+	view *mapView
+}
+
+// readMapLocal reads the map from this node's replica of group 0.
+func readMapLocal(r engine.Reader) (*mapView, error) {
+	v := &mapView{}
+	var err error
+	if v.members, err = clustermap.Members(r); err != nil {
+		return nil, err
+	}
+	if v.ministries, err = clustermap.Ministries(r); err != nil {
+		return nil, err
+	}
+	if v.moves, err = clustermap.Moves(r); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// mapView returns the map: from the local replica of group 0 when this
+// node has one, else the copy last fetched (nil before the first).
+func (n *Node) mapView() *mapView {
+	if n.host.HasGroup(ids.PresidentGroup) {
+		var v *mapView
+		if err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+			var err error
+			v, err = readMapLocal(r)
+			return err
+		}); err == nil && v != nil && len(v.members) > 0 {
+			return v
+		}
+	}
+	n.maps.mu.Lock()
+	defer n.maps.mu.Unlock()
+	return n.maps.view
+}
+
+// fetchMap refreshes the copy of the map from a node that hosts group 0.
+func (n *Node) fetchMap(ctx context.Context) error {
+	if n.host.HasGroup(ids.PresidentGroup) {
+		return nil
+	}
+	n.maps.mu.Lock()
+	fresh := n.maps.view != nil && n.cfg.Clock.Now().Sub(n.maps.view.taken) < 500*time.Millisecond
+	n.maps.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	addrs := n.presidentAddrs()
+	if len(addrs) == 0 {
+		return errors.New("no president member known")
+	}
+	var last error
+	for _, i := range rand.Perm(len(addrs)) {
+		cc, err := n.pool.Get(addrs[i])
+		if err != nil {
+			last = err
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		if info.GetStatus().GetCode() != wire.Code_OK || info.GetMapAgeMs() != 0 || len(info.GetMembers()) == 0 {
+			last = fmt.Errorf("%s: no map (%s)", addrs[i], info.GetStatus().GetMessage())
+			continue
+		}
+		n.maps.mu.Lock()
+		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), taken: n.cfg.Clock.Now()}
+		n.maps.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("fetch the cluster map: %w", last)
+}
+
+// presidentAddrs are the addresses of group 0's members: the initial
+// peers (a node that joined learned them when it joined).
+func (n *Node) presidentAddrs() []string {
+	var out []string
+	for _, id := range sortedIDs(n.ident.Peers) {
+		out = append(out, n.ident.Peers[id])
+	}
+	return out
+}
+
+// addrOf returns the address of metadata node id ("" when unknown).
+func (n *Node) addrOf(id ids.NodeID) string {
+	if id == 0 {
+		return ""
+	}
+	return n.transport.Addr(id)
+}
+
+// syncMap brings the address book and the hosted ministries in line
+// with the map.
+func (n *Node) syncMap(v *mapView) error {
+	if v == nil {
+		return nil
+	}
+	addrs := map[ids.NodeID]string{}
+	for id, a := range n.ident.Peers {
+		addrs[id] = a
+	}
+	for _, m := range v.members {
+		addrs[ids.NodeID(m.GetId())] = m.GetAddr()
+	}
+	if cur := n.transport; cur != nil {
+		changed := false
+		for id, a := range addrs {
+			if cur.Addr(id) != a {
+				changed = true
+			}
+		}
+		if changed {
+			cur.SetAddrs(addrs)
+		}
+	}
+	for _, m := range v.ministries {
+		g := ids.GroupID(m.GetGroup())
+		if g == ids.PresidentGroup || !slices.Contains(m.GetMembers(), uint64(n.cfg.ID)) {
+			continue
+		}
+		if !n.host.HasGroup(g) {
+			if err := n.hostMinistry(g, m.GetMembers()); err != nil {
+				return err
+			}
+		}
+		// The first member was chosen to lead (the least loaded node):
+		// it stands for election while the group has no leader, so that
+		// ministers spread over nodes instead of going to whichever
+		// replica's timer fires first.
+		if m.GetMembers()[0] == uint64(n.cfg.ID) {
+			if lead, _ := n.host.Leader(g); lead == 0 && n.cfg.Clock.Now().Sub(n.lastCampaign[g]) > time.Second {
+				n.lastCampaign[g] = n.cfg.Clock.Now()
+				_ = n.host.Campaign(g)
+			}
+		}
+	}
+	return nil
+}
+
+// hostMinistry starts this node's replica of ministry g, created with
+// voters members, and remembers it for restarts.
+func (n *Node) hostMinistry(g ids.GroupID, members []uint64) error {
+	n.hostMu.Lock()
+	defer n.hostMu.Unlock()
+	if n.host.HasGroup(g) {
+		return nil
+	}
+	// Remembered first: a replica that was started must be started again
+	// after a crash, whatever the map says by then.
+	if !slices.ContainsFunc(n.ident.Groups, func(h hostedGroup) bool { return h.Group == uint64(g) }) {
+		n.ident.Groups = append(n.ident.Groups, hostedGroup{Group: uint64(g), Members: slices.Clone(members)})
+		if err := saveIdentity(n.eng, n.ident); err != nil {
+			return fmt.Errorf("record ministry %v in the node identity: %w", g, err)
+		}
+	}
+	if err := n.host.AddGroup(g, ministrySM{}, nodeIDs(members)); err != nil {
+		return fmt.Errorf("host ministry %v: %w", g, err)
+	}
+	n.log.Info("hosting ministry", "group", uint64(g), "members", members)
+	return nil
+}
+
+// hostedMinistries lists the ministries this node has a replica of.
+func (n *Node) hostedMinistries() []ids.GroupID {
+	var out []ids.GroupID
+	for _, st := range n.host.Status() {
+		if st.Group != ids.PresidentGroup {
+			out = append(out, st.Group)
+		}
+	}
+	return out
+}
+
+// groupAddrs returns candidate addresses for group g: its members from
+// the map (the initial peers for groups 0 and 1 of an older map).
+func (n *Node) groupAddrs(g ids.GroupID) []string {
+	var out []string
+	if g == ids.PresidentGroup {
+		return n.presidentAddrs()
+	}
+	if v := n.mapView(); v != nil {
+		if m := v.ministry(g); m != nil {
+			for _, id := range m.GetMembers() {
+				if a := n.addrOf(ids.NodeID(id)); a != "" {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+	if len(out) == 0 && g == ids.RootMinistry {
+		return n.presidentAddrs()
+	}
+	return out
+}
+
+// errRemote is a status other than OK or ERRNO from another node.
+type errRemote struct{ st *wire.Status }
+
+func (e *errRemote) Error() string { return fmt.Sprintf("%v: %s", e.st.GetCode(), e.st.GetMessage()) }
+
+// callLeader runs fn against g's leader wherever it is, following
+// NOT_LEADER hints and trying the members in turn, until ctx ends. fn
+// returns the answer's status; OK and ERRNO end the search.
+func (n *Node) callLeader(ctx context.Context, g ids.GroupID, fn func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error)) error {
+	var hint string
+	var last error
+	for attempt := 0; ; attempt++ {
+		addr := hint
+		hint = ""
+		if addr == "" {
+			if lead, _ := n.host.Leader(g); lead != 0 {
+				addr = n.addrOf(lead)
+			}
+		}
+		if addr == "" || attempt%2 == 1 {
+			cands := n.groupAddrs(g)
+			if len(cands) == 0 {
+				last = fmt.Errorf("ministry %v has no known members", g)
+			} else {
+				addr = cands[attempt%len(cands)]
+			}
+		}
+		if addr != "" {
+			cc, err := n.pool.Get(addr)
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				var st *wire.Status
+				st, err = fn(cctx, wire.NewMetaClient(cc))
+				cancel()
+				if err == nil {
+					switch st.GetCode() {
+					case wire.Code_OK, wire.Code_ERRNO:
+						return nil
+					case wire.Code_NOT_LEADER:
+						hint = st.GetLeaderAddr()
+					}
+					err = &errRemote{st}
+				}
+			}
+			last = fmt.Errorf("%s: %w", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reach the leader of %v: %w (last: %v)", g, ctx.Err(), last)
+		case <-n.stop:
+			return fmt.Errorf("reach the leader of %v: node stopping", g)
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// proposeAnywhere proposes cmd to group g through its leader, local or
+// remote, and returns the state machine's result.
+func (n *Node) proposeAnywhere(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*wire.Result, error) {
+	if _, me := n.host.Leader(g); me {
+		res, _, err := n.host.Propose(ctx, g, cmd)
+		return res, err
+	}
+	if cmd.GetReq().GetClientId() == 0 {
+		var done func()
+		cmd.Req, done = n.internalReq()
+		defer done()
+	}
+	var res *wire.Result
+	err := n.callLeader(ctx, g, func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: n.ClusterID(), Group: uint64(g), Cmd: cmd})
+		if err != nil {
+			return nil, err
+		}
+		res = resp.GetResult()
+		return resp.GetStatus(), nil
+	})
+	return res, err
+}
+
+// internalReq numbers a command this node sends to another node's
+// group; call done when its answer is in. first_incomplete is the lowest
+// number still in flight, so a slow command is never refused as older
+// than what was acknowledged.
+func (n *Node) internalReq() (*wire.RequestID, func()) {
+	n.reqMu.Lock()
+	defer n.reqMu.Unlock()
+	n.reqSeq++
+	s := n.reqSeq
+	if n.reqInflight == nil {
+		n.reqInflight = map[uint64]bool{}
+	}
+	n.reqInflight[s] = true
+	first := s
+	for f := range n.reqInflight {
+		first = min(first, f)
+	}
+	return &wire.RequestID{ClientId: n.reqClient, Seq: s, FirstIncomplete: first}, func() {
+		n.reqMu.Lock()
+		delete(n.reqInflight, s)
+		n.reqMu.Unlock()
+	}
+}
+
+// cloneCmd gives a command its own copy (a retried step resends it).
+func cloneCmd(c *wire.Command) *wire.Command { return proto.Clone(c).(*wire.Command) }
+
+func nodeIDs(l []uint64) []ids.NodeID {
+	out := make([]ids.NodeID, len(l))
+	for i, m := range l {
+		out[i] = ids.NodeID(m)
+	}
+	return out
+}
+
+func newReqClient() uint64 {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:]) | 1
+}
+
+// join asks a running cluster to admit this node and records the id it
+// was given.
+func (n *Node) join(ctx context.Context) (*identity, error) {
+	req := &wire.JoinRequest{Addr: n.cfg.Listen, Req: &wire.RequestID{ClientId: newReqClient(), Seq: 1, FirstIncomplete: 1}}
+	var last error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, a := range n.cfg.Join {
+			cc, err := n.pool.Get(a)
+			if err != nil {
+				last = err
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			resp, err := wire.NewMetaClient(cc).Join(cctx, req)
+			cancel()
+			if err != nil {
+				last = fmt.Errorf("%s: %w", a, err)
+				continue
+			}
+			if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
+				last = fmt.Errorf("%s: %v: %s", a, st.GetCode(), st.GetMessage())
+				if st.GetCode() == wire.Code_ERRNO || st.GetCode() == wire.Code_INVALID {
+					return nil, fmt.Errorf("join the cluster: %w", last)
+				}
+				continue
+			}
+			id := &identity{NodeID: ids.NodeID(resp.GetNodeId()), ClusterID: resp.GetClusterId(), Joined: true, Peers: map[ids.NodeID]string{}}
+			for _, m := range resp.GetMembers() {
+				id.Peers[ids.NodeID(m.GetId())] = m.GetAddr()
+			}
+			if err := saveIdentity(n.eng, id); err != nil {
+				return nil, fmt.Errorf("record node identity: %w", err)
+			}
+			n.log.Info("joined the cluster", "node", resp.GetNodeId(), "cluster", resp.GetClusterId())
+			return id, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("join the cluster through %v: %w", n.cfg.Join, last)
+}

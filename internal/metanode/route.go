@@ -1,0 +1,136 @@
+package metanode
+
+// Routing between ministries on the server side: a request for an inode
+// this ministry does not hold is answered REDIRECT when the inode is
+// known to live elsewhere (a forwarding record left by a move, or the
+// inode range the president granted to another ministry), and a rename
+// or link between two ministries is answered EXDEV, never ENOENT.
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// routeInos returns the inode a request is routed by (the directory of
+// an entry operation, the inode otherwise) and, for rename and link, the
+// second directory or inode that must live in the same ministry.
+func routeInos(cmd *wire.Command) (route, other ids.Ino) {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Create:
+		return ids.Ino(op.Create.GetParent()), 0
+	case *wire.Command_Link:
+		return ids.Ino(op.Link.GetNewParent()), ids.Ino(op.Link.GetIno())
+	case *wire.Command_Unlink:
+		return ids.Ino(op.Unlink.GetParent()), 0
+	case *wire.Command_Rename:
+		return ids.Ino(op.Rename.GetParent()), ids.Ino(op.Rename.GetNewParent())
+	case *wire.Command_Setattr:
+		return ids.Ino(op.Setattr.GetIno()), 0
+	case *wire.Command_SetXattr:
+		return ids.Ino(op.SetXattr.GetIno()), 0
+	case *wire.Command_RemoveXattr:
+		return ids.Ino(op.RemoveXattr.GetIno()), 0
+	case *wire.Command_SetChunk:
+		return ids.Ino(op.SetChunk.GetIno()), 0
+	case *wire.Command_WriteInline:
+		return ids.Ino(op.WriteInline.GetIno()), 0
+	case *wire.Command_DropInline:
+		return ids.Ino(op.DropInline.GetIno()), 0
+	}
+	return 0, 0
+}
+
+func readRouteIno(req *wire.ReadRequest) ids.Ino {
+	switch op := req.GetOp().(type) {
+	case *wire.ReadRequest_Lookup:
+		return ids.Ino(op.Lookup.GetParent())
+	case *wire.ReadRequest_GetAttr:
+		return ids.Ino(op.GetAttr.GetIno())
+	case *wire.ReadRequest_Readdir:
+		return ids.Ino(op.Readdir.GetIno())
+	case *wire.ReadRequest_GetXattr:
+		return ids.Ino(op.GetXattr.GetIno())
+	case *wire.ReadRequest_ListXattr:
+		return ids.Ino(op.ListXattr.GetIno())
+	case *wire.ReadRequest_Readlink:
+		return ids.Ino(op.Readlink.GetIno())
+	case *wire.ReadRequest_GetChunks:
+		return ids.Ino(op.GetChunks.GetIno())
+	}
+	return 0
+}
+
+// elsewhere returns the ministry other than g that holds ino, when g does
+// not hold it and that is known here (0 otherwise).
+func (n *Node) elsewhere(g ids.GroupID, ino ids.Ino) ids.GroupID {
+	if ino == 0 {
+		return 0
+	}
+	held := true
+	var fw ids.GroupID
+	_ = n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		_, err := namespace.GetAttr(r, ino)
+		if held = err == nil; held {
+			return nil
+		}
+		fw, err = namespace.Forwarded(r, ino)
+		return err
+	})
+	switch {
+	case held:
+		return 0
+	case fw != 0:
+		return fw
+	case ino == ids.RootIno:
+		if g != ids.RootMinistry {
+			return ids.RootMinistry
+		}
+		return 0
+	case !n.host.HasGroup(ids.PresidentGroup):
+		return 0
+	}
+	// Created by another ministry, from the inode range it was granted.
+	var to ids.GroupID
+	_ = n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		owner, err := clustermap.InodeRangeOwner(r, uint64(ino))
+		if err == nil && owner != 0 && owner != uint64(g) {
+			to = ids.GroupID(owner)
+		}
+		return err
+	})
+	return to
+}
+
+// redirectStatus is the REDIRECT answer for an inode held by ministry to.
+func redirectStatus(ino ids.Ino, from, to ids.GroupID) *wire.Status {
+	return &wire.Status{Code: wire.Code_REDIRECT, Ministry: uint64(to),
+		Message: fmt.Sprintf("inode %v is held by ministry %d, not %d", ino, uint64(to), uint64(from))}
+}
+
+// routeMutation looks at a mutation that failed with ENOENT or ESTALE:
+// it returns REDIRECT when its inode lives in another ministry, or the
+// EXDEV errno when a rename or link spans two ministries (nil: the
+// failure stands).
+func (n *Node) routeMutation(g ids.GroupID, cmd *wire.Command, res *wire.Result) *wire.Status {
+	switch syscall.Errno(res.GetErrno()) {
+	case syscall.ENOENT, syscall.ESTALE:
+	default:
+		return nil
+	}
+	route, other := routeInos(cmd)
+	if to := n.elsewhere(g, route); to != 0 {
+		return redirectStatus(route, g, to)
+	}
+	if to := n.elsewhere(g, other); to != 0 {
+		msg := fmt.Sprintf("inode %v lives in ministry %d and inode %v in ministry %d: an operation across ministries is not supported yet",
+			route, uint64(g), other, uint64(to))
+		return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EXDEV), Message: msg}
+	}
+	return nil
+}
