@@ -25,8 +25,10 @@ import (
 // maxMsgSize bounds gRPC messages both ways.
 const maxMsgSize = 16 << 20
 
-// maxOwners bounds the ino→ministry cache; when full it is cleared (a
-// forgotten owner costs at most one REDIRECT).
+// maxOwners bounds the ino→ministry cache; when full an eighth of it is
+// dropped at random. A forgotten owner costs a REDIRECT, never a wrong
+// answer: the root ministry redirects an inode it does not hold to the
+// ministry it moved to or whose inode range it came from.
 const maxOwners = 1 << 16
 
 var errClosed = errors.New("govfs: client is closed")
@@ -64,7 +66,10 @@ type Client struct {
 		silent   map[string]time.Time
 		applied  map[ids.GroupID]uint64
 		owners   map[ids.Ino]ids.GroupID
-		nextSeq  uint64
+		// mapFetched: when the cluster map was last fetched to learn
+		// an unknown ministry's members (admin.go refreshMap).
+		mapFetched time.Time
+		nextSeq    uint64
 		inflight map[uint64]struct{}
 		// data plane, from ClusterInfo: replica groups by id, chunk
 		// server data addresses by id, the cluster's chunk size.

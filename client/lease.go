@@ -236,7 +236,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	}
 	end := c.cfg.Clock.Now().Add(opts.Wait)
 	token := c.leaseToken.Add(1)
-	discarded := 0
+	discarded, redirects := 0, 0
 	for {
 		sent := c.cfg.Clock.Now()
 		wait := max(0, end.Sub(sent))
@@ -250,6 +250,14 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
 		asked()
+		var redir *redirectedError
+		if errors.As(err, &redir) {
+			redirects++
+			if redir.to == group || redirects > maxRedirects {
+				return nil, fmt.Errorf("%w: redirect loop for the lease on ino %v (%v -> %v)", syscall.EIO, ino, group, redir.to)
+			}
+			continue
+		}
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
@@ -318,6 +326,7 @@ func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.Lea
 	req.ClientId = c.clientID
 	var out *wire.LeaseResponse
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		c.refreshMap(ctx, group)
 		addr := c.leaderAddr(group)
 		cl, err := c.conn(addr)
 		if err != nil {
@@ -351,11 +360,27 @@ func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.Lea
 		case wire.Code_ERRNO:
 			out = resp
 			return false, fmt.Errorf("%w: %s", syscall.Errno(st.GetErrno()), st.GetMessage())
+		case wire.Code_REDIRECT:
+			// The inode lives in another ministry: the caller routes
+			// again (acquire looks its owner up afresh).
+			if ino := ids.Ino(req.GetIno()); ino != 0 && st.GetMinistry() != 0 {
+				c.setOwner(ino, ids.GroupID(st.GetMinistry()))
+			}
+			return false, &redirectedError{to: ids.GroupID(st.GetMinistry()), msg: st.GetMessage()}
 		}
 		return false, finalStatusErr(st)
 	})
 	return out, err
 }
+
+// redirectedError: a lease request reached a ministry that does not hold
+// the inode.
+type redirectedError struct {
+	to  ids.GroupID
+	msg string
+}
+
+func (e *redirectedError) Error() string { return fmt.Sprintf("redirected to %v: %s", e.to, e.msg) }
 
 // leaseKeeper renews a Client's leases: one long-poll loop per ministry
 // while the Client holds leases there.

@@ -41,6 +41,11 @@ func (c *Client) lookup(ctx context.Context, parent ids.Ino, name string, opts [
 		return nil, syscall.EIO
 	}
 	c.learnChild(ids.Ino(attr.GetIno()), group, resp.GetMinistry())
+	if resp.GetMinistry() != 0 {
+		// The root of a subtree another ministry owns: its attributes
+		// live there.
+		return c.getAttr(ctx, ids.Ino(attr.GetIno()), opts)
+	}
 	return attr, nil
 }
 

@@ -104,7 +104,14 @@ func (c *Client) setOwner(ino ids.Ino, g ids.GroupID) {
 		return
 	}
 	if len(c.mu.owners) >= maxOwners {
-		clear(c.mu.owners)
+		drop := maxOwners / 8
+		for ino := range c.mu.owners {
+			if drop == 0 {
+				break
+			}
+			delete(c.mu.owners, ino)
+			drop--
+		}
 	}
 	c.mu.owners[ino] = g
 }
@@ -286,6 +293,7 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 	redirects := 0
 	var res *wire.Result
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		c.refreshMap(ctx, group)
 		addr := c.leaderAddr(group)
 		cl, err := c.conn(addr)
 		if err != nil {
@@ -360,6 +368,7 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	override := ""
 	var out *wire.ReadResponse
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		c.refreshMap(ctx, group)
 		addr := override
 		override = ""
 		if addr == "" {

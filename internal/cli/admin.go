@@ -19,7 +19,13 @@ import (
 const adminUsage = `Usage: govfs admin [--meta ADDRS] [--timeout D] <command> [arguments]
 
 Commands:
-  status [--json]   members, reachability and every Raft group's state
+  status [--json]       members, reachability and every Raft group's state
+  ministries [--json]   ministries: subtrees, members, minister, epoch; moves under way
+  nodes [--json]        metadata nodes: address, liveness, role in each group
+  assign PATH --new [--nodes 4,5,6] | --ministry ID
+                        give the directory PATH (and everything below it) to a
+                        new ministry, or to an existing one
+  unassign PATH         give PATH back to the ministry of its parent
 
 Metadata nodes come from --meta host:port,... or $GOVFS_META.`
 
@@ -57,6 +63,14 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("admin status: unexpected arguments %q", f.Args())
 		}
 		return adminStatus(ctx, g, *asJSON, stdout)
+	case "ministries":
+		return adminMinistries(ctx, g, top.Args()[1:], stdout, stderr)
+	case "nodes":
+		return adminNodes(ctx, g, top.Args()[1:], stdout, stderr)
+	case "assign":
+		return adminAssign(ctx, g, top.Args()[1:], false, stdout, stderr)
+	case "unassign":
+		return adminAssign(ctx, g, top.Args()[1:], true, stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return fmt.Errorf("admin: unknown command %q", sub)

@@ -18,6 +18,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "./govfs-dev", "directory for the nodes' data and logs")
 	mountDir := fs.String("mount", "", "also mount the cluster with FUSE on this directory (see govfs mount)")
+	metaNodes := fs.Int("meta-nodes", 3, "metadata nodes: the first 3 form the cluster, the others join it idle (for ministries: govfs admin assign)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -29,15 +30,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("dev: find the govfs binary: %w", err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: 3, HTTP: true, Chunks: 3})
+	if *metaNodes < 1 || *metaNodes > 64 {
+		return fmt.Errorf("dev: --meta-nodes %d: give 1 to 64", *metaNodes)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: *metaNodes, HTTP: true, Chunks: 3})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dev: %w (node logs are in %s)", err, abs)
 	}
 	defer c.Stop()
 	meta := strings.Join(c.Addrs(), ",")
-	fmt.Fprintf(stdout, "GovFS dev cluster is up: 3 metadata nodes and 3 chunk servers, data and logs in %s\n", abs)
+	fmt.Fprintf(stdout, "GovFS dev cluster is up: %d metadata nodes and 3 chunk servers, data and logs in %s\n", *metaNodes, abs)
 	for i, a := range c.Addrs() {
 		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/govfs/govfs/internal/ids"
@@ -17,6 +18,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	id := fs.String("id", "", "this node's id (a positive integer listed in --peers)")
 	listen := fs.String("listen", "", "HOST:PORT to serve gRPC on")
 	peers := fs.String("peers", "", "every initial member as ID=HOST:PORT,... (including this node)")
+	join := fs.String("join", "", "HOST:PORT,... of running metadata nodes: add this node to that cluster (instead of --id and --peers); restart it with the same flags")
 	data := fs.String("data", "", "data directory")
 	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
@@ -39,14 +41,25 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	cfg := metanode.DefaultConfig()
-	if *id == "" {
-		return fmt.Errorf("meta: --id is required")
-	}
-	if cfg.ID, err = ids.ParseNodeID(*id); err != nil {
-		return fmt.Errorf("meta: --id: %w", err)
-	}
-	if cfg.Peers, err = metanode.ParsePeers(*peers); err != nil {
-		return fmt.Errorf("meta: %w", err)
+	switch {
+	case *join != "":
+		if *peers != "" || *id != "" {
+			return fmt.Errorf("meta: --join adds a node to a running cluster and gives it an id: leave out --id and --peers (they form a new cluster)")
+		}
+		for _, a := range strings.Split(*join, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cfg.Join = append(cfg.Join, a)
+			}
+		}
+	case *id == "":
+		return fmt.Errorf("meta: --id is required (with --peers, to form a cluster), or --join ADDRS to add this node to a running one")
+	default:
+		if cfg.ID, err = ids.ParseNodeID(*id); err != nil {
+			return fmt.Errorf("meta: --id: %w", err)
+		}
+		if cfg.Peers, err = metanode.ParsePeers(*peers); err != nil {
+			return fmt.Errorf("meta: %w", err)
+		}
 	}
 	cfg.Listen, cfg.DataDir, cfg.HTTPListen, cfg.TickInterval, cfg.Logger = *listen, *data, *httpAddr, *tick, log
 	if *batchDelay < 0 {

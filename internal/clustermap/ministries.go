@@ -24,7 +24,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sort"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -280,9 +279,8 @@ func createMinistry(rw engine.ReadWriter, members []uint64) (uint64, *wire.Resul
 	if err != nil {
 		return 0, nil, err
 	}
-	ms := slices.Clone(members)
-	sort.Slice(ms, func(i, j int) bool { return ms[i] < ms[j] })
-	m := &wire.Ministry{Group: id, Members: ms, Epoch: 1}
+	// In the order given: the first member is the one chosen to lead.
+	m := &wire.Ministry{Group: id, Members: slices.Clone(members), Epoch: 1}
 	return id, nil, putMsg(rw, ministryKey(id), m)
 }
 

@@ -5,9 +5,11 @@ package metanode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/govfs/govfs/internal/ids"
@@ -63,12 +65,17 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 	}
 	ctx, cancel := context.WithTimeout(ctx, assignWait)
 	defer cancel()
+	// Refuse early what the source would refuse (no ministry is created
+	// for nothing); the source checks again when it freezes the subtree.
+	if err := n.checkMovable(ctx, req); err != nil {
+		return &wire.AssignResponse{Status: errnoStatus(err, syscall.EIO)}, nil
+	}
 	op := &wire.BeginMoveOp{Ino: req.GetIno(), Parent: req.GetParent(), Name: req.GetName(), Path: req.GetPath(),
 		Source: req.GetSource(), Target: req.GetTarget(), Unassign: req.GetUnassign()}
 	if req.GetNew() {
 		members, err := n.chooseMembers(ctx, req.GetMembers())
 		if err != nil {
-			return &wire.AssignResponse{Status: statusOf(wire.Code_ERRNO, "assign %s: %v", req.GetPath(), err)}, nil
+			return &wire.AssignResponse{Status: errnoStatus(err, syscall.EINVAL)}, nil
 		}
 		op.Members = members
 	}
@@ -207,3 +214,44 @@ func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.Jo
 	n.log.Info("metadata node joined", "node", res.GetStart(), "addr", req.GetAddr())
 	return resp, nil
 }
+
+// checkMovable asks the source whether the subtree can move now: at this
+// stage only an empty directory can.
+func (n *Node) checkMovable(ctx context.Context, req *wire.AssignRequest) error {
+	var resp *wire.ReadResponse
+	err := n.callLeader(ctx, ids.GroupID(req.GetSource()), func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+		var err error
+		resp, err = cl.Read(ctx, &wire.ReadRequest{ClusterId: n.ClusterID(), Group: req.GetSource(), Consistency: wire.ReadConsistency_LINEARIZABLE,
+			Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}})
+		if err != nil {
+			return nil, err
+		}
+		return resp.GetStatus(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("ask ministry %d about %s: %w", req.GetSource(), req.GetPath(), err)
+	}
+	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
+		return fmt.Errorf("ministry %d about %s: %s", req.GetSource(), req.GetPath(), st.GetMessage())
+	}
+	if len(resp.GetEntries()) > 0 {
+		return &codedErr{syscall.ENOTEMPTY, fmt.Sprintf("%s is not empty: moving a populated subtree to another ministry is not built yet; assign the directory while it is empty (files created in it afterwards belong to the new ministry)", req.GetPath())}
+	}
+	return nil
+}
+
+// errnoStatus is an ERRNO status for err: its own errno, or def.
+func errnoStatus(err error, def syscall.Errno) *wire.Status {
+	e := def
+	errors.As(err, &e)
+	return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(e), Message: err.Error()}
+}
+
+// codedErr is an errno with a message that does not repeat it.
+type codedErr struct {
+	errno syscall.Errno
+	msg   string
+}
+
+func (e *codedErr) Error() string { return e.msg }
+func (e *codedErr) Unwrap() error { return e.errno }

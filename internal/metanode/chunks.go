@@ -88,7 +88,7 @@ func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbe
 	}
 	if lead, me := s.n.host.Leader(ids.PresidentGroup); !me {
 		return &wire.ChunkHeartbeatResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, Message: "heartbeats go to the president",
-			LeaderId: uint64(lead), LeaderAddr: s.n.cfg.Peers[lead]}}, nil
+			LeaderId: uint64(lead), LeaderAddr: s.n.presidentHint(lead)}}, nil
 	}
 	var known bool
 	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {

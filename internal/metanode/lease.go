@@ -221,6 +221,11 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	var err error
 	switch req.GetOp() {
 	case wire.LeaseOp_LEASE_ACQUIRE:
+		// A lease on an inode that is being moved, or that lives in
+		// another ministry, is not this minister's to give.
+		if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
+			return &wire.LeaseResponse{Status: st}, nil
+		}
 		resp, err = ls.acquire(ctx, g, req)
 	case wire.LeaseOp_LEASE_KEEPALIVE:
 		resp, err = ls.keepalive(ctx, g, req)
@@ -728,4 +733,25 @@ func earliestTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// leaseRoute answers a lease request for an inode being moved
+// (UNAVAILABLE: ask again) or held by another ministry (REDIRECT); nil
+// when the inode is this ministry's.
+func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
+	var st *wire.Status
+	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		move, err := namespace.Frozen(r, ino)
+		if err == nil && move != 0 {
+			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+		}
+		return err
+	})
+	if st != nil {
+		return st
+	}
+	if to := s.n.elsewhere(g, ino); to != 0 {
+		return redirectStatus(ino, g, to)
+	}
+	return nil
 }

@@ -36,6 +36,11 @@ func (s *metaService) errStatus(g ids.GroupID, err error) *wire.Status {
 	switch {
 	case errors.As(err, &nl):
 		return &wire.Status{Code: wire.Code_NOT_LEADER, Message: err.Error(), LeaderId: uint64(nl.Leader), LeaderAddr: s.n.addrOf(nl.Leader)}
+	case errors.Is(err, multiraft.ErrUnknownGroup) && g == ids.PresidentGroup:
+		// A node that joined later hosts no president replica: point at
+		// one that does.
+		return &wire.Status{Code: wire.Code_NOT_LEADER, LeaderAddr: s.n.presidentHint(0),
+			Message: fmt.Sprintf("node %v does not host the president group", s.n.cfg.ID)}
 	case errors.Is(err, multiraft.ErrUnknownGroup):
 		return statusOf(wire.Code_UNKNOWN_GROUP, "group %v is not hosted on node %v", g, s.n.cfg.ID)
 	case errors.Is(err, multiraft.ErrUnavailable), errors.Is(err, multiraft.ErrStopped),
@@ -328,6 +333,11 @@ func query(r interface {
 		if err != nil {
 			return nil, err
 		}
+		if attr == nil && de.GetMinistry() != 0 {
+			// A referral: the child's attributes are in its ministry;
+			// the client asks there (ino and type only here).
+			attr = &wire.Attr{Ino: de.GetIno(), Type: de.GetType()}
+		}
 		return &wire.ReadResponse{Attr: attr, Ministry: de.GetMinistry()}, nil
 	case *wire.ReadRequest_GetAttr:
 		attr, err := namespace.GetAttr(r, ids.Ino(op.GetAttr.GetIno()))
@@ -416,6 +426,9 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 			m.Leader = uint64(lead)
 			resp.Ministries[i] = m
 		}
+	}
+	if v.info != nil {
+		resp.ReplicaGroups, resp.ChunkServers, resp.ChunkSize = v.info.GetReplicaGroups(), v.info.GetChunkServers(), v.info.GetChunkSize()
 	}
 	if s.n.host.HasGroup(ids.PresidentGroup) {
 		_ = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {

@@ -30,6 +30,9 @@ type mapView struct {
 	// taken is when a copy fetched from another node was read (zero for
 	// the node's own replica of group 0).
 	taken time.Time
+	// info is the answer the copy came from (its data plane is served
+	// from it too).
+	info *wire.ClusterInfoResponse
 }
 
 func (v *mapView) ministry(g ids.GroupID) *wire.Ministry {
@@ -116,7 +119,7 @@ func (n *Node) fetchMap(ctx context.Context) error {
 			continue
 		}
 		n.maps.mu.Lock()
-		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), taken: n.cfg.Clock.Now()}
+		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), taken: n.cfg.Clock.Now(), info: info}
 		n.maps.mu.Unlock()
 		return nil
 	}
@@ -131,6 +134,18 @@ func (n *Node) presidentAddrs() []string {
 		out = append(out, n.ident.Peers[id])
 	}
 	return out
+}
+
+// presidentHint names where the president's leader may be: lead's
+// address when known, else a president member at random.
+func (n *Node) presidentHint(lead ids.NodeID) string {
+	if a := n.addrOf(lead); a != "" {
+		return a
+	}
+	if addrs := n.presidentAddrs(); len(addrs) > 0 {
+		return addrs[rand.IntN(len(addrs))]
+	}
+	return ""
 }
 
 // addrOf returns the address of metadata node id ("" when unknown).

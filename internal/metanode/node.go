@@ -88,7 +88,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", uint64(cfg.ID)), eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
+	log := cfg.Logger
+	if cfg.ID != 0 {
+		log = log.With("node", uint64(cfg.ID)) // a joining node learns its id below
+	}
+	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
 		lastCampaign: map[ids.GroupID]time.Time{}}
 	ok := false
 	defer func() {

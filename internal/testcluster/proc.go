@@ -32,6 +32,10 @@ type ProcConfig struct {
 	// cluster.json with the chosen ports.
 	Dir   string
 	Nodes int
+	// Founders is how many of the Nodes form the cluster with --peers
+	// (default: all of them, at most 3); the others join it one by one
+	// with --join, so node i+1 still gets id i+1.
+	Founders int
 	// Tick is the raft tick passed to each node (election timeout = 10).
 	Tick time.Duration
 	// HTTP gives each node (metadata and chunk) a /metrics port too.
@@ -99,6 +103,9 @@ func FreeAddr() (string, error) {
 func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 	if cfg.Nodes <= 0 {
 		cfg.Nodes = 3
+	}
+	if cfg.Founders <= 0 || cfg.Founders > cfg.Nodes {
+		cfg.Founders = min(cfg.Nodes, 3)
 	}
 	if cfg.Tick <= 0 {
 		cfg.Tick = 100 * time.Millisecond
@@ -170,12 +177,61 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 	c.procs = make([]*exec.Cmd, total)
 	c.exits = make([]*exit, total)
 	for i := 0; i < total; i++ {
+		if i >= cfg.Founders && i < cfg.Nodes {
+			continue // joiners last, in order
+		}
 		if err := c.Start(i); err != nil {
 			c.Stop()
 			return nil, err
 		}
 	}
+	for i := cfg.Founders; i < cfg.Nodes; i++ {
+		if err := c.Start(i); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if err := c.waitMember(i, 60*time.Second); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// waitMember waits until the cluster map lists node i's address (it
+// joined, and got id i+1 since joiners start one at a time).
+func (c *ProcCluster) waitMember(i int, timeout time.Duration) error {
+	pool := rpc.NewPool()
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		for _, a := range c.layout.Addrs[:c.cfg.Founders] {
+			cc, err := pool.Get(a)
+			if err != nil {
+				continue
+			}
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+			ccancel()
+			if err != nil {
+				continue
+			}
+			for _, m := range info.GetMembers() {
+				if m.GetAddr() == c.layout.Addrs[i] {
+					if m.GetId() != uint64(i+1) {
+						return fmt.Errorf("node %d joined with id %d (another node joined meanwhile?)", i+1, m.GetId())
+					}
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node %d did not join within %v (log %s)%s", i+1, timeout, c.LogPath(i), c.exitedProcs())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (c *ProcCluster) saveLayout(path string) error {
@@ -195,7 +251,7 @@ func (c *ProcCluster) ChunkAddrs() []string {
 // Peers is the --peers value of the cluster.
 func (c *ProcCluster) Peers() string {
 	var parts []string
-	for i, a := range c.layout.Addrs {
+	for i, a := range c.layout.Addrs[:c.cfg.Founders] {
 		parts = append(parts, fmt.Sprintf("%d=%s", i+1, a))
 	}
 	return strings.Join(parts, ",")
@@ -234,6 +290,10 @@ func (c *ProcCluster) args(i int) []string {
 	}
 	args := []string{"meta", "--id", fmt.Sprint(i + 1), "--listen", c.layout.Addrs[i], "--peers", c.Peers(),
 		"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
+	if i >= c.cfg.Founders {
+		args = []string{"meta", "--join", strings.Join(c.layout.Addrs[:c.cfg.Founders], ","), "--listen", c.layout.Addrs[i],
+			"--data", filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i+1)), "--tick", c.cfg.Tick.String()}
+	}
 	if len(c.layout.HTTP) > i {
 		args = append(args, "--http", c.layout.HTTP[i])
 	}

@@ -1,0 +1,162 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// AssignOptions say where Assign moves a subtree.
+type AssignOptions struct {
+	// New creates a ministry for the subtree, on Nodes (metadata node
+	// ids; empty: the president picks three live nodes hosting the
+	// fewest ministries).
+	New   bool
+	Nodes []uint64
+	// Ministry gives the subtree to an existing ministry instead.
+	Ministry uint64
+}
+
+// Assign gives the subtree at path (a directory) to another ministry
+// and waits for the move to end. It returns the move as the cluster map
+// records it: DONE, ABORTED (Move.Error says why; nothing changed), or
+// still COPYING/COMMITTED when it took longer than the server waits (it
+// goes on; see ClusterMap).
+func (c *Client) Assign(ctx context.Context, path string, o AssignOptions) (*wire.Move, error) {
+	mv, err := c.assign(ctx, path, o, false)
+	return mv, opErr("assign", path, err)
+}
+
+// Unassign gives the subtree at path back to the ministry of its parent.
+func (c *Client) Unassign(ctx context.Context, path string) (*wire.Move, error) {
+	mv, err := c.assign(ctx, path, AssignOptions{}, true)
+	return mv, opErr("unassign", path, err)
+}
+
+func (c *Client) assign(ctx context.Context, path string, o AssignOptions, unassign bool) (*wire.Move, error) {
+	comps, err := splitPath(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(comps) == 0 {
+		return nil, fmt.Errorf("%w: / always belongs to the root ministry; assign a directory below it", syscall.EINVAL)
+	}
+	// Where things are now, read linearizably: the assign is decided on
+	// the current tree.
+	lin := []ReadOption{Linearizable()}
+	attr, err := c.resolve(ctx, comps, lin)
+	if err != nil {
+		return nil, err
+	}
+	if attr.GetType() != wire.FileType_DIRECTORY {
+		return nil, fmt.Errorf("%w: only a directory (with everything below it) can belong to a ministry", syscall.ENOTDIR)
+	}
+	parent, name, err := c.parentOf(ctx, path, syscall.EINVAL)
+	if err != nil {
+		return nil, err
+	}
+	ino := ids.Ino(attr.GetIno())
+	req := &wire.AssignRequest{ClusterId: c.clusterID, Path: cleanPath(comps), Ino: uint64(ino), Parent: uint64(parent),
+		Name: []byte(name), Source: uint64(c.owner(ino)), Target: o.Ministry, New: o.New, Members: o.Nodes, Unassign: unassign}
+	if unassign {
+		if c.owner(ino) == c.owner(parent) {
+			return nil, fmt.Errorf("%w: it belongs to ministry %d like its parent: nothing to give back", syscall.EINVAL, uint64(c.owner(ino)))
+		}
+		req.Target, req.New = uint64(c.owner(parent)), false
+	}
+	cmd := c.newCommand(func(*wire.Command) {})
+	defer c.finish(cmd.GetReq().GetSeq())
+	req.Req = cmd.GetReq()
+	var out *wire.Move
+	err = c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+		addr := c.leaderAddr(ids.PresidentGroup)
+		cl, err := c.conn(addr)
+		if err != nil {
+			return false, err
+		}
+		// The president waits up to 25 s for the move to end.
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := cl.Assign(cctx, req)
+		cancel()
+		if err != nil {
+			c.leaderFailed(ids.PresidentGroup, addr)
+			return c.rpcFailed(ctx, addr, err)
+		}
+		st := resp.GetStatus()
+		switch st.GetCode() {
+		case wire.Code_OK:
+			c.setLeader(ids.PresidentGroup, addr)
+			out = resp.GetMove()
+			return false, nil
+		case wire.Code_NOT_LEADER:
+			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
+				c.hintLeader(ids.PresidentGroup, hint)
+			} else {
+				c.leaderFailed(ids.PresidentGroup, addr)
+			}
+			return true, fmt.Errorf("%s: not the president's leader", addr)
+		case wire.Code_UNAVAILABLE:
+			c.leaderFailed(ids.PresidentGroup, addr)
+			return true, fmt.Errorf("%s: %s", addr, st.GetMessage())
+		case wire.Code_ERRNO:
+			return false, &errnoMsg{errno: syscall.Errno(st.GetErrno()), msg: st.GetMessage()}
+		}
+		return false, finalStatusErr(st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The owner of the subtree root changed (or will): ask afresh.
+	c.forgetOwner(ino)
+	return out, nil
+}
+
+func cleanPath(comps []string) string {
+	p := ""
+	for _, c := range comps {
+		p += "/" + c
+	}
+	return p
+}
+
+// forgetOwner drops what this Client believed about ino's ministry.
+func (c *Client) forgetOwner(ino ids.Ino) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.mu.owners, ino)
+}
+
+// ClusterMap returns the cluster map as a metadata node has it: members,
+// ministries (with the leaders that node knows), recent moves. Reads go
+// to the president's members first, whose copy is current.
+func (c *Client) ClusterMap(ctx context.Context) (*wire.ClusterInfoResponse, error) {
+	info, err := c.fetchClusterInfo(ctx, &c.retry)
+	if err != nil {
+		return nil, opErr("cluster map", "", err)
+	}
+	c.applyClusterInfo(info)
+	return info, nil
+}
+
+// refreshMap fetches the map again when the Client meets a ministry it
+// has no addresses for (at most once a second).
+func (c *Client) refreshMap(ctx context.Context, g ids.GroupID) {
+	c.mu.Lock()
+	_, known := c.mu.groupAddrs[g]
+	recent := time.Since(c.mu.mapFetched) < time.Second
+	if known || recent || g == ids.PresidentGroup {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.mapFetched = time.Now()
+	c.mu.Unlock()
+	r := c.retry
+	r.budget = c.cfg.CallTimeout
+	if info, err := c.fetchClusterInfo(ctx, &r); err == nil {
+		c.applyClusterInfo(info)
+	}
+}
