@@ -305,6 +305,9 @@ func (c *Client) link(ctx context.Context, ino, newParent ids.Ino, newName strin
 	if err := checkName(newName); err != nil {
 		return nil, err
 	}
+	if c.apart(ino, newParent) {
+		return nil, &errnoMsg{errno: syscall.EXDEV, msg: "the file and the directory belong to different ministries: links across ministries are not supported yet"}
+	}
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_Link{Link: &wire.LinkOp{Ino: uint64(ino), NewParent: uint64(newParent), NewName: []byte(newName)}}
 	})
@@ -396,6 +399,9 @@ func (c *Client) rename(ctx context.Context, parent ids.Ino, name string, newPar
 	}
 	if err := checkName(newName); err != nil {
 		return err
+	}
+	if c.apart(parent, newParent) {
+		return &errnoMsg{errno: syscall.EXDEV, msg: "the two directories belong to different ministries: renames across ministries are not supported yet (mv copies instead)"}
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_Rename{Rename: &wire.RenameOp{

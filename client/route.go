@@ -94,6 +94,30 @@ func (c *Client) owner(ino ids.Ino) ids.GroupID {
 	return ids.RootMinistry
 }
 
+// apart reports whether a and b are known to belong to different
+// ministries (an inode not in the cache belongs to the root ministry
+// only as a guess, so it proves nothing; the ministry answers EXDEV
+// then).
+func (c *Client) apart(a, b ids.Ino) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ga, oka := c.mu.owners[a]
+	gb, okb := c.mu.owners[b]
+	switch {
+	case oka && okb:
+		return ga != gb
+	case oka != okb:
+		// One is known to be outside the root ministry; the other is
+		// the root (always the root ministry's).
+		other := b
+		if okb {
+			other = a
+		}
+		return other == ids.RootIno
+	}
+	return false
+}
+
 // setOwner records that group g owns ino. Only inodes outside the root
 // ministry are stored, since that is the default.
 func (c *Client) setOwner(ino ids.Ino, g ids.GroupID) {

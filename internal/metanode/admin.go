@@ -65,6 +65,16 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 	}
 	ctx, cancel := context.WithTimeout(ctx, assignWait)
 	defer cancel()
+	if v := n.mapView(); v != nil && !req.GetUnassign() {
+		for _, m := range v.ministries {
+			for _, st := range m.GetSubtrees() {
+				if st.GetIno() == req.GetIno() {
+					return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EEXIST),
+						Message: fmt.Sprintf("%s is already the root of ministry %d's subtree", req.GetPath(), m.GetGroup())}}, nil
+				}
+			}
+		}
+	}
 	// Refuse early what the source would refuse (no ministry is created
 	// for nothing); the source checks again when it freezes the subtree.
 	if err := n.checkMovable(ctx, req); err != nil {

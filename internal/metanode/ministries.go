@@ -194,11 +194,20 @@ func (n *Node) syncMap(v *mapView) error {
 		// it stands for election while the group has no leader, so that
 		// ministers spread over nodes instead of going to whichever
 		// replica's timer fires first.
-		if m.GetMembers()[0] == uint64(n.cfg.ID) {
-			if lead, _ := n.host.Leader(g); lead == 0 && n.cfg.Clock.Now().Sub(n.lastCampaign[g]) > time.Second {
-				n.lastCampaign[g] = n.cfg.Clock.Now()
-				_ = n.host.Campaign(g)
-			}
+		preferred := ids.NodeID(m.GetMembers()[0])
+		lead, me := n.host.Leader(g)
+		since := n.cfg.Clock.Now().Sub(n.lastCampaign[g])
+		switch {
+		case preferred == n.cfg.ID && lead == 0 && since > time.Second:
+			n.lastCampaign[g] = n.cfg.Clock.Now()
+			_ = n.host.Campaign(g)
+		case me && preferred != n.cfg.ID && g != ids.RootMinistry && since > 10*time.Second && n.host.CaughtUp(g, preferred):
+			// Another member won the first election: hand the ministry
+			// to the chosen one (if it is behind or down, raft keeps
+			// the leadership here). The root ministry keeps whoever
+			// leads it: its members were not chosen by load.
+			n.lastCampaign[g] = n.cfg.Clock.Now()
+			_ = n.host.TransferLeader(g, preferred)
 		}
 	}
 	return nil

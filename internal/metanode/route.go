@@ -127,10 +127,28 @@ func (n *Node) routeMutation(g ids.GroupID, cmd *wire.Command, res *wire.Result)
 	if to := n.elsewhere(g, route); to != 0 {
 		return redirectStatus(route, g, to)
 	}
-	if to := n.elsewhere(g, other); to != 0 {
-		msg := fmt.Sprintf("inode %v lives in ministry %d and inode %v in ministry %d: an operation across ministries is not supported yet",
-			route, uint64(g), other, uint64(to))
-		return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EXDEV), Message: msg}
+	if other == 0 || n.holds(g, other) || !n.holds(g, route) {
+		return nil
 	}
-	return nil
+	// The first inode is here and the second is not: it lives in another
+	// ministry (known here or not: a node without the president's map
+	// cannot tell one that moved from one never made).
+	where := "another ministry"
+	if to := n.elsewhere(g, other); to != 0 {
+		where = fmt.Sprintf("ministry %d", uint64(to))
+	}
+	msg := fmt.Sprintf("inode %v lives in ministry %d and inode %v in %s: renames and links across ministries are not supported yet (mv copies instead)",
+		route, uint64(g), other, where)
+	return &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EXDEV), Message: msg}
+}
+
+// holds reports whether ministry g holds ino.
+func (n *Node) holds(g ids.GroupID, ino ids.Ino) bool {
+	held := false
+	_ = n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		_, err := namespace.GetAttr(r, ino)
+		held = err == nil
+		return nil
+	})
+	return held
 }

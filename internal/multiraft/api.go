@@ -457,3 +457,22 @@ func (h *Host) Read(g ids.GroupID, fn func(r engine.Reader, applied uint64) erro
 	defer r.stateMu.RUnlock()
 	return fn(r.cache.Reader(base), r.applied.Load())
 }
+
+// CaughtUp reports whether this node leads g and `to` is an active
+// follower holding its whole log: a leadership transfer to it would be
+// quick (a transfer to a node that is down or behind stalls proposals
+// for up to an election timeout).
+func (h *Host) CaughtUp(g ids.GroupID, to ids.NodeID) bool {
+	r := h.replica(g)
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.mu.leader {
+		return false
+	}
+	st := r.mu.rn.Status()
+	pr, ok := st.Progress[uint64(to)]
+	return ok && pr.RecentActive && pr.Match >= st.HardState.GetCommit()
+}

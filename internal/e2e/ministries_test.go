@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/testcluster"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// Many ministries (issue 11): five metadata processes, three founders and
+// two that join; subtrees delegated with Assign; routing, EXDEV, bad
+// input, a restart and a kill -9 of a delegated ministry's minister.
+
+func put(ctx context.Context, cl *client.Client, path, data string) error {
+	_, err := cl.WriteFile(ctx, path, strings.NewReader(data), 0o644)
+	return err
+}
+
+func get(ctx context.Context, cl *client.Client, path string) (string, error) {
+	var b strings.Builder
+	_, err := cl.ReadFile(ctx, path, &b)
+	return b.String(), err
+}
+
+func startFiveNodes(t *testing.T, dir string) *testcluster.ProcCluster {
+	t.Helper()
+	return testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: dir, Nodes: 5, Tick: 50 * time.Millisecond})
+}
+
+// ministryOf returns the ministry of group g in the map (nil if none).
+func ministryOf(info *wire.ClusterInfoResponse, g uint64) *wire.Ministry {
+	for _, m := range info.GetMinistries() {
+		if m.GetGroup() == g {
+			return m
+		}
+	}
+	return nil
+}
+
+// rawLookup looks name up in directory parent in group g directly, at
+// the given node (linearizable), returning the answer's status.
+func rawLookup(ctx context.Context, pool *rpc.Pool, addr string, g, parent uint64, name string) (*wire.ReadResponse, error) {
+	cc, err := pool.Get(addr)
+	if err != nil {
+		return nil, err
+	}
+	return wire.NewMetaClient(cc).Read(ctx, &wire.ReadRequest{Group: g, Consistency: wire.ReadConsistency_LINEARIZABLE,
+		Op: &wire.ReadRequest_Lookup{Lookup: &wire.LookupReq{Parent: parent, Name: []byte(name)}}})
+}
+
+func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
+	dir := t.TempDir()
+	c := startFiveNodes(t, dir)
+	cl := newClient(t, c.Addrs(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	for _, p := range []string{"/projects", "/other", "/full"} {
+		if _, err := cl.Mkdir(ctx, p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put(ctx, cl, "/full/x", "x"); err != nil {
+		t.Fatal(err)
+	}
+	mv, err := cl.Assign(ctx, "/projects", client.AssignOptions{New: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mv.GetState() != wire.MoveState_MOVE_DONE || mv.GetTarget() <= 1 || mv.GetSource() != 1 {
+		t.Fatalf("assign /projects: %v", mv)
+	}
+	target := mv.GetTarget()
+	info, err := cl.ClusterMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ministryOf(info, target)
+	if m == nil || len(m.GetMembers()) != 3 || len(m.GetSubtrees()) != 1 || m.GetSubtrees()[0].GetPath() != "/projects" || m.GetEpoch() != 2 {
+		t.Fatalf("ministry %d in the map: %v", target, m)
+	}
+	// The new ministry is led by a node other than the root minister
+	// (its first member, the least loaded, is chosen to lead).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l1, lt := groupLeader(t, c, 1), groupLeader(t, c, target)
+		if l1 != lt && uint64(lt+1) == m.GetMembers()[0] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ministry 1 led by node %d, ministry %d by node %d (preferred %d)", l1+1, target, lt+1, m.GetMembers()[0])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Creates in both subtrees at once; every acknowledged one is there,
+	// and those under /projects are held by the new ministry alone.
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for _, d := range []string{"/projects", "/other"} {
+		wg.Go(func() {
+			for i := range 100 {
+				if err := put(ctx, cl, fmt.Sprintf("%s/f%d", d, i), d); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	projects, err := cl.Stat(ctx, "/projects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := rpc.NewPool()
+	defer pool.Close()
+	var inTarget, redirected bool
+	for _, a := range c.Addrs() {
+		r, err := rawLookup(ctx, pool, a, target, projects.GetIno(), "f7")
+		if err == nil && r.GetStatus().GetCode() == wire.Code_OK {
+			inTarget = true
+		}
+		r, err = rawLookup(ctx, pool, a, 1, projects.GetIno(), "f7")
+		if err == nil && r.GetStatus().GetCode() == wire.Code_REDIRECT && r.GetStatus().GetMinistry() == target {
+			redirected = true
+		}
+	}
+	if !inTarget || !redirected {
+		t.Fatalf("/projects/f7: found in ministry %d: %v; ministry 1 redirects there: %v", target, inTarget, redirected)
+	}
+	// A fresh client with no routing knowledge reaches both by path and
+	// by inode number (ministry 1 redirects).
+	fresh := newClient(t, c.Addrs()[:1], 30*time.Second)
+	for _, d := range []string{"/projects", "/other"} {
+		for i := range 100 {
+			b, err := get(ctx, fresh, fmt.Sprintf("%s/f%d", d, i))
+			if err != nil || b != d {
+				t.Fatalf("%s/f%d = %q, %v", d, i, b, err)
+			}
+		}
+	}
+	a, err := cl.Stat(ctx, "/projects/f3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t, c.Addrs()[:1], 30*time.Second).GetAttr(ctx, ids.Ino(a.GetIno())); err != nil {
+		t.Fatalf("GetAttr by inode number from a fresh client: %v", err)
+	}
+
+	// Across ministries: EXDEV, never ENOENT; the delegated root cannot
+	// be removed or renamed away.
+	if err := cl.Rename(ctx, "/projects/f1", "/other/g1", 0); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename across ministries: %v, want EXDEV", err)
+	}
+	if err := cl.Rename(ctx, "/other/f1", "/projects/g1", 0); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename across ministries (other way): %v, want EXDEV", err)
+	}
+	if _, err := cl.Link(ctx, "/projects/f2", "/other/l2"); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("link across ministries: %v, want EXDEV", err)
+	}
+	if err := cl.Rename(ctx, "/projects", "/renamed", 0); !errors.Is(err, syscall.EXDEV) {
+		t.Errorf("rename of a delegated root: %v, want EXDEV", err)
+	}
+	if err := cl.Rmdir(ctx, "/projects"); !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
+		t.Errorf("rmdir of a delegated root: %v, want EBUSY", err)
+	}
+	if err := cl.Rename(ctx, "/projects/f1", "/projects/g1", 0); err != nil {
+		t.Errorf("rename inside the new ministry: %v", err)
+	}
+
+	// Bad input: a clear error and nothing changes.
+	before, err := cl.ClusterMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Mkdir(ctx, "/empty", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bad := []struct {
+		path string
+		o    client.AssignOptions
+		want syscall.Errno
+	}{
+		{"/", client.AssignOptions{New: true}, syscall.EINVAL},
+		{"/other/f1", client.AssignOptions{New: true}, syscall.ENOTDIR},
+		{"/missing", client.AssignOptions{New: true}, syscall.ENOENT},
+		{"/full", client.AssignOptions{New: true}, syscall.ENOTEMPTY},
+		{"/projects", client.AssignOptions{New: true}, syscall.EEXIST},
+		{"/empty", client.AssignOptions{Ministry: 99}, syscall.ENOENT},
+		{"/empty", client.AssignOptions{Ministry: 1}, syscall.EINVAL},
+		{"/empty", client.AssignOptions{New: true, Nodes: []uint64{1, 2, 77}}, syscall.EINVAL},
+	}
+	for _, b := range bad {
+		_, err := cl.Assign(ctx, b.path, b.o)
+		if !errors.Is(err, b.want) {
+			t.Errorf("assign %s %+v: %v, want %v", b.path, b.o, err, b.want)
+		} else {
+			t.Logf("assign %s %+v: %v (%s)", b.path, b.o, err, client.ErrorDetail(err))
+		}
+	}
+	after, err := cl.ClusterMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.GetMinistries()) != len(before.GetMinistries()) {
+		t.Errorf("refused assigns changed the ministries: %d before, %d after", len(before.GetMinistries()), len(after.GetMinistries()))
+	}
+
+	// An existing ministry takes a second subtree, and gives it back.
+	if mv, err := cl.Assign(ctx, "/empty", client.AssignOptions{Ministry: target}); err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign /empty to %d: %v %v", target, mv, err)
+	}
+	if err := put(ctx, cl, "/empty/in", "in"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Remove(ctx, "/empty/in"); err != nil {
+		t.Fatal(err)
+	}
+	if mv, err := cl.Unassign(ctx, "/empty"); err != nil || mv.GetState() != wire.MoveState_MOVE_DONE || mv.GetTarget() != 1 {
+		t.Fatalf("unassign /empty: %v %v", mv, err)
+	}
+	if err := put(ctx, cl, "/empty/back", "back"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Rename(ctx, "/empty/back", "/other/back", 0); err != nil {
+		t.Errorf("rename after unassign (both in ministry 1 again): %v", err)
+	}
+
+	// Everything survives a restart of every process; the joined nodes
+	// come back with their ids and their ministries.
+	c.Stop()
+	c2 := startFiveNodes(t, dir)
+	cl2 := newClient(t, c2.Addrs(), 30*time.Second)
+	for _, d := range []string{"/projects", "/other"} {
+		for i := 2; i < 100; i++ {
+			b, err := get(ctx, cl2, fmt.Sprintf("%s/f%d", d, i))
+			if err != nil || b != d {
+				t.Fatalf("after restart: %s/f%d = %q, %v", d, i, b, err)
+			}
+		}
+	}
+	if err := put(ctx, cl2, "/projects/after", "a"); err != nil {
+		t.Fatalf("create in the delegated subtree after restart: %v", err)
+	}
+}
+
+// TestDelegatedMinisterKilled kills the minister of a delegated ministry
+// with SIGKILL while clients create in it and in the root ministry's
+// subtree: the ministry comes back, the other subtree goes on, and every
+// acknowledged create is there afterwards.
+func TestDelegatedMinisterKilled(t *testing.T) {
+	c := startFiveNodes(t, t.TempDir())
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	for _, p := range []string{"/a", "/b"} {
+		if _, err := cl.Mkdir(ctx, p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mv, err := cl.Assign(ctx, "/a", client.AssignOptions{New: true, Nodes: []uint64{4, 5, 1}})
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign: %v %v", mv, err)
+	}
+	g := mv.GetTarget()
+	type acked struct {
+		mu    sync.Mutex
+		names []string
+	}
+	var ack [2]acked
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for k, d := range []string{"/a", "/b"} {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("%s/f%d", d, i)
+				if err := put(ctx, cl, p, p); err != nil {
+					t.Errorf("create %s: %v", p, err)
+					return
+				}
+				ack[k].mu.Lock()
+				ack[k].names = append(ack[k].names, p)
+				ack[k].mu.Unlock()
+			}
+		})
+	}
+	count := func(k int) int {
+		ack[k].mu.Lock()
+		defer ack[k].mu.Unlock()
+		return len(ack[k].names)
+	}
+	time.Sleep(time.Second)
+	victim := groupLeader(t, c, g)
+	if victim == groupLeader(t, c, 1) {
+		t.Logf("note: node %d leads both ministries", victim+1)
+	}
+	b0 := count(1)
+	c.Kill(victim)
+	killed := time.Now()
+	// The ministry is back: a create in /a is acknowledged again.
+	a0 := count(0)
+	for count(0) == a0 {
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("no create in /a acknowledged within 30 s of killing node %d", victim+1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("ministry %d back %v after its minister (node %d) was killed; /b meanwhile: %d creates", g, time.Since(killed).Round(time.Millisecond), victim+1, count(1)-b0)
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	if err := c.Start(victim); err != nil {
+		t.Fatal(err)
+	}
+	check := newClient(t, c.Addrs(), 60*time.Second)
+	for k := range ack {
+		for _, p := range ack[k].names {
+			b, err := get(ctx, check, p)
+			if err != nil || b != p {
+				t.Fatalf("acknowledged %s: %q, %v", p, b, err)
+			}
+		}
+	}
+	t.Logf("%d + %d acknowledged creates all present", count(0), count(1))
+}
