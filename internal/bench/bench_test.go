@@ -105,7 +105,7 @@ func TestReportJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"workload":"meta","phases":{"mkdir":{"ops_per_s":100,"p50_ms":1.5,"p99_ms":3},"create":{"ops_per_s":50,"p50_ms":0,"p99_ms":0}},"mean_entries_per_append":3.14,"clients":4,"files_per_client":25}`
+	want := `{"workload":"meta","phases":{"mkdir":{"ops_per_s":100,"p50_ms":1.5,"p99_ms":3},"create":{"ops_per_s":50,"p50_ms":0,"p99_ms":0}},"mean_entries_per_append":3.14,"clients":4,"files_per_client":25,"ministries":1}`
 	if string(b) != want {
 		t.Errorf("JSON =\n%s\nwant\n%s", b, want)
 	}

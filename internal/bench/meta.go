@@ -80,6 +80,11 @@ type MetaConfig struct {
 	OpTimeout time.Duration
 	// Logger receives client debug logs; nil discards.
 	Logger *slog.Logger
+	// Ministries, when above 1, spreads the workers over that many
+	// subtrees of the bench directory (s1 … sK): s1 stays with the root
+	// ministry, each other one is assigned to a new ministry first
+	// (untimed), as the thesis' experiments did with /1 … /n.
+	Ministries int
 }
 
 // ParsePhases parses a comma-separated phase list; "" and "all" mean
@@ -165,6 +170,8 @@ type MetaReport struct {
 	FilesPerClient       int
 	// Dir is the bench tree's path.
 	Dir string
+	// Ministries the workers were spread over.
+	Ministries int
 	// Local holds the same phases run against a local directory in the
 	// same run (see RunLocalMeta); empty when not measured.
 	Local []PhaseResult
@@ -210,6 +217,7 @@ func (r *MetaReport) JSON() ([]byte, error) {
 		MeanEntriesPerAppend: round(r.MeanEntriesPerAppend, 2),
 		Clients:              r.Clients,
 		FilesPerClient:       r.FilesPerClient,
+		Ministries:           max(r.Ministries, 1),
 	})
 }
 
@@ -219,6 +227,7 @@ type jsonReport struct {
 	MeanEntriesPerAppend float64       `json:"mean_entries_per_append"`
 	Clients              int           `json:"clients"`
 	FilesPerClient       int           `json:"files_per_client"`
+	Ministries           int           `json:"ministries"`
 }
 
 type jsonPhase struct {
@@ -286,10 +295,11 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 
 // worker is one parallel actor with its own directory.
 type worker struct {
-	k    int
-	cl   *client.Client
-	dir  ids.Ino
-	name string // its directory's name under the top directory
+	k      int
+	cl     *client.Client
+	dir    ids.Ino
+	parent ids.Ino // the top directory, or its subtree s<i>
+	name   string  // its directory's name under parent
 
 	files      []ids.Ino // inode of file i (0: not created)
 	filePrefix string    // current name prefix of the files: "f" or "g"
@@ -333,6 +343,8 @@ type metaRun struct {
 	workers []*worker
 	top     ids.Ino
 	topName string
+	// ministries created for the run (Ministries > 1)
+	ministries []uint64
 }
 
 // RunMeta runs the meta workload against the cluster at cfg.MetaAddrs,
@@ -368,7 +380,7 @@ func RunMeta(ctx context.Context, cfg MetaConfig, out io.Writer) (*MetaReport, e
 	if err := r.setup(ctx); err != nil {
 		return nil, err
 	}
-	rep := &MetaReport{Clients: cfg.Clients, FilesPerClient: cfg.Files, Dir: "/" + r.topName}
+	rep := &MetaReport{Clients: cfg.Clients, FilesPerClient: cfg.Files, Dir: "/" + r.topName, Ministries: cfg.Ministries}
 	runErr := r.runPhases(ctx, rep, out)
 	if runErr == nil {
 		rep.MeanEntriesPerAppend, runErr = r.meanEntriesPerAppend(ctx)
@@ -436,6 +448,31 @@ func (r *metaRun) setup(ctx context.Context) error {
 		return fmt.Errorf("bench: mkdir /%s: %w", r.topName, err)
 	}
 	r.top = ids.Ino(a.GetIno())
+	// The subtrees the workers are spread over.
+	subs := []ids.Ino{r.top}
+	if k := r.cfg.Ministries; k > 1 {
+		subs = subs[:0]
+		for i := 1; i <= k; i++ {
+			name := "s" + strconv.Itoa(i)
+			a, err := r.clients[0].MkdirAt(ctx, r.top, name, 0o755)
+			if err != nil {
+				return fmt.Errorf("bench: mkdir /%s/%s: %w", r.topName, name, err)
+			}
+			subs = append(subs, ids.Ino(a.GetIno()))
+			if i == 1 {
+				continue
+			}
+			path := "/" + r.topName + "/" + name
+			mv, err := r.clients[0].Assign(ctx, path, client.AssignOptions{New: true})
+			if err != nil {
+				return fmt.Errorf("bench: assign %s to a new ministry: %w", path, err)
+			}
+			if mv.GetState() != wire.MoveState_MOVE_DONE {
+				return fmt.Errorf("bench: assign %s: move %d ended %v: %s", path, mv.GetId(), mv.GetState(), mv.GetError())
+			}
+			r.ministries = append(r.ministries, mv.GetTarget())
+		}
+	}
 	r.workers = make([]*worker, r.cfg.Clients)
 	for k := range r.workers {
 		r.workers[k] = &worker{
@@ -447,7 +484,8 @@ func (r *metaRun) setup(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for k, w := range r.workers {
 		wg.Go(func() {
-			a, err := w.cl.MkdirAt(ctx, r.top, w.name, 0o755)
+			w.parent = subs[k%len(subs)]
+			a, err := w.cl.MkdirAt(ctx, w.parent, w.name, 0o755)
 			if err != nil {
 				errs[k] = fmt.Errorf("bench: mkdir /%s/%s: %w", r.topName, w.name, err)
 				return
@@ -657,11 +695,19 @@ func (r *metaRun) cleanup(ctx context.Context) error {
 		if w.dir == 0 {
 			continue
 		}
-		wg.Go(func() { errs[k] = removeTree(ctx, w.cl, r.top, w.name, w.dir) })
+		wg.Go(func() { errs[k] = removeTree(ctx, w.cl, w.parent, w.name, w.dir) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	// Subtrees given to ministries for the run go back to the root
+	// ministry (now that they are empty) before they are removed.
+	for i := range r.ministries {
+		path := fmt.Sprintf("/%s/s%d", r.topName, i+2)
+		if _, err := r.clients[0].Unassign(ctx, path); err != nil {
+			return fmt.Errorf("give %s back: %w", path, err)
+		}
 	}
 	return removeTree(ctx, r.clients[0], ids.RootIno, r.topName, r.top)
 }

@@ -67,6 +67,12 @@ type benchMetaArgs struct {
 	localDir string   // where the baseline runs ("" = the temp dir)
 	cpuProf  string   // write the bench process's CPU profile here
 	nodeArgs []string // extra `govfs meta` flags for a local cluster
+	// ministries spreads the workers over that many ministries; the
+	// local cluster has metaNodes metadata nodes, each capped at nodeCPU
+	// of a core when positive (the testbed).
+	ministries int
+	metaNodes  int
+	nodeCPU    float64
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -83,6 +89,9 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
 	cpuProf := f.String("cpuprofile", "", "write a CPU profile of the bench client process to this file")
 	nodeArgs := f.String("node-args", "", "extra flags for the nodes of the local cluster, space-separated (e.g. \"--batch-delay 0\")")
+	ministries := f.Int("ministries", 1, "spread the workers over this many ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first")
+	metaNodes := f.Int("meta-nodes", 3, "metadata nodes of the local cluster (the first 3 form it, the others join)")
+	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -90,7 +99,18 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 		return nil, fmt.Errorf("govfs bench meta: unexpected arguments %q", f.Args())
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
-		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs)}
+		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs),
+		ministries: *ministries, metaNodes: *metaNodes, nodeCPU: *nodeCPU}
+	switch {
+	case a.ministries < 1 || a.ministries > 64:
+		return nil, fmt.Errorf("govfs bench meta: --ministries %d: give 1 to 64", a.ministries)
+	case a.metaNodes < 1 || a.metaNodes > 64:
+		return nil, fmt.Errorf("govfs bench meta: --meta-nodes %d: give 1 to 64", a.metaNodes)
+	case a.nodeCPU < 0:
+		return nil, fmt.Errorf("govfs bench meta: --node-cpu %v must not be negative", a.nodeCPU)
+	case a.ministries > 1 && a.metaNodes < 3:
+		return nil, fmt.Errorf("govfs bench meta: --ministries %d needs at least 3 metadata nodes (a new ministry has 3 replicas)", a.ministries)
+	}
 	for _, s := range strings.Split(*meta, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			a.meta = append(a.meta, s)
@@ -135,7 +155,7 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	addrs := a.meta
 	external := len(addrs) > 0
 	if !external {
-		stop, local, err := startBenchCluster(ctx, stderr, a.nodeArgs)
+		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: a.metaNodes, ExtraArgs: a.nodeArgs, NodeCPU: a.nodeCPU})
 		if err != nil {
 			return err
 		}
@@ -143,8 +163,8 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		addrs = local
 	}
 	if !a.jsonOnly {
-		fmt.Fprintf(stdout, "bench meta: %d clients × %d files over %d connections, phases %s, cluster %s\n",
-			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), strings.Join(addrs, ","))
+		fmt.Fprintf(stdout, "bench meta: %d clients × %d files over %d connections, phases %s, %d ministries, cluster %s\n",
+			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), a.ministries, strings.Join(addrs, ","))
 	}
 	rep, err := bench.RunMeta(ctx, bench.MetaConfig{
 		MetaAddrs: addrs,
@@ -152,8 +172,9 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Files:     a.files,
 		Conns:     a.conns,
 		Phases:    a.phases,
-		Cleanup:   external, // a local cluster is thrown away whole
-		OpTimeout: a.timeout,
+		Cleanup:    external, // a local cluster is thrown away whole
+		OpTimeout:  a.timeout,
+		Ministries: a.ministries,
 	}, human)
 	if err != nil {
 		return fmt.Errorf("bench meta: %w", err)
@@ -176,12 +197,6 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// startBenchCluster starts a local 3-node cluster of this binary in a
-// temporary directory; stop stops it and deletes the directory.
-func startBenchCluster(ctx context.Context, stderr io.Writer, extra []string) (stop func(), addrs []string, err error) {
-	return startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, ExtraArgs: extra})
-}
-
 // startLocalCluster starts cfg (Binary and Dir filled in here) in a
 // temporary directory; stop stops it and deletes the directory.
 func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.ProcConfig) (stop func(), addrs []string, err error) {
@@ -193,7 +208,7 @@ func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.Pr
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench meta: %w", err)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	cfg.Binary, cfg.Dir = bin, dir
 	c, err := testcluster.StartReady(rctx, cfg)
 	cancel()

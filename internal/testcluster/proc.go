@@ -47,6 +47,10 @@ type ProcConfig struct {
 	// lines.
 	Chunks    int
 	ChunkArgs []string
+	// NodeCPU, when positive, caps each metadata process at this
+	// fraction of one core, each in its own cgroup (the scale-out
+	// testbed; needs root and a cgroup cpu controller).
+	NodeCPU float64
 }
 
 // layout is persisted in Dir/cluster.json.
@@ -65,6 +69,7 @@ type ProcCluster struct {
 	mu    sync.Mutex
 	procs []*exec.Cmd
 	exits []*exit
+	caps  *cpuCaps
 }
 
 // exit is closed when a process ends; err is its status.
@@ -176,6 +181,13 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 	total := cfg.Nodes + cfg.Chunks
 	c.procs = make([]*exec.Cmd, total)
 	c.exits = make([]*exit, total)
+	if cfg.NodeCPU > 0 {
+		caps, err := newCPUCaps(cfg.NodeCPU)
+		if err != nil {
+			return nil, err
+		}
+		c.caps = caps
+	}
 	for i := 0; i < total; i++ {
 		if i >= cfg.Founders && i < cfg.Nodes {
 			continue // joiners last, in order
@@ -320,6 +332,14 @@ func (c *ProcCluster) Start(i int) error {
 		logf.Close()
 		return fmt.Errorf("start node %d: %w", i+1, err)
 	}
+	if c.caps != nil && i < c.cfg.Nodes {
+		if err := c.caps.cap(fmt.Sprintf("node%d", i+1), cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			logf.Close()
+			return err
+		}
+	}
 	ex := &exit{done: make(chan struct{})}
 	go func() {
 		ex.err = cmd.Wait()
@@ -415,6 +435,9 @@ func (c *ProcCluster) Stop() {
 	}
 	stopRange(c.cfg.Nodes, len(c.procs))
 	stopRange(0, c.cfg.Nodes)
+	if c.caps != nil {
+		c.caps.remove()
+	}
 }
 
 // WaitReady waits until every running node answers and the root
