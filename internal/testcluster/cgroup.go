@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-const cgroupPeriodUs = 100_000
+const cgroupPeriodUs = 20_000
 
 // cpuCaps is the set of cgroups of one cluster.
 type cpuCaps struct {
