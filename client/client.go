@@ -63,14 +63,14 @@ type Client struct {
 		readPref string
 		// silent: nodes whose calls the guard abandoned (guard.go),
 		// avoided until the time given unless they answer meanwhile.
-		silent   map[string]time.Time
-		applied  map[ids.GroupID]uint64
-		owners   map[ids.Ino]ids.GroupID
+		silent  map[string]time.Time
+		applied map[ids.GroupID]uint64
+		owners  map[ids.Ino]ids.GroupID
 		// mapFetched: when the cluster map was last fetched to learn
 		// an unknown ministry's members (admin.go refreshMap).
 		mapFetched time.Time
 		nextSeq    uint64
-		inflight map[uint64]struct{}
+		inflight   map[uint64]struct{}
 		// data plane, from ClusterInfo: replica groups by id, chunk
 		// server data addresses by id, the cluster's chunk size.
 		rgroups    map[uint64]*wire.ReplicaGroup

@@ -268,10 +268,10 @@ type nodesReport struct {
 }
 
 type metaNodeReport struct {
-	ID      uint64 `json:"id"`
-	Addr    string `json:"addr"`
-	Alive   bool   `json:"alive"`
-	Error   string `json:"error,omitempty"`
+	ID    uint64 `json:"id"`
+	Addr  string `json:"addr"`
+	Alive bool   `json:"alive"`
+	Error string `json:"error,omitempty"`
 	// Roles: group id → "leader", "follower", ... ("president" is group 0).
 	Roles map[string]string `json:"roles"`
 }

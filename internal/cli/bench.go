@@ -167,11 +167,11 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), a.ministries, strings.Join(addrs, ","))
 	}
 	rep, err := bench.RunMeta(ctx, bench.MetaConfig{
-		MetaAddrs: addrs,
-		Clients:   a.clients,
-		Files:     a.files,
-		Conns:     a.conns,
-		Phases:    a.phases,
+		MetaAddrs:  addrs,
+		Clients:    a.clients,
+		Files:      a.files,
+		Conns:      a.conns,
+		Phases:     a.phases,
 		Cleanup:    external, // a local cluster is thrown away whole
 		OpTimeout:  a.timeout,
 		Ministries: a.ministries,

@@ -16,9 +16,9 @@ import (
 
 // Config configures a metadata node.
 type Config struct {
-	ID      ids.NodeID
-	Listen  string
-	Peers   map[ids.NodeID]string
+	ID     ids.NodeID
+	Listen string
+	Peers  map[ids.NodeID]string
 	// Join lists addresses of running metadata nodes: a node started with
 	// it (and no ID or Peers) asks the president to admit it, and starts
 	// idle. Its data directory then remembers the id it was given.

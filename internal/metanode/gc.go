@@ -34,6 +34,7 @@ package metanode
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -302,12 +303,11 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 	}); err != nil {
 		return fmt.Errorf("read chunk servers: %w", err)
 	}
-	// Every ministry must be readable here before anything is listed.
-	ministries := c.ministries()
-	for _, g := range ministries {
-		if !c.n.host.HasGroup(g) {
-			return fmt.Errorf("ministry %v is not hosted on node %v, so its chunk records cannot be read here; nothing is collected", g, c.n.cfg.ID)
-		}
+	// Every ministry's records are read (over RPC from those not hosted
+	// here); a round that cannot read one of them deletes nothing.
+	ministries, err := c.ministries()
+	if err != nil {
+		return err
 	}
 	// (1) List every live server.
 	v := &gcView{held: map[uint64][]uint64{}, silent: map[uint64]bool{}, refs: map[uint64]bool{}, groups: map[uint64]*wire.ReplicaGroup{}}
@@ -384,11 +384,22 @@ func (c *collector) readState(ctx context.Context, v *gcView, ministries []ids.G
 	return nil
 }
 
-// ministries lists the ministry groups whose chunk records are read.
-// NB: there is one ministry (the root) until subtree delegation exists;
-// then this must come from the cluster map, and a subtree move must keep
-// its chunk records visible in at least one ministry throughout.
-func (c *collector) ministries() []ids.GroupID { return []ids.GroupID{ids.RootMinistry} }
+// ministries lists the ministry groups whose chunk records are read:
+// every ministry of the map (read from this node's president replica,
+// linearizably before this is called... see readState). NB: a subtree
+// move must keep its chunk records visible in at least one ministry
+// throughout; moves carry empty directories only so far (no records).
+func (c *collector) ministries() ([]ids.GroupID, error) {
+	v := c.n.mapView()
+	if v == nil || len(v.ministries) == 0 {
+		return nil, fmt.Errorf("the cluster map's ministries are not readable on node %v", c.n.cfg.ID)
+	}
+	var out []ids.GroupID
+	for _, m := range v.ministries {
+		out = append(out, ids.GroupID(m.GetGroup()))
+	}
+	return out, nil
+}
 
 // marksSnapshot returns the current marks. NB: the map is never changed
 // in place (gcPlan builds a new one, tick drops it), so it may be read
@@ -505,6 +516,9 @@ func (c *collector) linearizable(ctx context.Context, g ids.GroupID) error {
 // readRefs adds to refs the handles of wanted that ministry g
 // references, reading its chunk table linearizably in pages.
 func (c *collector) readRefs(ctx context.Context, g ids.GroupID, wanted, refs map[uint64]bool) error {
+	if !c.n.host.HasGroup(g) {
+		return c.readRemoteRefs(ctx, g, wanted, refs)
+	}
 	if err := c.linearizable(ctx, g); err != nil {
 		return err
 	}
@@ -587,5 +601,47 @@ func (c *Config) setGCDefaults() {
 	}
 	if c.GCDeleteRate == 0 {
 		c.GCDeleteRate = DefaultGCDeleteRate
+	}
+}
+
+// readRemoteRefs is readRefs for a ministry with no replica here: its
+// leader pages through its chunk table, each page read linearizably.
+func (c *collector) readRemoteRefs(ctx context.Context, g ids.GroupID, wanted, refs map[uint64]bool) error {
+	var ino, index uint64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var resp *wire.ReadResponse
+		rctx, cancel := context.WithTimeout(ctx, gcReadTimeout)
+		err := c.n.callLeader(rctx, g, func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+			var err error
+			resp, err = cl.Read(ctx, &wire.ReadRequest{ClusterId: c.n.ClusterID(), Group: uint64(g), Consistency: wire.ReadConsistency_LINEARIZABLE,
+				Op: &wire.ReadRequest_ChunkTable{ChunkTable: &wire.ChunkTableReq{Ino: ino, Index: index, Limit: gcScanPage}}})
+			if err != nil {
+				return nil, err
+			}
+			return resp.GetStatus(), nil
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("read chunk records of ministry %v: %w", g, err)
+		}
+		if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
+			return fmt.Errorf("read chunk records of ministry %v: %v: %s", g, st.GetCode(), st.GetMessage())
+		}
+		for _, ref := range resp.GetChunks() {
+			if wanted[ref.GetHandle()] {
+				refs[ref.GetHandle()] = true
+			}
+		}
+		if resp.GetEof() {
+			return nil
+		}
+		next := resp.GetNextCookie()
+		if len(next) != 16 {
+			return fmt.Errorf("read chunk records of ministry %v: bad resume position", g)
+		}
+		ino, index = binary.BigEndian.Uint64(next), binary.BigEndian.Uint64(next[8:])
 	}
 }

@@ -450,6 +450,9 @@ func mutatedIno(cmd *wire.Command) ids.Ino {
 		return ids.Ino(op.WriteInline.GetIno())
 	case *wire.Command_DropInline:
 		return ids.Ino(op.DropInline.GetIno())
+	case *wire.Command_ExportSubtree:
+		// Read leases on a subtree root about to move are recalled.
+		return ids.Ino(op.ExportSubtree.GetIno())
 	}
 	return 0
 }
@@ -464,6 +467,10 @@ func entryDirs(cmd *wire.Command) []ids.Ino {
 		return []ids.Ino{ids.Ino(op.Link.GetNewParent())}
 	case *wire.Command_Unlink:
 		return []ids.Ino{ids.Ino(op.Unlink.GetParent())}
+	case *wire.Command_ExportSubtree:
+		// So are directory leases on it: their holders send their
+		// queued changes first, and the freeze then finds them applied.
+		return []ids.Ino{ids.Ino(op.ExportSubtree.GetIno())}
 	case *wire.Command_Rename:
 		if op.Rename.GetParent() == op.Rename.GetNewParent() {
 			return []ids.Ino{ids.Ino(op.Rename.GetParent())}

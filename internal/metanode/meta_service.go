@@ -2,6 +2,7 @@ package metanode
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"syscall"
@@ -386,6 +387,20 @@ func query(r interface {
 			return nil, err
 		}
 		return &wire.ReadResponse{Value: v}, nil
+	case *wire.ReadRequest_ChunkTable:
+		ct := op.ChunkTable
+		limit := int(min(max(ct.GetLimit(), 1), 10000))
+		var refs []*wire.ChunkRef
+		next, done, err := namespace.ChunkRefsFrom(r, namespace.ChunkPos{Ino: ids.Ino(ct.GetIno()), Index: ct.GetIndex()}, limit,
+			func(_ ids.Ino, c *wire.ChunkRef) error {
+				refs = append(refs, c)
+				return nil
+			})
+		if err != nil {
+			return nil, err
+		}
+		cookie := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(next.Ino)), next.Index)
+		return &wire.ReadResponse{Chunks: refs, NextCookie: cookie, Eof: done}, nil
 	case *wire.ReadRequest_ExportKeys:
 		kvs, eof, err := namespace.ExportKeys(r, op.ExportKeys.GetMove(), ids.Ino(op.ExportKeys.GetIno()), op.ExportKeys.GetAfter(), int(min(op.ExportKeys.GetLimit(), 10000)))
 		if err != nil {

@@ -148,7 +148,21 @@ func (n *Node) ministryCall(ctx context.Context, g uint64, cmd *wire.Command) (*
 	ctx, cancel := context.WithTimeout(ctx, moveStepTimeout)
 	defer cancel()
 	cmd.Version, cmd.NowNs = 1, n.cfg.Clock.Now().UnixNano()
-	return n.proposeAnywhere(ctx, ids.GroupID(g), cmd)
+	// Always through the minister's Mutate handler, even when it is this
+	// node: that is where leases on the subtree are recalled first.
+	req, done := n.internalReq()
+	defer done()
+	cmd.Req = req
+	var res *wire.Result
+	err := n.callLeader(ctx, ids.GroupID(g), func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: n.ClusterID(), Group: g, Cmd: cmd})
+		if err != nil {
+			return nil, err
+		}
+		res = resp.GetResult()
+		return resp.GetStatus(), nil
+	})
+	return res, err
 }
 
 func (n *Node) moveCopy(ctx context.Context, mv *wire.Move) error {

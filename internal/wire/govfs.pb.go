@@ -4279,6 +4279,7 @@ type ReadRequest struct {
 	//	*ReadRequest_Readlink
 	//	*ReadRequest_GetChunks
 	//	*ReadRequest_ExportKeys
+	//	*ReadRequest_ChunkTable
 	Op            isReadRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4421,6 +4422,15 @@ func (x *ReadRequest) GetExportKeys() *ExportKeysReq {
 	return nil
 }
 
+func (x *ReadRequest) GetChunkTable() *ChunkTableReq {
+	if x != nil {
+		if x, ok := x.Op.(*ReadRequest_ChunkTable); ok {
+			return x.ChunkTable
+		}
+	}
+	return nil
+}
+
 type isReadRequest_Op interface {
 	isReadRequest_Op()
 }
@@ -4457,6 +4467,10 @@ type ReadRequest_ExportKeys struct {
 	ExportKeys *ExportKeysReq `protobuf:"bytes,17,opt,name=export_keys,json=exportKeys,proto3,oneof"`
 }
 
+type ReadRequest_ChunkTable struct {
+	ChunkTable *ChunkTableReq `protobuf:"bytes,18,opt,name=chunk_table,json=chunkTable,proto3,oneof"`
+}
+
 func (*ReadRequest_Lookup) isReadRequest_Op() {}
 
 func (*ReadRequest_GetAttr) isReadRequest_Op() {}
@@ -4472,6 +4486,8 @@ func (*ReadRequest_Readlink) isReadRequest_Op() {}
 func (*ReadRequest_GetChunks) isReadRequest_Op() {}
 
 func (*ReadRequest_ExportKeys) isReadRequest_Op() {}
+
+func (*ReadRequest_ChunkTable) isReadRequest_Op() {}
 
 // WriteInlineOp writes `data` at `offset` of a small regular file whose
 // bytes live inline in its ministry (no chunk servers), growing the size
@@ -4977,6 +4993,71 @@ func (x *ReadlinkReq) GetIno() uint64 {
 	return 0
 }
 
+// ChunkTableReq pages through the ministry's whole chunk table, from
+// chunk `index` of inode `ino` on (the garbage collector's reference
+// scan of a ministry not hosted on its node). The answer's chunks are
+// the records, next_cookie the position to resume from (16 bytes: ino,
+// index), eof the end.
+type ChunkTableReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkTableReq) Reset() {
+	*x = ChunkTableReq{}
+	mi := &file_govfs_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkTableReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkTableReq) ProtoMessage() {}
+
+func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
+func (*ChunkTableReq) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ChunkTableReq) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *ChunkTableReq) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ChunkTableReq) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 // ExportKeysReq reads the keys of the frozen subtree of move `move`
 // rooted at `ino`, in pages after key `after` (metadata nodes only).
 type ExportKeysReq struct {
@@ -4991,7 +5072,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5003,7 +5084,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5016,7 +5097,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5060,7 +5141,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5072,7 +5153,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5085,7 +5166,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5156,7 +5237,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5168,7 +5249,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5181,7 +5262,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -5290,7 +5371,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5302,7 +5383,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5315,7 +5396,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 type ClusterInfoResponse struct {
@@ -5341,7 +5422,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5353,7 +5434,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5366,7 +5447,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -5447,7 +5528,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5459,7 +5540,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5472,7 +5553,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 type GroupStatus struct {
@@ -5492,7 +5573,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5585,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5598,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -5602,7 +5683,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5614,7 +5695,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5627,7 +5708,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -5721,7 +5802,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +5814,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +5827,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -5820,7 +5901,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5832,7 +5913,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5845,7 +5926,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -5897,7 +5978,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5909,7 +5990,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5922,7 +6003,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6036,7 +6117,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6048,7 +6129,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6061,7 +6142,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -6195,7 +6276,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6207,7 +6288,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6220,7 +6301,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -6313,7 +6394,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6325,7 +6406,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6338,7 +6419,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -6422,7 +6503,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6434,7 +6515,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6447,7 +6528,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -6537,7 +6618,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6549,7 +6630,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6562,7 +6643,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -6591,7 +6672,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6603,7 +6684,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6616,7 +6697,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -6652,7 +6733,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6664,7 +6745,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6677,7 +6758,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -6716,7 +6797,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6728,7 +6809,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6741,7 +6822,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 type PingResponse struct {
@@ -6752,7 +6833,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6764,7 +6845,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6777,7 +6858,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -6794,7 +6875,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6806,7 +6887,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6819,7 +6900,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -6861,7 +6942,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6873,7 +6954,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6886,7 +6967,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -6912,7 +6993,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6924,7 +7005,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6937,7 +7018,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -6965,7 +7046,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6977,7 +7058,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6990,7 +7071,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -7052,7 +7133,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7064,7 +7145,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7077,7 +7158,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *KV) GetKey() []byte {
@@ -7376,7 +7457,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xe1\x04\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x9f\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -7394,7 +7475,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"get_chunks\x18\x10 \x01(\v2\x18.govfs.wire.GetChunksReqH\x00R\tgetChunks\x12<\n" +
 	"\vexport_keys\x18\x11 \x01(\v2\x19.govfs.wire.ExportKeysReqH\x00R\n" +
-	"exportKeysB\x04\n" +
+	"exportKeys\x12<\n" +
+	"\vchunk_table\x18\x12 \x01(\v2\x19.govfs.wire.ChunkTableReqH\x00R\n" +
+	"chunkTableB\x04\n" +
 	"\x02op\"l\n" +
 	"\rWriteInlineOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
@@ -7428,7 +7511,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\fListXattrReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"\x1f\n" +
 	"\vReadlinkReq\x12\x10\n" +
-	"\x03ino\x18\x01 \x01(\x04R\x03ino\"a\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\"M\n" +
+	"\rChunkTableReq\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"a\n" +
 	"\rExportKeysReq\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x14\n" +
@@ -7701,7 +7788,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -7766,32 +7853,33 @@ var file_govfs_proto_goTypes = []any{
 	(*GetXattrReq)(nil),            // 60: govfs.wire.GetXattrReq
 	(*ListXattrReq)(nil),           // 61: govfs.wire.ListXattrReq
 	(*ReadlinkReq)(nil),            // 62: govfs.wire.ReadlinkReq
-	(*ExportKeysReq)(nil),          // 63: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 64: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 65: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 66: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 67: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 68: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 69: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 70: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 71: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 72: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 73: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 74: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 75: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 76: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 77: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 78: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 79: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 80: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 81: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 82: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 83: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 84: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 85: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 86: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 87: govfs.wire.KV
-	nil,                            // 88: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*ChunkTableReq)(nil),          // 63: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 64: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 65: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 66: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 67: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 68: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 69: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 70: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 71: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 72: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 73: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 74: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 75: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 76: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 77: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 78: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 79: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 80: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 81: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 82: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 83: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 84: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 85: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 86: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 87: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 88: govfs.wire.KV
+	nil,                            // 89: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -7843,7 +7931,7 @@ var file_govfs_proto_depIdxs = []int32{
 	41,  // 46: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 47: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 48: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	87,  // 49: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	88,  // 49: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
 	13,  // 50: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	7,   // 51: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
 	38,  // 52: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
@@ -7855,73 +7943,74 @@ var file_govfs_proto_depIdxs = []int32{
 	61,  // 58: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
 	62,  // 59: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
 	56,  // 60: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	63,  // 61: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	25,  // 62: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 63: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 64: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 65: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 66: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	64,  // 67: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 68: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	87,  // 69: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 70: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	39,  // 71: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	40,  // 72: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 73: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 74: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	42,  // 75: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	7,   // 76: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	69,  // 77: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 78: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	73,  // 79: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 80: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 81: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 82: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	88,  // 83: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 84: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 85: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 86: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	75,  // 87: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 88: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 89: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	75,  // 90: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	75,  // 91: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 92: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 93: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 94: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 95: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 96: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 97: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	84,  // 98: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 99: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	87,  // 100: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	51,  // 101: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	53,  // 102: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	66,  // 103: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	68,  // 104: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	71,  // 105: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	74,  // 106: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	81,  // 107: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	77,  // 108: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	79,  // 109: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	83,  // 110: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	86,  // 111: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	52,  // 112: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	65,  // 113: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	67,  // 114: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	70,  // 115: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	72,  // 116: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	76,  // 117: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	82,  // 118: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	78,  // 119: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	80,  // 120: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	85,  // 121: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	85,  // 122: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	112, // [112:123] is the sub-list for method output_type
-	101, // [101:112] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	64,  // 61: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	63,  // 62: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 63: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 64: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 65: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 66: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 67: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	65,  // 68: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 69: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	88,  // 70: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 71: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	39,  // 72: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	40,  // 73: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 74: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 75: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	42,  // 76: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	7,   // 77: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	70,  // 78: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 79: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	74,  // 80: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 81: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 82: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 83: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	89,  // 84: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 85: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 86: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 87: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	76,  // 88: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 89: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 90: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	76,  // 91: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	76,  // 92: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 93: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 94: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 95: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 96: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 97: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 98: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	85,  // 99: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 100: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	88,  // 101: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	51,  // 102: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	53,  // 103: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	67,  // 104: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	69,  // 105: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	72,  // 106: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	75,  // 107: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	82,  // 108: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	78,  // 109: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	80,  // 110: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	84,  // 111: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	87,  // 112: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	52,  // 113: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	66,  // 114: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	68,  // 115: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	71,  // 116: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	73,  // 117: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	77,  // 118: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	83,  // 119: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	79,  // 120: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	81,  // 121: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	86,  // 122: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	86,  // 123: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	113, // [113:124] is the sub-list for method output_type
+	102, // [102:113] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -7971,6 +8060,7 @@ func file_govfs_proto_init() {
 		(*ReadRequest_Readlink)(nil),
 		(*ReadRequest_GetChunks)(nil),
 		(*ReadRequest_ExportKeys)(nil),
+		(*ReadRequest_ChunkTable)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -7978,7 +8068,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   82,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
