@@ -382,3 +382,113 @@ func TestNewLeaderWaitsAFullGrace(t *testing.T) {
 		t.Fatalf("deleted %v after the leader change, before a full grace period of %v", since, grace)
 	}
 }
+
+// TestCollectorReadsMinistriesHostedElsewhere gives a subtree to a
+// ministry whose only replica is on a fourth node (which joined), so the
+// president's leader has no replica of it: the collector reads its chunk
+// records over RPC, keeps the chunk its file references and deletes the
+// one it released.
+func TestCollectorReadsMinistriesHostedElsewhere(t *testing.T) {
+	const grace = time.Second
+	tweak := func(cfg *metanode.Config) {
+		cfg.GCInterval = 100 * time.Millisecond
+		cfg.GCGrace = grace
+	}
+	c := startCluster(t, 3, tweak)
+	cfg := metanode.DefaultConfig()
+	cfg.Join, cfg.Listen, cfg.DataDir = c.addrs, freeAddr(t), t.TempDir()
+	cfg.TickInterval, cfg.Logger = 10*time.Millisecond, quiet().With("meta", 4)
+	tweak(&cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	n4, err := metanode.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n4.Stop)
+	cc4, err := rpc.Dial(n4.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc4.Close() })
+	c.metas = append(c.metas, wire.NewMetaClient(cc4))
+
+	big := c.mutate(ids.RootMinistry, &wire.Command{Op: &wire.Command_Create{Create: &wire.CreateOp{
+		Parent: uint64(ids.RootIno), Name: []byte("big"), Type: wire.FileType_DIRECTORY, Mode: 0o755, Exclusive: true}}}).GetAttr().GetIno()
+	var target uint64
+	waitFor(t, "the assign of /big to a ministry on node 4", func() bool {
+		for _, m := range c.metas[:3] {
+			actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+			resp, err := m.Assign(actx, &wire.AssignRequest{Path: "/big", Ino: big, Parent: uint64(ids.RootIno), Name: []byte("big"),
+				Source: uint64(ids.RootMinistry), New: true, Members: []uint64{4}, Req: &wire.RequestID{ClientId: 77, Seq: 1, FirstIncomplete: 1}})
+			acancel()
+			if err == nil && resp.GetStatus().GetCode() == wire.Code_OK && resp.GetMove().GetState() == wire.MoveState_MOVE_DONE {
+				target = resp.GetMove().GetTarget()
+				return true
+			}
+		}
+		return false
+	})
+	g := ids.GroupID(target)
+	mk := func(name string) ids.Ino {
+		res := c.mutate(g, &wire.Command{Op: &wire.Command_Create{Create: &wire.CreateOp{
+			Parent: big, Name: []byte(name), Type: wire.FileType_REGULAR, Mode: 0o644, Exclusive: true}}})
+		return ids.Ino(res.GetAttr().GetIno())
+	}
+	kept, gone := mk("kept"), mk("gone")
+
+	var servers []*chunkserver.Server
+	for i := 0; i < 3; i++ {
+		servers = append(servers, startChunk(t, c.addrs, t.TempDir()))
+	}
+	var grp *wire.ReplicaGroup
+	waitFor(t, "a replica group", func() bool {
+		gs := c.info().GetReplicaGroups()
+		if len(gs) == 1 && len(gs[0].GetMembers()) == 3 {
+			grp = gs[0]
+		}
+		return grp != nil
+	})
+	addr := map[uint64]string{}
+	for _, s := range servers {
+		addr[s.ID()] = s.Addr()
+	}
+	alloc := c.mutate(ids.PresidentGroup, &wire.Command{Op: &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 2}}})
+	hk, err := dataproto.MakeHandle(grp.GetId(), alloc.GetStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hg, err := dataproto.MakeHandle(grp.GetId(), alloc.GetStart()+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ino, h := range map[ids.Ino]uint64{kept: hk, gone: hg} {
+		c.mutate(g, &wire.Command{Op: &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(ino),
+			Chunk: &wire.ChunkRef{Index: 0, Handle: h, Group: grp.GetId()}}}})
+	}
+	pool := &dataproto.Pool{Timeout: 5 * time.Second}
+	defer pool.Close()
+	for _, h := range []uint64{hk, hg} {
+		waitFor(t, fmt.Sprintf("a write of chunk %x", h), func() bool {
+			r, err := pool.Call(addr[grp.GetPrimary()], &dataproto.Frame{Type: dataproto.TypeWrite, Handle: h, Group: grp.GetId(),
+				Epoch: grp.GetEpoch(), Payload: []byte("data")})
+			return err == nil && r.Status == dataproto.StatusOK
+		})
+	}
+	c.mutate(g, &wire.Command{Op: &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: big, Name: []byte("gone")}}})
+	waitFor(t, "the released chunk to be deleted", func() bool {
+		for _, m := range grp.GetMembers() {
+			if slices.Contains(held(t, pool, addr[m]), hg) {
+				return false
+			}
+		}
+		return true
+	})
+	// Rounds after that keep the referenced one.
+	time.Sleep(3 * grace)
+	for _, m := range grp.GetMembers() {
+		if got := held(t, pool, addr[m]); !slices.Equal(got, []uint64{hk}) {
+			t.Fatalf("server %d holds %x, want only the referenced %x", m, got, hk)
+		}
+	}
+}
