@@ -500,6 +500,9 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 func (s *metaService) precheck(g ids.GroupID, cmd *wire.Command) *wire.Status {
 	var st *wire.Status
 	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		if frozen, err := namespace.AnyFrozen(r); err != nil || !frozen {
+			return err
+		}
 		ino, move, err := namespace.FrozenIn(r, namespace.TouchedInodes(r, cmd))
 		if err == nil && move != 0 {
 			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)

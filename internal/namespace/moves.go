@@ -101,9 +101,27 @@ func TouchedInodes(r engine.Reader, cmd *wire.Command) []ids.Ino {
 	return out
 }
 
+// AnyFrozen reports whether anything in the ministry is frozen. Nearly
+// always nothing is: one seek says so, instead of reading the command's
+// entries and a lookup per inode on every command of every replica.
+func AnyFrozen(r engine.Reader) (bool, error) {
+	found := false
+	err := r.Scan([]byte{kindFrozen}, []byte{kindFrozen + 1}, func(_, _ []byte) bool {
+		found = true
+		return false
+	})
+	return found, err
+}
+
 // FrozenIn returns the first inode of inos that is frozen by a move, and
 // that move (0, 0 when none is).
 func FrozenIn(r engine.Reader, inos []ids.Ino) (ids.Ino, uint64, error) {
+	if len(inos) == 0 {
+		return 0, 0, nil
+	}
+	if frozen, err := AnyFrozen(r); err != nil || !frozen {
+		return 0, 0, err
+	}
 	for _, ino := range inos {
 		m, err := Frozen(r, ino)
 		if err != nil {
@@ -122,6 +140,9 @@ func movingResult(r engine.Reader, cmd *wire.Command) (*wire.Result, error) {
 	switch cmd.GetOp().(type) {
 	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
 		return nil, nil
+	}
+	if frozen, err := AnyFrozen(r); err != nil || !frozen {
+		return nil, err
 	}
 	ino, move, err := FrozenIn(r, TouchedInodes(r, cmd))
 	if err != nil || move == 0 {
