@@ -298,7 +298,11 @@ func joinNode(rw engine.ReadWriter, op *wire.JoinNodeOp) (*wire.Result, error) {
 	var top uint64
 	for _, m := range ms {
 		if m.GetAddr() == op.GetAddr() {
-			return &wire.Result{Start: m.GetId()}, nil
+			// A retried join is answered from the dedup table; this is
+			// another node, or one whose data was lost: under the old id
+			// it could vote twice in a term.
+			return errResult(syscall.EEXIST, "node %d is already a member at %s: restart it on its own data directory; a node that lost its data must join from another address (replacing members is not built yet)",
+				m.GetId(), op.GetAddr()), nil
 		}
 		top = max(top, m.GetId())
 	}

@@ -11,6 +11,7 @@ func TestMinistriesNodesAndMoves(t *testing.T) {
 	b := newStore(t)
 	var m Map
 	seq := uint64(0)
+	errno := func(r *wire.Result) syscall.Errno { return syscall.Errno(r.GetErrno()) }
 	apply := func(op any) *wire.Result {
 		t.Helper()
 		seq++
@@ -33,7 +34,6 @@ func TestMinistriesNodesAndMoves(t *testing.T) {
 		}
 		return r
 	}
-	errno := func(r *wire.Result) syscall.Errno { return syscall.Errno(r.GetErrno()) }
 	apply(&wire.InitClusterOp{ClusterId: "c", Members: []*wire.Member{{Id: 1, Addr: "a1"}, {Id: 2, Addr: "a2"}, {Id: 3, Addr: "a3"}}})
 	ms, _ := Ministries(b)
 	if len(ms) != 1 || ms[0].GetGroup() != 1 || ms[0].GetSubtrees()[0].GetPath() != "/" || len(ms[0].GetMembers()) != 3 {
@@ -42,8 +42,8 @@ func TestMinistriesNodesAndMoves(t *testing.T) {
 	if r := apply(&wire.JoinNodeOp{Addr: "a4"}); r.GetStart() != 4 {
 		t.Fatalf("join: %v", r)
 	}
-	if r := apply(&wire.JoinNodeOp{Addr: "a4"}); r.GetStart() != 4 {
-		t.Fatalf("join again from the same address: %v", r)
+	if r := apply(&wire.JoinNodeOp{Addr: "a4"}); errno(r) != syscall.EEXIST {
+		t.Fatalf("a second join from the same address (a node that lost its data): %v", r)
 	}
 	// Refused, changing nothing.
 	for _, c := range []struct {

@@ -303,12 +303,7 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 	}); err != nil {
 		return fmt.Errorf("read chunk servers: %w", err)
 	}
-	// Every ministry's records are read (over RPC from those not hosted
-	// here); a round that cannot read one of them deletes nothing.
-	ministries, err := c.ministries()
-	if err != nil {
-		return err
-	}
+
 	// (1) List every live server.
 	v := &gcView{held: map[uint64][]uint64{}, silent: map[uint64]bool{}, refs: map[uint64]bool{}, groups: map[uint64]*wire.ReplicaGroup{}}
 	addrs := map[uint64]string{}
@@ -325,7 +320,14 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// (2) Only now read the groups and the references, linearizably.
+	// (2) Only now read the groups and the references, linearizably:
+	// every ministry's (over RPC from those not hosted here), listed
+	// after the servers so that none created meanwhile is missed; a
+	// round that cannot read one of them deletes nothing.
+	ministries, err := c.ministries()
+	if err != nil {
+		return err
+	}
 	if err := c.readState(ctx, v, ministries); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -430,7 +431,8 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 		resp.Status = statusOf(wire.Code_UNAVAILABLE, "node %v does not know the cluster map yet (still starting)", s.n.cfg.ID)
 		return resp, nil
 	}
-	resp.Members, resp.Ministries, resp.Moves = v.members, v.ministries, v.moves
+	// Copies: the view may be the shared cached one.
+	resp.Members, resp.Ministries, resp.Moves = slices.Clone(v.members), slices.Clone(v.ministries), slices.Clone(v.moves)
 	if !v.taken.IsZero() {
 		resp.MapAgeMs = max(1, s.n.cfg.Clock.Now().Sub(v.taken).Milliseconds())
 	}

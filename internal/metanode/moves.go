@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -29,8 +30,13 @@ import (
 // leads the president group.
 type moveRunner struct {
 	mu      sync.Mutex
-	running map[uint64]context.CancelFunc
+	running map[uint64]*moveRun
+	// cleaned: aborted moves whose source was unfrozen under this
+	// leadership.
+	cleaned map[uint64]bool
 }
+
+type moveRun struct{ cancel context.CancelFunc }
 
 // tick starts a runner for every active move not running yet, and stops
 // them all when leadership was lost.
@@ -38,38 +44,65 @@ func (m *moveRunner) tick(n *Node, leading bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !leading {
-		for id, cancel := range m.running {
-			cancel()
+		for id, r := range m.running {
+			r.cancel()
 			delete(m.running, id)
 		}
+		m.cleaned = nil
 		return
+	}
+	select {
+	case <-n.stop:
+		return // no new goroutine once Stop began waiting
+	default:
 	}
 	v := n.mapView()
 	if v == nil {
 		return
 	}
 	if m.running == nil {
-		m.running = map[uint64]context.CancelFunc{}
+		m.running = map[uint64]*moveRun{}
+	}
+	if m.cleaned == nil {
+		m.cleaned = map[uint64]bool{}
 	}
 	for _, mv := range v.moves {
-		if mv.GetState() != wire.MoveState_MOVE_COPYING && mv.GetState() != wire.MoveState_MOVE_COMMITTED {
+		aborted := mv.GetState() == wire.MoveState_MOVE_ABORTED && !m.cleaned[mv.GetId()]
+		if !clustermap.Active(mv) && !aborted {
 			continue
 		}
 		if _, ok := m.running[mv.GetId()]; ok {
 			continue
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		m.running[mv.GetId()] = cancel
+		run := &moveRun{cancel: cancel}
+		m.running[mv.GetId()] = run
 		id := mv.GetId()
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
 			defer func() {
 				m.mu.Lock()
-				delete(m.running, id)
+				// Only this run's entry: a later run (after a
+				// leadership flap) may have replaced it.
+				if m.running[id] == run {
+					delete(m.running, id)
+				}
 				m.mu.Unlock()
 				cancel()
 			}()
+			if aborted {
+				if err := n.unfreeze(ctx, mv); err != nil {
+					n.log.Warn("subtree move: unfreeze after abort; will try again", "move", id, "err", err)
+					return
+				}
+				m.mu.Lock()
+				if m.cleaned != nil {
+					m.cleaned[id] = true
+				}
+				m.mu.Unlock()
+				return
+			}
 			go func() {
 				select {
 				case <-n.stop:
@@ -186,16 +219,28 @@ func (n *Node) moveCopy(ctx context.Context, mv *wire.Move) error {
 		return fmt.Errorf("install %s at ministry %d: %w", mv.GetPath(), mv.GetTarget(), err)
 	}
 	if res.GetErrno() != 0 {
-		// The target refused a copy the source gave: a bug, not bad
-		// input. Undo the freeze and say so.
+		// The target refused the copy. The abort is recorded first: the
+		// map refuses it if the move was committed meanwhile (a runner
+		// of a deposed leader), and only then is the source unfrozen,
+		// so a committed move is never undone.
 		why := fmt.Sprintf("ministry %d refused the copy of %s: %s", mv.GetTarget(), mv.GetPath(), errMessage(res))
-		if _, err := n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{
-			Move: mv.GetId(), Ino: mv.GetIno()}}}); err != nil {
-			return fmt.Errorf("unfreeze %s at ministry %d after: %s: %w", mv.GetPath(), mv.GetSource(), why, err)
+		if err := n.setMoveState(ctx, mv, wire.MoveState_MOVE_ABORTED, why); err != nil {
+			return err
 		}
-		return n.setMoveState(ctx, mv, wire.MoveState_MOVE_ABORTED, why)
+		return n.unfreeze(ctx, mv)
 	}
 	return n.setMoveState(ctx, mv, wire.MoveState_MOVE_COMMITTED, "")
+}
+
+// unfreeze lifts the source's freeze of an aborted move (a no-op when
+// there is none); the runner of a new leader does it again for every
+// aborted move it sees, in case the previous one stopped in between.
+func (n *Node) unfreeze(ctx context.Context, mv *wire.Move) error {
+	if _, err := n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{
+		Move: mv.GetId(), Ino: mv.GetIno()}}}); err != nil {
+		return fmt.Errorf("unfreeze %s at ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
+	}
+	return nil
 }
 
 // maxMoveKeys bounds the keys of one move at this stage (an empty
@@ -239,7 +284,15 @@ func (n *Node) exportKeys(ctx context.Context, mv *wire.Move) ([]*wire.KV, error
 }
 
 func (n *Node) moveFinish(ctx context.Context, mv *wire.Move) error {
-	res, err := n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{
+	res, err := n.ministryCall(ctx, mv.GetTarget(), &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
+		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true}}})
+	if err != nil {
+		return fmt.Errorf("open %s at ministry %d: %w", mv.GetPath(), mv.GetTarget(), err)
+	}
+	if res.GetErrno() != 0 {
+		return fmt.Errorf("open %s at ministry %d: %s", mv.GetPath(), mv.GetTarget(), errMessage(res))
+	}
+	res, err = n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{
 		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}}})
 	if err != nil {
 		return fmt.Errorf("finish %s at ministry %d: %w", mv.GetPath(), mv.GetSource(), err)

@@ -7,8 +7,10 @@ package namespace
 //
 //	source: ExportSubtreeOp   freeze the subtree ("z" record)
 //	        (ExportKeys)      the target's copy is read from the source
-//	target: ImportSubtreeOp   install the copy
+//	target: ImportSubtreeOp   install the copy, frozen
 //	president: COMMITTED      the decision
+//	target: ImportSubtreeOp   activate: the copy opens (unassign: the
+//	        (activate)        parent's entry stops being a referral)
 //	source: FinishExportOp    drop the copy, leave "f" forwarding
 //	                          records, turn the entry into a referral
 //
@@ -262,6 +264,24 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 	if op.GetMove() == 0 || ino == 0 {
 		return nil, errnof(syscall.EINVAL, "import: move and inode are required")
 	}
+	m, err := Frozen(t.r, ino)
+	if err != nil {
+		return nil, err
+	}
+	_, held := loadInode(t.r, ino)
+	held2 := held == nil
+	if op.GetActivate() {
+		return activateImport(t, op, m, held2)
+	}
+	switch {
+	case m != 0 && m != op.GetMove():
+		return nil, errnof(syscall.EBUSY, "import of inode %v: it is being moved by move %d", ino, m)
+	case m == 0 && held2:
+		// Held and live here: this import is late (its move was decided
+		// and activated already) and must not overwrite what clients
+		// changed since.
+		return nil, errnof(syscall.EEXIST, "import of inode %v for move %d: it is already held here", ino, op.GetMove())
+	}
 	hasInode := false
 	for _, kv := range op.GetKvs() {
 		if !importable(kv.GetKey(), ino) {
@@ -272,7 +292,8 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 	if !hasInode {
 		return nil, errnof(syscall.EINVAL, "import of inode %v: the copy has no inode record", ino)
 	}
-	// A copy left by an earlier import of this move is replaced whole.
+	// A copy left by an earlier import of this move is replaced whole
+	// (nobody changed it: it stays frozen until the activate step).
 	for _, p := range subtreePrefixes(ino) {
 		if err := t.r.Scan(p, prefixEnd(p), func(k, _ []byte) bool {
 			t.del(bytes.Clone(k))
@@ -285,15 +306,33 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 		t.set(bytes.Clone(kv.GetKey()), bytes.Clone(kv.GetValue()))
 	}
 	t.del(forwardKey(ino)) // it may have lived here before
+	v := binary.BigEndian.AppendUint64(nil, op.GetMove())
+	t.set(frozenKey(ino), binary.BigEndian.AppendUint64(v, op.GetSource()))
+	return &wire.Result{}, nil
+}
+
+// activateImport opens an imported copy after the decision: the freeze
+// goes, and for an unassign the parent's entry (here) stops being a
+// referral.
+func activateImport(t *tx, op *wire.ImportSubtreeOp, frozenBy uint64, held bool) (*wire.Result, error) {
+	ino := ids.Ino(op.GetIno())
+	switch {
+	case frozenBy == op.GetMove():
+		t.del(frozenKey(ino))
+	case frozenBy == 0 && held:
+		return &wire.Result{}, nil // repeated
+	default:
+		return nil, errnof(syscall.EINVAL, "activate inode %v for move %d: no copy of it was imported by that move", ino, op.GetMove())
+	}
 	parent := ids.Ino(op.GetParent())
 	if _, err := loadInode(t.r, parent); err == nil {
-		// An unassign: the entry is here, and stops being a referral.
+		// An unassign: the entry is here.
 		d, err := loadDirent(t.r, parent, op.GetName())
 		if err != nil {
 			return nil, err
 		}
 		if d == nil || d.GetIno() != op.GetIno() {
-			return nil, errnof(syscall.ENOENT, "import: %v/%q does not name inode %v here", parent, op.GetName(), ino)
+			return nil, errnof(syscall.ENOENT, "activate: %v/%q does not name inode %v here", parent, op.GetName(), ino)
 		}
 		d.Ministry = 0
 		if err := t.setDirent(parent, op.GetName(), d); err != nil {

@@ -72,7 +72,17 @@ func TestMoveOfAnEmptyDirectory(t *testing.T) {
 	if v, err := GetXattr(dst.rw, p, []byte("user.a")); err != nil || string(v) != "v" {
 		t.Fatalf("imported xattr: %q %v", v, err)
 	}
+	// Frozen at the target until the decision is made and it opens.
+	if res := dst.cmd(mkop(p, "early", wire.FileType_REGULAR), nil); !res.GetMoving() {
+		t.Fatalf("create in an imported, not yet opened directory: %v", res)
+	}
+	act := &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 1, Ino: uint64(p), Parent: 55555, Name: []byte("projects"), Source: 1, Activate: true}}
+	dst.fails(&wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 2, Ino: uint64(p), Activate: true}}, syscall.EINVAL)
+	dst.ok(act)
+	dst.ok(act) // repeated
 	dst.mkfile(p, "inside")
+	// A late copy of the same move never overwrites the live directory.
+	dst.fails(imp, syscall.EEXIST)
 
 	fin := &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{Move: 1, Ino: uint64(p), Parent: uint64(root), Name: []byte("projects"), Target: 7}}
 	src.ok(fin)

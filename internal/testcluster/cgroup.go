@@ -30,8 +30,9 @@ type cpuCaps struct {
 // newCPUCaps prepares a parent cgroup for processes capped at frac of a
 // core each.
 func newCPUCaps(frac float64) (*cpuCaps, error) {
-	if frac <= 0 || frac > 64 {
-		return nil, fmt.Errorf("CPU cap %v: give a fraction of one core above 0", frac)
+	if frac*cgroupPeriodUs < 1000 || frac > 64 {
+		return nil, fmt.Errorf("CPU cap %v: give at least %v of a core (the kernel's smallest quota is 1 ms per %d ms period) and at most 64 cores",
+			frac, 1000.0/cgroupPeriodUs, cgroupPeriodUs/1000)
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])

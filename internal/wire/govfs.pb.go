@@ -3794,7 +3794,8 @@ func (x *MoveStateOp) GetError() string {
 }
 
 // JoinNodeOp admits a metadata node listening on `addr`; Result.start is
-// its new node id. The same address joining again gets its id back.
+// its new node id. An address that is already a member's is refused
+// (EEXIST); a retried join is answered from the dedup table.
 type JoinNodeOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
@@ -3922,16 +3923,21 @@ func (x *ExportSubtreeOp) GetTarget() uint64 {
 
 // ImportSubtreeOp installs the keys of a moving subtree in the target
 // ministry (keys relative to the ministry's state, as ExportKeys read
-// them). With `parent` local (an unassign), its entry stops being a
-// referral and the root gets its parent record.
+// them), frozen for move `move` until the activate step. Refused when
+// the inode is already held here other than by this move's import (a
+// late copy must never overwrite a live subtree).
 type ImportSubtreeOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Parent        uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Kvs           []*KV                  `protobuf:"bytes,5,rep,name=kvs,proto3" json:"kvs,omitempty"`
-	Source        uint64                 `protobuf:"varint,6,opt,name=source,proto3" json:"source,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Move   uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino    uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Kvs    []*KV                  `protobuf:"bytes,5,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	Source uint64                 `protobuf:"varint,6,opt,name=source,proto3" json:"source,omitempty"`
+	// After the president committed the move: the copy (frozen since the
+	// import, so nobody changes it before the decision) opens for use; for
+	// an unassign the parent's entry stops being a referral here.
+	Activate      bool `protobuf:"varint,7,opt,name=activate,proto3" json:"activate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4006,6 +4012,13 @@ func (x *ImportSubtreeOp) GetSource() uint64 {
 		return x.Source
 	}
 	return 0
+}
+
+func (x *ImportSubtreeOp) GetActivate() bool {
+	if x != nil {
+		return x.Activate
+	}
+	return false
 }
 
 // FinishExportOp completes move `move` at the source after the president
@@ -7432,14 +7445,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\x04R\x06target\"\x9d\x01\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\"\xb9\x01\n" +
 	"\x0fImportSubtreeOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12 \n" +
 	"\x03kvs\x18\x05 \x03(\v2\x0e.govfs.wire.KVR\x03kvs\x12\x16\n" +
-	"\x06source\x18\x06 \x01(\x04R\x06source\"z\n" +
+	"\x06source\x18\x06 \x01(\x04R\x06source\x12\x1a\n" +
+	"\bactivate\x18\a \x01(\bR\bactivate\"z\n" +
 	"\x0eFinishExportOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
