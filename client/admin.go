@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,22 +46,24 @@ func (c *Client) assign(ctx context.Context, path string, o AssignOptions, unass
 	if len(comps) == 0 {
 		return nil, fmt.Errorf("%w: / always belongs to the root ministry; assign a directory below it", syscall.EINVAL)
 	}
+	dir, name := comps[:len(comps)-1], comps[len(comps)-1]
 	// Where things are now, read linearizably: the assign is decided on
 	// the current tree.
 	lin := []ReadOption{Linearizable()}
-	attr, err := c.resolve(ctx, comps, lin)
+	pattr, err := c.resolve(ctx, dir, lin)
+	if err != nil {
+		return nil, err
+	}
+	parent := ids.Ino(pattr.GetIno())
+	attr, err := c.lookup(ctx, parent, name, lin)
 	if err != nil {
 		return nil, err
 	}
 	if attr.GetType() != wire.FileType_DIRECTORY {
 		return nil, fmt.Errorf("%w: only a directory (with everything below it) can belong to a ministry", syscall.ENOTDIR)
 	}
-	parent, name, err := c.parentOf(ctx, path, syscall.EINVAL)
-	if err != nil {
-		return nil, err
-	}
 	ino := ids.Ino(attr.GetIno())
-	req := &wire.AssignRequest{ClusterId: c.clusterID, Path: cleanPath(comps), Ino: uint64(ino), Parent: uint64(parent),
+	req := &wire.AssignRequest{ClusterId: c.clusterID, Path: "/" + strings.Join(comps, "/"), Ino: uint64(ino), Parent: uint64(parent),
 		Name: []byte(name), Source: uint64(c.owner(ino)), Target: o.Ministry, New: o.New, Members: o.Nodes, Unassign: unassign}
 	if unassign {
 		if c.owner(ino) == c.owner(parent) {
@@ -113,14 +116,6 @@ func (c *Client) assign(ctx context.Context, path string, o AssignOptions, unass
 	// The owner of the subtree root changed (or will): ask afresh.
 	c.forgetOwner(ino)
 	return out, nil
-}
-
-func cleanPath(comps []string) string {
-	p := ""
-	for _, c := range comps {
-		p += "/" + c
-	}
-	return p
 }
 
 // forgetOwner drops what this Client believed about ino's ministry.

@@ -46,38 +46,40 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr, adminUsage)
 		return errors.New("admin: missing command")
 	}
+	var err error
+	rest := top.Args()[1:]
 	switch sub := top.Arg(0); sub {
 	case "status":
-		f := flag.NewFlagSet("govfs admin status", flag.ContinueOnError)
-		f.SetOutput(stderr)
-		f.StringVar(&g.meta, "meta", g.meta, "comma-separated metadata node addresses")
-		f.DurationVar(&g.timeout, "timeout", g.timeout, "give up after this long")
-		asJSON := f.Bool("json", false, "print a JSON object instead of tables")
-		if err := f.Parse(top.Args()[1:]); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		if f.NArg() > 0 {
-			return fmt.Errorf("admin status: unexpected arguments %q", f.Args())
-		}
-		return adminStatus(ctx, g, *asJSON, stdout)
+		err = adminStatus(ctx, g, rest, stdout, stderr)
 	case "ministries":
-		return adminMinistries(ctx, g, top.Args()[1:], stdout, stderr)
+		err = adminMinistries(ctx, g, rest, stdout, stderr)
 	case "nodes":
-		return adminNodes(ctx, g, top.Args()[1:], stdout, stderr)
+		err = adminNodes(ctx, g, rest, stdout, stderr)
 	case "assign":
-		return adminAssign(ctx, g, top.Args()[1:], false, stdout, stderr)
+		err = adminAssign(ctx, g, rest, false, stdout, stderr)
 	case "unassign":
-		return adminAssign(ctx, g, top.Args()[1:], true, stdout, stderr)
+		err = adminAssign(ctx, g, rest, true, stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return fmt.Errorf("admin: unknown command %q", sub)
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
 }
 
-func adminStatus(ctx context.Context, g fsGlobal, asJSON bool, stdout io.Writer) error {
+func adminStatus(ctx context.Context, g fsGlobal, args []string, stdout, stderr io.Writer) error {
+	var asJSON bool
+	f, err := subFlags("status", &g, stderr, args, func(f *flag.FlagSet) {
+		f.BoolVar(&asJSON, "json", false, "print a JSON object instead of tables")
+	})
+	if err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("admin status: unexpected arguments %q", f.Args())
+	}
 	cl, err := dialCluster(ctx, g)
 	if err != nil {
 		return dialError("admin status", err)

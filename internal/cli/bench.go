@@ -70,7 +70,7 @@ type benchMetaArgs struct {
 	// ministries spreads the workers over that many ministries; the
 	// local cluster has metaNodes metadata nodes, each capped at nodeCPU
 	// of a core when positive (the testbed).
-	ministries int
+	ministries []int64
 	metaNodes  int
 	nodeCPU    float64
 }
@@ -89,7 +89,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
 	cpuProf := f.String("cpuprofile", "", "write a CPU profile of the bench client process to this file")
 	nodeArgs := f.String("node-args", "", "extra flags for the nodes of the local cluster, space-separated (e.g. \"--batch-delay 0\")")
-	ministries := f.Int("ministries", 1, "spread the workers over this many ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first")
+	ministries := f.String("ministries", "1", "spread the workers over K ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first; a list (1,5) runs each K in turn, on a fresh local cluster each, and compares them with the first")
 	metaNodes := f.Int("meta-nodes", 3, "metadata nodes of the local cluster (the first 3 form it, the others join)")
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
 	if err := f.Parse(args); err != nil {
@@ -100,16 +100,27 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
 		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs),
-		ministries: *ministries, metaNodes: *metaNodes, nodeCPU: *nodeCPU}
+		metaNodes: *metaNodes, nodeCPU: *nodeCPU}
+	var err error
+	if a.ministries, err = parseInts(*ministries, "--ministries"); err != nil {
+		return nil, fmt.Errorf("govfs bench meta: %w", err)
+	}
+	if len(a.ministries) == 0 {
+		return nil, errors.New("govfs bench meta: --ministries is empty: give K, or a list such as 1,5")
+	}
+	for _, k := range a.ministries {
+		if k < 1 || k > 64 {
+			return nil, fmt.Errorf("govfs bench meta: --ministries %d: give 1 to 64", k)
+		}
+		if k > 1 && a.metaNodes < 3 {
+			return nil, fmt.Errorf("govfs bench meta: --ministries %d needs at least 3 metadata nodes (a new ministry has 3 replicas)", k)
+		}
+	}
 	switch {
-	case a.ministries < 1 || a.ministries > 64:
-		return nil, fmt.Errorf("govfs bench meta: --ministries %d: give 1 to 64", a.ministries)
 	case a.metaNodes < 1 || a.metaNodes > 64:
 		return nil, fmt.Errorf("govfs bench meta: --meta-nodes %d: give 1 to 64", a.metaNodes)
 	case a.nodeCPU < 0:
 		return nil, fmt.Errorf("govfs bench meta: --node-cpu %v must not be negative", a.nodeCPU)
-	case a.ministries > 1 && a.metaNodes < 3:
-		return nil, fmt.Errorf("govfs bench meta: --ministries %d needs at least 3 metadata nodes (a new ministry has 3 replicas)", a.ministries)
 	}
 	for _, s := range strings.Split(*meta, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -122,7 +133,6 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	if a.timeout <= 0 {
 		return nil, fmt.Errorf("govfs bench meta: --timeout %v must be positive", a.timeout)
 	}
-	var err error
 	if a.phases, err = bench.ParsePhases(*phases); err != nil {
 		return nil, fmt.Errorf("govfs bench meta: --phases: %w", err)
 	}
@@ -152,19 +162,61 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if a.jsonOnly {
 		human = io.Discard
 	}
+	var reps []*bench.MetaReport
+	for _, k := range a.ministries {
+		rep, err := benchMetaOnce(ctx, a, int(k), stdout, stderr, human)
+		if err != nil {
+			return err
+		}
+		reps = append(reps, rep)
+	}
+	// K ministries against the first K of the same run.
+	for _, rep := range reps[1:] {
+		for _, p := range rep.Phases {
+			if b, ok := reps[0].Phase(p.Name); ok && b.OpsPerSec() > 0 {
+				fmt.Fprintf(human, "%-8s %d ministries / %d: %.2f\n", p.Name, rep.Ministries, reps[0].Ministries, p.OpsPerSec()/b.OpsPerSec())
+			}
+		}
+	}
+	if a.baseline {
+		// The baseline: the same phases on a local directory, same run.
+		local, err := bench.RunLocalMeta(ctx, bench.MetaConfig{Clients: a.clients, Files: a.files, Phases: a.phases}, a.localDir)
+		if err != nil {
+			return fmt.Errorf("bench meta: %w", err)
+		}
+		for _, rep := range reps {
+			rep.Local = local
+			for _, p := range rep.Phases {
+				if line := rep.Compare(p); line != "" {
+					fmt.Fprintln(human, line)
+				}
+			}
+		}
+	}
+	for _, rep := range reps {
+		if err := printJSON(stdout, rep); err != nil {
+			return fmt.Errorf("bench meta: %w", err)
+		}
+	}
+	return nil
+}
+
+// benchMetaOnce runs the workload over k ministries, on a local cluster
+// started for it (fresh for every k) or on --meta.
+func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, stdout, stderr, human io.Writer) (*bench.MetaReport, error) {
 	addrs := a.meta
 	external := len(addrs) > 0
 	if !external {
 		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: a.metaNodes, ExtraArgs: a.nodeArgs, NodeCPU: a.nodeCPU})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer stop()
 		addrs = local
 	}
 	if !a.jsonOnly {
 		fmt.Fprintf(stdout, "bench meta: %d clients × %d files over %d connections, phases %s, %d ministries, cluster %s\n",
-			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), a.ministries, strings.Join(addrs, ","))
+			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), k, strings.Join(addrs, ","))
 	}
 	rep, err := bench.RunMeta(ctx, bench.MetaConfig{
 		MetaAddrs:  addrs,
@@ -174,27 +226,12 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Phases:     a.phases,
 		Cleanup:    external, // a local cluster is thrown away whole
 		OpTimeout:  a.timeout,
-		Ministries: a.ministries,
+		Ministries: k,
 	}, human)
 	if err != nil {
-		return fmt.Errorf("bench meta: %w", err)
+		return nil, fmt.Errorf("bench meta: %w", err)
 	}
-	if a.baseline {
-		// The baseline: the same phases on a local directory, same run.
-		rep.Local, err = bench.RunLocalMeta(ctx, bench.MetaConfig{Clients: a.clients, Files: a.files, Phases: a.phases}, a.localDir)
-		if err != nil {
-			return fmt.Errorf("bench meta: %w", err)
-		}
-		for _, p := range rep.Phases {
-			if line := rep.Compare(p); line != "" {
-				fmt.Fprintln(human, line)
-			}
-		}
-	}
-	if err := printJSON(stdout, rep); err != nil {
-		return fmt.Errorf("bench meta: %w", err)
-	}
-	return nil
+	return rep, nil
 }
 
 // startLocalCluster starts cfg (Binary and Dir filled in here) in a

@@ -154,38 +154,12 @@ func ChunkServer(r engine.Reader, id uint64) (*wire.ChunkServer, error) {
 
 // ChunkServers lists every registered server in id order.
 func ChunkServers(r engine.Reader) ([]*wire.ChunkServer, error) {
-	var out []*wire.ChunkServer
-	var decodeErr error
-	err := r.Scan([]byte("cs"), []byte("ct"), func(_, v []byte) bool {
-		s := &wire.ChunkServer{}
-		if decodeErr = proto.Unmarshal(v, s); decodeErr != nil {
-			return false
-		}
-		out = append(out, s)
-		return true
-	})
-	if err == nil {
-		err = decodeErr
-	}
-	return out, err
+	return scanAll[wire.ChunkServer](r, "cs", "ct")
 }
 
 // ReplicaGroups lists every replica group in id order.
 func ReplicaGroups(r engine.Reader) ([]*wire.ReplicaGroup, error) {
-	var out []*wire.ReplicaGroup
-	var decodeErr error
-	err := r.Scan([]byte("G"), []byte("H"), func(_, v []byte) bool {
-		g := &wire.ReplicaGroup{}
-		if decodeErr = proto.Unmarshal(v, g); decodeErr != nil {
-			return false
-		}
-		out = append(out, g)
-		return true
-	})
-	if err == nil {
-		err = decodeErr
-	}
-	return out, err
+	return scanAll[wire.ReplicaGroup](r, "G", "H")
 }
 
 // ClusterChunkSize is the chunk size of the registered servers (0 before

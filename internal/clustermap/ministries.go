@@ -78,57 +78,48 @@ func initialMembers(r engine.Reader) ([]*wire.Member, error) {
 	return op.GetMembers(), nil
 }
 
-// Members returns every metadata node, by id.
-func Members(r engine.Reader) ([]*wire.Member, error) {
-	var out []*wire.Member
-	var derr error
-	err := r.Scan([]byte("N"), []byte("O"), func(_, v []byte) bool {
-		m := &wire.Member{}
-		if derr = proto.Unmarshal(v, m); derr != nil {
+// scanAll decodes every value in [lo, hi), in key order.
+func scanAll[T any, P interface {
+	*T
+	proto.Message
+}](r engine.Reader, lo, hi string) ([]P, error) {
+	var out []P
+	var decodeErr error
+	err := r.Scan([]byte(lo), []byte(hi), func(k, v []byte) bool {
+		m := P(new(T))
+		if decodeErr = proto.Unmarshal(v, m); decodeErr != nil {
+			decodeErr = fmt.Errorf("clustermap: decode %q: %w", k, decodeErr)
 			return false
 		}
 		out = append(out, m)
 		return true
 	})
-	if err != nil || derr != nil {
-		return nil, errors2(err, derr)
+	if err == nil {
+		err = decodeErr
 	}
-	if len(out) == 0 {
-		return initialMembers(r)
-	}
-	return out, nil
+	return out, err
 }
 
-func errors2(a, b error) error {
-	if a != nil {
-		return a
+// Members returns every metadata node, by id.
+func Members(r engine.Reader) ([]*wire.Member, error) {
+	out, err := scanAll[wire.Member](r, "N", "O")
+	if err != nil || len(out) > 0 {
+		return out, err
 	}
-	return b
+	return initialMembers(r)
 }
 
 // Ministries returns every ministry, by id.
 func Ministries(r engine.Reader) ([]*wire.Ministry, error) {
-	var out []*wire.Ministry
-	var derr error
-	err := r.Scan([]byte("M"), []byte("N"), func(_, v []byte) bool {
-		m := &wire.Ministry{}
-		if derr = proto.Unmarshal(v, m); derr != nil {
-			return false
-		}
-		out = append(out, m)
-		return true
-	})
-	if err != nil || derr != nil {
-		return nil, errors2(err, derr)
+	out, err := scanAll[wire.Ministry](r, "M", "N")
+	if err != nil || len(out) > 0 {
+		return out, err
 	}
-	if len(out) == 0 {
-		root, err := derivedRoot(r)
-		if err != nil || root == nil {
-			return nil, err
-		}
-		out = append(out, root)
+	root, err := derivedRoot(r)
+	if err != nil || root == nil {
+		return nil, err
 	}
-	return out, nil
+	return []*wire.Ministry{root}, nil
 }
 
 // derivedRoot is the root ministry of a map that predates the ministry
@@ -163,19 +154,7 @@ func GetMinistry(r engine.Reader, g uint64) (*wire.Ministry, error) {
 }
 
 // Moves returns the moves the map remembers (under way and recent), by id.
-func Moves(r engine.Reader) ([]*wire.Move, error) {
-	var out []*wire.Move
-	var derr error
-	err := r.Scan([]byte("V"), []byte("W"), func(_, v []byte) bool {
-		m := &wire.Move{}
-		if derr = proto.Unmarshal(v, m); derr != nil {
-			return false
-		}
-		out = append(out, m)
-		return true
-	})
-	return out, errors2(err, derr)
-}
+func Moves(r engine.Reader) ([]*wire.Move, error) { return scanAll[wire.Move](r, "V", "W") }
 
 // GetMove returns move id, or nil.
 func GetMove(r engine.Reader, id uint64) (*wire.Move, error) {

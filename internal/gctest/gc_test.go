@@ -131,6 +131,28 @@ func startChunk(t *testing.T, meta []string, dir string) *chunkserver.Server {
 	return s
 }
 
+// startGroup starts three chunk servers and waits for the replica group
+// the president makes of them; it returns the group and the servers'
+// addresses by id.
+func (c *cluster) startGroup() (*wire.ReplicaGroup, map[uint64]string) {
+	t := c.t
+	t.Helper()
+	addr := map[uint64]string{}
+	for i := 0; i < 3; i++ {
+		s := startChunk(t, c.addrs, t.TempDir())
+		addr[s.ID()] = s.Addr()
+	}
+	var grp *wire.ReplicaGroup
+	waitFor(t, "a replica group", func() bool {
+		gs := c.info().GetReplicaGroups()
+		if len(gs) == 1 && len(gs[0].GetMembers()) == 3 {
+			grp = gs[0]
+		}
+		return grp != nil
+	})
+	return grp, addr
+}
+
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(50 * time.Millisecond) {
@@ -178,22 +200,7 @@ func TestCollectorDeletesExactlyTheGarbage(t *testing.T) {
 	}
 	f, g := mk("f"), mk("g")
 
-	var servers []*chunkserver.Server
-	for i := 0; i < 3; i++ {
-		servers = append(servers, startChunk(t, c.addrs, t.TempDir()))
-	}
-	var grp *wire.ReplicaGroup
-	waitFor(t, "a replica group", func() bool {
-		gs := c.info().GetReplicaGroups()
-		if len(gs) == 1 && len(gs[0].GetMembers()) == 3 {
-			grp = gs[0]
-		}
-		return grp != nil
-	})
-	addr := map[uint64]string{}
-	for _, s := range servers {
-		addr[s.ID()] = s.Addr()
-	}
+	grp, addr := c.startGroup()
 	alloc := c.mutate(ids.PresidentGroup, &wire.Command{Op: &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 4}}})
 	var hs []uint64
 	for i := uint64(0); i < 4; i++ {
@@ -437,22 +444,7 @@ func TestCollectorReadsMinistriesHostedElsewhere(t *testing.T) {
 	}
 	kept, gone := mk("kept"), mk("gone")
 
-	var servers []*chunkserver.Server
-	for i := 0; i < 3; i++ {
-		servers = append(servers, startChunk(t, c.addrs, t.TempDir()))
-	}
-	var grp *wire.ReplicaGroup
-	waitFor(t, "a replica group", func() bool {
-		gs := c.info().GetReplicaGroups()
-		if len(gs) == 1 && len(gs[0].GetMembers()) == 3 {
-			grp = gs[0]
-		}
-		return grp != nil
-	})
-	addr := map[uint64]string{}
-	for _, s := range servers {
-		addr[s.ID()] = s.Addr()
-	}
+	grp, addr := c.startGroup()
 	alloc := c.mutate(ids.PresidentGroup, &wire.Command{Op: &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 2}}})
 	hk, err := dataproto.MakeHandle(grp.GetId(), alloc.GetStart())
 	if err != nil {

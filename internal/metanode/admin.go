@@ -228,21 +228,10 @@ func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.Jo
 // checkMovable asks the source whether the subtree can move now: at this
 // stage only an empty directory can.
 func (n *Node) checkMovable(ctx context.Context, req *wire.AssignRequest) error {
-	var resp *wire.ReadResponse
-	err := n.callLeader(ctx, ids.GroupID(req.GetSource()), func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
-		var err error
-		resp, err = cl.Read(ctx, &wire.ReadRequest{ClusterId: n.ClusterID(), Group: req.GetSource(), Consistency: wire.ReadConsistency_LINEARIZABLE,
-			Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}})
-		if err != nil {
-			return nil, err
-		}
-		return resp.GetStatus(), nil
-	})
+	resp, err := n.readLeader(ctx, ids.GroupID(req.GetSource()), &wire.ReadRequest{
+		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}})
 	if err != nil {
 		return fmt.Errorf("ask ministry %d about %s: %w", req.GetSource(), req.GetPath(), err)
-	}
-	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
-		return fmt.Errorf("ministry %d about %s: %s", req.GetSource(), req.GetPath(), st.GetMessage())
 	}
 	if len(resp.GetEntries()) > 0 {
 		return &codedErr{syscall.ENOTEMPTY, fmt.Sprintf("%s is not empty: moving a populated subtree to another ministry is not built yet; assign the directory while it is empty (files created in it afterwards belong to the new ministry)", req.GetPath())}

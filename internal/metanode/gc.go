@@ -614,23 +614,12 @@ func (c *collector) readRemoteRefs(ctx context.Context, g ids.GroupID, wanted, r
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var resp *wire.ReadResponse
 		rctx, cancel := context.WithTimeout(ctx, gcReadTimeout)
-		err := c.n.callLeader(rctx, g, func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
-			var err error
-			resp, err = cl.Read(ctx, &wire.ReadRequest{ClusterId: c.n.ClusterID(), Group: uint64(g), Consistency: wire.ReadConsistency_LINEARIZABLE,
-				Op: &wire.ReadRequest_ChunkTable{ChunkTable: &wire.ChunkTableReq{Ino: ino, Index: index, Limit: gcScanPage}}})
-			if err != nil {
-				return nil, err
-			}
-			return resp.GetStatus(), nil
-		})
+		resp, err := c.n.readLeader(rctx, g, &wire.ReadRequest{
+			Op: &wire.ReadRequest_ChunkTable{ChunkTable: &wire.ChunkTableReq{Ino: ino, Index: index, Limit: gcScanPage}}})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("read chunk records of ministry %v: %w", g, err)
-		}
-		if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
-			return fmt.Errorf("read chunk records of ministry %v: %v: %s", g, st.GetCode(), st.GetMessage())
 		}
 		for _, ref := range resp.GetChunks() {
 			if wanted[ref.GetHandle()] {

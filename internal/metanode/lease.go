@@ -746,15 +746,23 @@ func earliestTime(a, b time.Time) time.Time {
 // (UNAVAILABLE: ask again) or held by another ministry (REDIRECT); nil
 // when the inode is this ministry's.
 func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
+	// One read on the common path (held here, not frozen).
 	var st *wire.Status
+	held := true
 	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		move, err := namespace.Frozen(r, ino)
-		if err == nil && move != 0 {
-			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+		if err != nil {
+			return err
 		}
-		return err
+		if move != 0 {
+			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+			return nil
+		}
+		_, err = namespace.GetAttr(r, ino)
+		held = err == nil
+		return nil
 	})
-	if st != nil {
+	if st != nil || held {
 		return st
 	}
 	if to := s.n.elsewhere(g, ino); to != 0 {

@@ -239,9 +239,9 @@ func (n *Node) hostMinistry(g ids.GroupID, members []uint64) error {
 // hostedMinistries lists the ministries this node has a replica of.
 func (n *Node) hostedMinistries() []ids.GroupID {
 	var out []ids.GroupID
-	for _, st := range n.host.Status() {
-		if st.Group != ids.PresidentGroup {
-			out = append(out, st.Group)
+	for _, g := range n.host.Groups() {
+		if g != ids.PresidentGroup {
+			out = append(out, g)
 		}
 	}
 	return out
@@ -332,6 +332,14 @@ func (n *Node) proposeAnywhere(ctx context.Context, g ids.GroupID, cmd *wire.Com
 		res, _, err := n.host.Propose(ctx, g, cmd)
 		return res, err
 	}
+	return n.mutateLeader(ctx, g, cmd)
+}
+
+// mutateLeader sends cmd to the Mutate handler of g's leader, wherever
+// it is (this node included), numbering it first when it has no request
+// id, and returns the state machine's result (a refusal is a result with
+// an errno, not an error).
+func (n *Node) mutateLeader(ctx context.Context, g ids.GroupID, cmd *wire.Command) (*wire.Result, error) {
 	if cmd.GetReq().GetClientId() == 0 {
 		var done func()
 		cmd.Req, done = n.internalReq()
@@ -347,6 +355,27 @@ func (n *Node) proposeAnywhere(ctx context.Context, g ids.GroupID, cmd *wire.Com
 		return resp.GetStatus(), nil
 	})
 	return res, err
+}
+
+// readLeader sends req to g's leader, linearizably, and returns its
+// answer; any status but OK is an error.
+func (n *Node) readLeader(ctx context.Context, g ids.GroupID, req *wire.ReadRequest) (*wire.ReadResponse, error) {
+	req.ClusterId, req.Group, req.Consistency = n.ClusterID(), uint64(g), wire.ReadConsistency_LINEARIZABLE
+	var resp *wire.ReadResponse
+	err := n.callLeader(ctx, g, func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+		var err error
+		if resp, err = cl.Read(ctx, req); err != nil {
+			return nil, err
+		}
+		return resp.GetStatus(), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
+		return nil, fmt.Errorf("%v: %s", st.GetCode(), st.GetMessage())
+	}
+	return resp, nil
 }
 
 // internalReq numbers a command this node sends to another node's

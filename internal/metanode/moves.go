@@ -183,19 +183,7 @@ func (n *Node) ministryCall(ctx context.Context, g uint64, cmd *wire.Command) (*
 	cmd.Version, cmd.NowNs = 1, n.cfg.Clock.Now().UnixNano()
 	// Always through the minister's Mutate handler, even when it is this
 	// node: that is where leases on the subtree are recalled first.
-	req, done := n.internalReq()
-	defer done()
-	cmd.Req = req
-	var res *wire.Result
-	err := n.callLeader(ctx, ids.GroupID(g), func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: n.ClusterID(), Group: g, Cmd: cmd})
-		if err != nil {
-			return nil, err
-		}
-		res = resp.GetResult()
-		return resp.GetStatus(), nil
-	})
-	return res, err
+	return n.mutateLeader(ctx, ids.GroupID(g), cmd)
 }
 
 func (n *Node) moveCopy(ctx context.Context, mv *wire.Move) error {
@@ -253,24 +241,12 @@ func (n *Node) exportKeys(ctx context.Context, mv *wire.Move) ([]*wire.KV, error
 	var out []*wire.KV
 	var after []byte
 	for {
-		var resp *wire.ReadResponse
 		cctx, cancel := context.WithTimeout(ctx, moveStepTimeout)
-		err := n.callLeader(cctx, ids.GroupID(mv.GetSource()), func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
-			var err error
-			resp, err = cl.Read(ctx, &wire.ReadRequest{ClusterId: n.ClusterID(), Group: mv.GetSource(),
-				Consistency: wire.ReadConsistency_LINEARIZABLE,
-				Op:          &wire.ReadRequest_ExportKeys{ExportKeys: &wire.ExportKeysReq{Move: mv.GetId(), Ino: mv.GetIno(), After: after, Limit: 1000}}})
-			if err != nil {
-				return nil, err
-			}
-			return resp.GetStatus(), nil
-		})
+		resp, err := n.readLeader(cctx, ids.GroupID(mv.GetSource()), &wire.ReadRequest{
+			Op: &wire.ReadRequest_ExportKeys{ExportKeys: &wire.ExportKeysReq{Move: mv.GetId(), Ino: mv.GetIno(), After: after, Limit: 1000}}})
 		cancel()
 		if err != nil {
 			return nil, err
-		}
-		if st := resp.GetStatus(); st.GetCode() != wire.Code_OK {
-			return nil, fmt.Errorf("%v: %s", st.GetCode(), st.GetMessage())
 		}
 		out = append(out, resp.GetKvs()...)
 		if len(out) > maxMoveKeys {

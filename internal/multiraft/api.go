@@ -476,3 +476,13 @@ func (h *Host) CaughtUp(g ids.GroupID, to ids.NodeID) bool {
 	pr, ok := st.Progress[uint64(to)]
 	return ok && pr.RecentActive && pr.Match >= st.HardState.GetCommit()
 }
+
+// Groups lists the hosted groups in id order (cheaper than Status).
+func (h *Host) Groups() []ids.GroupID {
+	rs := h.allReplicas()
+	out := make([]ids.GroupID, len(rs))
+	for i, r := range rs {
+		out[i] = r.id
+	}
+	return out
+}
