@@ -216,8 +216,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 			return &wire.MutateResponse{Status: statusOf(wire.Code_UNAVAILABLE, "ministry %v is waiting for inode numbers from the president; retry shortly", g)}, nil
 		}
 	}
-	// A change inside a subtree being moved waits (the client retries),
-	// and one for an inode that lives elsewhere is redirected at once.
+	// A change inside a subtree being moved waits (the client retries);
+	// one for an inode that lives elsewhere fails in the state machine
+	// and is redirected below (routeMutation).
 	if g != ids.PresidentGroup {
 		if st := s.precheck(g, cmd); st != nil {
 			return &wire.MutateResponse{Status: st}, nil
