@@ -126,6 +126,9 @@ type intent struct {
 	// changes in progress that share it (DrainReaders).
 	readersOnly bool
 	holders     int
+	// all: a subtree move draining every lease (DrainAll); it blocks
+	// every request, write leases and locks too.
+	all bool
 }
 
 // Table is the lease table of one ministry on its minister. It is not
@@ -361,7 +364,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || sameHolder(in.req, req) {
 			continue
 		}
-		if (in.readersOnly && !req.Lock && (req.Mode == Read || req.Dir) && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
+		if (in.readersOnly && (in.all || (!req.Lock && (req.Mode == Read || req.Dir))) && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
 			blocked = true
 			out.RetryAt = earliest(out.RetryAt, in.expires)
 		}
@@ -413,17 +416,30 @@ func (t *Table) grant(now time.Time, req Request) (Outcome, error) {
 // of them is done (found in review: the first one done let a reader in
 // while the second was still on its way to the log).
 func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait time.Duration, again bool) (busy bool, retryAt time.Time, revoked []Lease) {
+	return t.drain(now, client, ino, wait, again, false)
+}
+
+// DrainAll is DrainReaders for an inode about to move to another
+// ministry: every other client's lease on it is revoked, write leases
+// and directory leases included, and a byte-range lock (which cannot be
+// revoked) keeps it busy until its owner releases it. Its intent keeps
+// every new request out meanwhile, locks too.
+func (t *Table) DrainAll(now time.Time, client ClientID, ino ids.Ino, wait time.Duration, again bool) (busy bool, retryAt time.Time, revoked []Lease) {
+	return t.drain(now, client, ino, wait, again, true)
+}
+
+func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Duration, again, all bool) (busy bool, retryAt time.Time, revoked []Lease) {
 	t.expire(now)
 	req := Request{Client: client, Ino: ino, Mode: Write, Off: 0, End: ToEnd}
 	if wait > 0 {
 		var own *intent
 		for _, in := range t.intents[ino] {
-			if in.readersOnly && in.req == req {
+			if in.readersOnly && in.req == req && in.all == all {
 				own = in
 			}
 		}
 		if own == nil {
-			own = &intent{req: req, seq: t.nextSeq, readersOnly: true}
+			own = &intent{req: req, seq: t.nextSeq, readersOnly: true, all: all}
 			t.nextSeq++
 			t.intents[ino] = append(t.intents[ino], own)
 		}
@@ -435,12 +451,12 @@ func (t *Table) DrainReaders(now time.Time, client ClientID, ino ids.Ino, wait t
 		}
 	}
 	for _, l := range t.sortedOn(ino) {
-		if (l.Mode != Read && !l.Dir) || l.Client == client || l.Lock {
+		if l.Client == client || (!all && ((l.Mode != Read && !l.Dir) || l.Lock)) {
 			continue
 		}
 		busy = true
 		retryAt = earliest(retryAt, l.Expires)
-		if !l.Revoked {
+		if !l.Revoked && !l.Lock {
 			l.Revoked = true
 			revoked = append(revoked, *l)
 		}

@@ -226,6 +226,41 @@ func TestDrainReaders(t *testing.T) {
 	}
 }
 
+// DrainAll (a subtree move) revokes write leases too, waits for locks
+// without revoking them, and keeps every new request out meanwhile.
+func TestDrainAll(t *testing.T) {
+	tb, clk := newTable(t)
+	w := mustGrant(t, tb, clk.Now(), req(3, 8, Write, 0, 10), 0)
+	lk := req(4, 8, Read, 100, 10)
+	lk.Lock = true
+	l := mustGrant(t, tb, clk.Now(), lk, 0)
+	busy, _, revoked := tb.DrainAll(clk.Now(), 9, 8, 5*time.Second, false)
+	if !busy || len(revoked) != 1 || revoked[0].ID != w.ID {
+		t.Fatalf("drain all: busy %v revoked %v, want the write lease revoked", busy, revoked)
+	}
+	if rv, _ := tb.Renew(clk.Now(), 3, []ID{w.ID}); len(rv) != 1 {
+		t.Fatal("the revoked write lease is renewed")
+	}
+	if rv, _ := tb.Renew(clk.Now(), 4, []ID{l.ID}); len(rv) != 0 {
+		t.Fatal("a lock was revoked")
+	}
+	// No new lease of any kind, no lock, while the move drains.
+	mustRefuse(t, tb, clk.Now(), req(5, 8, Write, 200, 10), 0)
+	lk2 := req(6, 8, Write, 300, 10)
+	lk2.Lock = true
+	mustRefuse(t, tb, clk.Now(), lk2, 0)
+	tb.Release(clk.Now(), 3, []ID{w.ID})
+	if busy, _, _ := tb.DrainAll(clk.Now(), 9, 8, 5*time.Second, true); !busy {
+		t.Fatal("a held lock did not keep the drain busy")
+	}
+	tb.Release(clk.Now(), 4, []ID{l.ID})
+	if busy, _, _ := tb.DrainAll(clk.Now(), 9, 8, 5*time.Second, true); busy {
+		t.Fatal("still busy with nothing held")
+	}
+	tb.DoneDraining(9, 8)
+	mustGrant(t, tb, clk.Now(), req(5, 8, Write, 200, 10), 0)
+}
+
 func TestNewMinisterFencing(t *testing.T) {
 	tb, clk := newTable(t)
 	old := mustGrant(t, tb, clk.Now(), req(1, 7, Write, 0, 0), 0)

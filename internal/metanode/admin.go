@@ -225,16 +225,14 @@ func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.Jo
 	return resp, nil
 }
 
-// checkMovable asks the source whether the subtree can move now: at this
-// stage only an empty directory can.
+// checkMovable asks the source whether the subtree can move: it must be
+// a directory the source holds (a file answers ENOTDIR). What can only
+// be seen once it is frozen (hard links across the boundary) aborts the
+// move later, with the reason in the move's error.
 func (n *Node) checkMovable(ctx context.Context, req *wire.AssignRequest) error {
-	resp, err := n.readLeader(ctx, ids.GroupID(req.GetSource()), &wire.ReadRequest{
-		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}})
-	if err != nil {
+	if _, err := n.readLeader(ctx, ids.GroupID(req.GetSource()), &wire.ReadRequest{
+		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}}); err != nil {
 		return fmt.Errorf("ask ministry %d about %s: %w", req.GetSource(), req.GetPath(), err)
-	}
-	if len(resp.GetEntries()) > 0 {
-		return &codedErr{syscall.ENOTEMPTY, fmt.Sprintf("%s is not empty: moving a populated subtree to another ministry is not built yet; assign the directory while it is empty (files created in it afterwards belong to the new ministry)", req.GetPath())}
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -328,8 +329,20 @@ func (c *collector) round(ctx context.Context, gen uint64) error {
 	if err != nil {
 		return err
 	}
+	// A subtree move carries chunk records from one ministry to another;
+	// reads that overlap it could see them in neither. Such a round
+	// decides nothing (the next one reads again).
+	before, err := c.moveMark()
+	if err != nil {
+		return err
+	}
 	if err := c.readState(ctx, v, ministries); err != nil {
 		return err
+	}
+	if after, err := c.moveMark(); err != nil {
+		return err
+	} else if after != before {
+		return errMoveUnderWay
 	}
 	// (3) Decide.
 	now := c.n.cfg.Clock.Now()
@@ -386,11 +399,38 @@ func (c *collector) readState(ctx context.Context, v *gcView, ministries []ids.G
 	return nil
 }
 
+// errMoveUnderWay ends a round whose reads overlapped a subtree move.
+var errMoveUnderWay = errors.New("a subtree move was under way while references were read; the next round reads them again")
+
+// moveMark sums up the map's moves as this node's president replica has
+// them; a move under way makes it errMoveUnderWay. The mark read after
+// the reference reads (which begin with a linearizable read of the map)
+// differs from the one read before whenever a move began, went on or
+// ended in between.
+func (c *collector) moveMark() (string, error) {
+	var b strings.Builder
+	err := c.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		moves, err := clustermap.Moves(r)
+		if err != nil {
+			return err
+		}
+		for _, m := range moves {
+			if clustermap.Active(m) {
+				return errMoveUnderWay
+			}
+			fmt.Fprintf(&b, "%d:%d ", m.GetId(), m.GetState())
+		}
+		return nil
+	})
+	return b.String(), err
+}
+
 // ministries lists the ministry groups whose chunk records are read:
 // every ministry of the map (read from this node's president replica,
-// linearizably before this is called... see readState). NB: a subtree
-// move must keep its chunk records visible in at least one ministry
-// throughout; moves carry empty directories only so far (no records).
+// linearizably before this is called... see readState). A subtree move
+// keeps its chunk records in at least one ministry throughout (the
+// source deletes its copy after the target opened its own); moveMark
+// keeps a round from reading them in the wrong order.
 func (c *collector) ministries() ([]ids.GroupID, error) {
 	v := c.n.mapView()
 	if v == nil || len(v.ministries) == 0 {

@@ -487,6 +487,8 @@ type drainSet struct {
 	client lease.ClientID
 	inos   []ids.Ino
 	dirs   []ids.Ino
+	// all: a subtree move's freeze; every lease goes (lease.DrainAll).
+	all bool
 }
 
 func drainSetOf(cmd *wire.Command) drainSet {
@@ -497,6 +499,26 @@ func drainSetOf(cmd *wire.Command) drainSet {
 		}
 		if ino := mutatedIno(c); ino != 0 && !slices.Contains(d.inos, ino) {
 			d.inos = append(d.inos, ino)
+		}
+		switch op := c.GetOp().(type) {
+		case *wire.Command_ExportSubtree:
+			d.all = true
+		case *wire.Command_FreezeEntries:
+			// Every inode the page freezes: its holders flush and give
+			// back their leases, directories their directory leases.
+			d.all = true
+			for _, e := range op.FreezeEntries.GetEntries() {
+				if e.GetMinistry() != 0 {
+					continue
+				}
+				ino := ids.Ino(e.GetIno())
+				if !slices.Contains(d.inos, ino) {
+					d.inos = append(d.inos, ino)
+				}
+				if e.GetType() == wire.FileType_DIRECTORY && !slices.Contains(d.dirs, ino) {
+					d.dirs = append(d.dirs, ino)
+				}
+			}
 		}
 		for _, dir := range entryDirs(c) {
 			if !slices.Contains(d.dirs, dir) {
@@ -604,7 +626,11 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			if !again {
 				drained = append(drained, ino)
 			}
-			b, a, revoked := gl.table.DrainReaders(now, client, ino, intent, again)
+			drainFn := gl.table.DrainReaders
+			if ds.all {
+				drainFn = gl.table.DrainAll
+			}
+			b, a, revoked := drainFn(now, client, ino, intent, again)
 			if b {
 				busy, at = true, earliestTime(at, a)
 			}

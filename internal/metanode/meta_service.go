@@ -101,7 +101,8 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		*wire.Command_WriteInline, *wire.Command_DropInline, *wire.Command_ReserveInodes:
 	case *wire.Command_Batch:
 		return validateBatch(g, cmd)
-	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
+	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport,
+		*wire.Command_FreezeEntries:
 		// Steps of a subtree move, sent by the president's leader.
 		// NB: not authenticated yet (issue 13: only a metadata node's
 		// certificate may send them).
@@ -159,7 +160,8 @@ func validateBatch(g ids.GroupID, cmd *wire.Command) error {
 		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced,
 			*wire.Command_MoveState, *wire.Command_JoinNode, *wire.Command_BeginMove, *wire.Command_CreateMinistry:
 			return fmt.Errorf("batch command %d: %T goes to the president group, never in a batch", i, sub.GetOp())
-		case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
+		case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport,
+			*wire.Command_FreezeEntries:
 			return fmt.Errorf("batch command %d: %T is a move step, never in a batch", i, sub.GetOp())
 		}
 		if c := sub.GetReq().GetClientId(); c == 0 || c != client {
@@ -404,11 +406,12 @@ func query(r interface {
 		cookie := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(next.Ino)), next.Index)
 		return &wire.ReadResponse{Chunks: refs, NextCookie: cookie, Eof: done}, nil
 	case *wire.ReadRequest_ExportKeys:
-		kvs, eof, err := namespace.ExportKeys(r, op.ExportKeys.GetMove(), ids.Ino(op.ExportKeys.GetIno()), op.ExportKeys.GetAfter(), int(min(op.ExportKeys.GetLimit(), 10000)))
+		kvs, next, eof, err := namespace.ExportKeys(r, op.ExportKeys.GetMove(), ids.Ino(op.ExportKeys.GetIno()), op.ExportKeys.GetAfter(),
+			int(min(op.ExportKeys.GetLimit(), 10000)), exportPageBytes)
 		if err != nil {
 			return nil, err
 		}
-		return &wire.ReadResponse{Kvs: kvs, Eof: eof}, nil
+		return &wire.ReadResponse{Kvs: kvs, NextCookie: next, Eof: eof}, nil
 	default:
 		return nil, fmt.Errorf("%w: no operation", errBadRead)
 	}

@@ -5,17 +5,25 @@ package metanode
 // records where a move stands, so a new leader (or the same one after a
 // failed step) simply runs the move again from its recorded state:
 //
-//	COPYING    export (freeze) at the source, read its keys, import them
-//	           at the target, then record COMMITTED: the decision
-//	COMMITTED  finish at the source (drop the copy, forwarding records,
-//	           referral), then record DONE
+//	COPYING    freeze the subtree at the source (its root, then what
+//	           each frozen directory names, walking down), read its keys
+//	           a page at a time and import each page at the target, then
+//	           record COMMITTED: the decision
+//	COMMITTED  open the copy at the target, finish at the source (drop
+//	           the copy, forwarding records, referral), then record DONE
 //
 // Before COMMITTED the source's copy is authoritative and a refusal
-// (the directory is not empty, it was renamed meanwhile) aborts the move;
-// after it the target's is, and the move only goes forward.
+// (renamed meanwhile, a hard link across the boundary, a ministry that
+// refuses) aborts the move: recorded first, then the source is unfrozen
+// and the target's partial copy deleted. After it the target's copy is
+// authoritative and the move only goes forward. COPYING is bounded
+// (moveCopyLimit): writes in the subtree pause while it lasts, so a move
+// that cannot get there in time (leases or locks not given back, a
+// ministry without a leader) is aborted rather than left hanging.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -23,6 +31,7 @@ import (
 
 	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -92,7 +101,7 @@ func (m *moveRunner) tick(n *Node, leading bool) {
 				cancel()
 			}()
 			if aborted {
-				if err := n.unfreeze(ctx, mv); err != nil {
+				if err := n.cleanupAborted(ctx, mv); err != nil {
 					n.log.Warn("subtree move: unfreeze after abort; will try again", "move", id, "err", err)
 					return
 				}
@@ -186,59 +195,110 @@ func (n *Node) ministryCall(ctx context.Context, g uint64, cmd *wire.Command) (*
 	return n.mutateLeader(ctx, ids.GroupID(g), cmd)
 }
 
+// moveCopyLimit bounds how long a move may stay in COPYING (writes in
+// the subtree pause meanwhile) before it is aborted.
+const moveCopyLimit = 2 * time.Minute
+
+// exportPageBytes bounds one page of a subtree's keys (an ExportKeys
+// answer, an ImportSubtreeOp in the target's log).
+const exportPageBytes = 512 << 10
+
+// moveRefused is a step a ministry refused (not a transport failure):
+// before COMMITTED it aborts the move.
+type moveRefused struct{ msg string }
+
+func (e *moveRefused) Error() string { return e.msg }
+
 func (n *Node) moveCopy(ctx context.Context, mv *wire.Move) error {
-	res, err := n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_ExportSubtree{ExportSubtree: &wire.ExportSubtreeOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}}})
-	if err != nil {
-		return fmt.Errorf("freeze %s at ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
-	}
-	if e := res.GetErrno(); e != 0 {
-		// Refused: nothing was frozen; the subtree stays where it is.
-		return n.setMoveState(ctx, mv, wire.MoveState_MOVE_ABORTED, fmt.Sprintf("ministry %d refused to give up %s: %s",
-			mv.GetSource(), mv.GetPath(), errMessage(res)))
-	}
-	kvs, err := n.exportKeys(ctx, mv)
-	if err != nil {
-		return fmt.Errorf("read %s from ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
-	}
-	res, err = n.ministryCall(ctx, mv.GetTarget(), &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Kvs: kvs, Source: mv.GetSource()}}})
-	if err != nil {
-		return fmt.Errorf("install %s at ministry %d: %w", mv.GetPath(), mv.GetTarget(), err)
-	}
-	if res.GetErrno() != 0 {
-		// The target refused the copy. The abort is recorded first: the
-		// map refuses it if the move was committed meanwhile (a runner
-		// of a deposed leader), and only then is the source unfrozen,
-		// so a committed move is never undone.
-		why := fmt.Sprintf("ministry %d refused the copy of %s: %s", mv.GetTarget(), mv.GetPath(), errMessage(res))
-		if err := n.setMoveState(ctx, mv, wire.MoveState_MOVE_ABORTED, why); err != nil {
-			return err
-		}
-		return n.unfreeze(ctx, mv)
+	err := n.freezeAndCopy(ctx, mv)
+	var refused *moveRefused
+	switch {
+	case errors.As(err, &refused):
+		return n.abortMove(ctx, mv, refused.msg)
+	case err != nil && n.cfg.Clock.Now().Sub(time.Unix(0, mv.GetBegunNs())) > moveCopyLimit:
+		return n.abortMove(ctx, mv, fmt.Sprintf("%s could not be frozen and copied within %v (last: %v); writes in it go on; assign again",
+			mv.GetPath(), moveCopyLimit, err))
+	case err != nil:
+		return err
 	}
 	return n.setMoveState(ctx, mv, wire.MoveState_MOVE_COMMITTED, "")
 }
 
-// unfreeze lifts the source's freeze of an aborted move (a no-op when
-// there is none); the runner of a new leader does it again for every
-// aborted move it sees, in case the previous one stopped in between.
-func (n *Node) unfreeze(ctx context.Context, mv *wire.Move) error {
-	if _, err := n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{
-		Move: mv.GetId(), Ino: mv.GetIno()}}}); err != nil {
-		return fmt.Errorf("unfreeze %s at ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
+// step proposes a move step to ministry g; a refusal is a moveRefused.
+func (n *Node) step(ctx context.Context, g uint64, what string, cmd *wire.Command) (*wire.Result, error) {
+	res, err := n.ministryCall(ctx, g, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("%s at ministry %d: %w", what, g, err)
 	}
-	return nil
+	if res.GetErrno() != 0 {
+		return nil, &moveRefused{fmt.Sprintf("ministry %d refused to %s: %s", g, what, errMessage(res))}
+	}
+	return res, nil
 }
 
-// maxMoveKeys bounds the keys of one move at this stage (an empty
-// directory: its inode and xattrs).
-const maxMoveKeys = 100_000
+func (n *Node) freezeAndCopy(ctx context.Context, mv *wire.Move) error {
+	if _, err := n.step(ctx, mv.GetSource(), "freeze "+mv.GetPath(), &wire.Command{Op: &wire.Command_ExportSubtree{ExportSubtree: &wire.ExportSubtreeOp{
+		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}}}); err != nil {
+		return err
+	}
+	links, err := n.freezeWalk(ctx, mv)
+	if err != nil {
+		return err
+	}
+	return n.copySubtree(ctx, mv, links)
+}
 
-// exportKeys reads the frozen subtree's keys from the source's leader,
-// linearizably, in pages.
-func (n *Node) exportKeys(ctx context.Context, mv *wire.Move) ([]*wire.KV, error) {
-	var out []*wire.KV
+// freezeWalk freezes the subtree below its (frozen) root, directory by
+// directory, and counts the entries naming each non-directory (to find
+// hard links that cross the boundary). A frozen directory's entries
+// cannot change, so what the walk lists is what moves.
+func (n *Node) freezeWalk(ctx context.Context, mv *wire.Move) (map[uint64]uint32, error) {
+	links := map[uint64]uint32{}
+	queue := []uint64{mv.GetIno()}
+	for len(queue) > 0 {
+		dir := queue[0]
+		queue = queue[1:]
+		var cookie []byte
+		for {
+			cctx, cancel := context.WithTimeout(ctx, moveStepTimeout)
+			resp, err := n.readLeader(cctx, ids.GroupID(mv.GetSource()), &wire.ReadRequest{
+				Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: dir, Cookie: cookie, Limit: namespace.MaxFreezeEntries}}})
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("list directory %v of %s at ministry %d: %w", dir, mv.GetPath(), mv.GetSource(), err)
+			}
+			var page []*wire.DirEntry
+			for _, e := range resp.GetEntries() {
+				if e.GetMinistry() != 0 {
+					continue // a referral: only its entry moves
+				}
+				if e.GetType() == wire.FileType_DIRECTORY {
+					queue = append(queue, e.GetIno())
+				} else {
+					links[e.GetIno()]++
+				}
+				page = append(page, &wire.DirEntry{Name: e.GetName(), Ino: e.GetIno(), Type: e.GetType()})
+			}
+			if len(page) > 0 {
+				if _, err := n.step(ctx, mv.GetSource(), fmt.Sprintf("freeze directory %v of %s", dir, mv.GetPath()),
+					&wire.Command{Op: &wire.Command_FreezeEntries{FreezeEntries: &wire.FreezeEntriesOp{
+						Move: mv.GetId(), Dir: dir, Entries: page, Target: mv.GetTarget()}}}); err != nil {
+					return nil, err
+				}
+			}
+			if resp.GetEof() || len(resp.GetEntries()) == 0 {
+				break
+			}
+			cookie = resp.GetNextCookie()
+		}
+	}
+	return links, nil
+}
+
+// copySubtree reads the frozen subtree's keys from the source a page at
+// a time and installs each page at the target (memory stays bounded by
+// a page), refusing a file with links outside the subtree.
+func (n *Node) copySubtree(ctx context.Context, mv *wire.Move, links map[uint64]uint32) error {
 	var after []byte
 	for {
 		cctx, cancel := context.WithTimeout(ctx, moveStepTimeout)
@@ -246,36 +306,88 @@ func (n *Node) exportKeys(ctx context.Context, mv *wire.Move) ([]*wire.KV, error
 			Op: &wire.ReadRequest_ExportKeys{ExportKeys: &wire.ExportKeysReq{Move: mv.GetId(), Ino: mv.GetIno(), After: after, Limit: 1000}}})
 		cancel()
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("read %s from ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
 		}
-		out = append(out, resp.GetKvs()...)
-		if len(out) > maxMoveKeys {
-			return nil, fmt.Errorf("%w: more than %d keys", syscall.EFBIG, maxMoveKeys)
+		for _, kv := range resp.GetKvs() {
+			in, ok, err := namespace.MovedInode(kv)
+			if err != nil {
+				return err
+			}
+			if !ok || in.GetAttr().GetType() == wire.FileType_DIRECTORY {
+				continue
+			}
+			if nl, inside := in.GetAttr().GetNlink(), links[in.GetAttr().GetIno()]; nl != inside {
+				return &moveRefused{fmt.Sprintf("a file in %s (inode %v) has %d hard links, %d of them inside: a hard link across a ministry boundary cannot move; remove the outside links or assign a directory that holds all of them",
+					mv.GetPath(), ids.Ino(in.GetAttr().GetIno()), nl, inside)}
+			}
+		}
+		if len(resp.GetKvs()) > 0 {
+			if _, err := n.step(ctx, mv.GetTarget(), "install a page of "+mv.GetPath(), &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
+				Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Kvs: resp.GetKvs(), Source: mv.GetSource()}}}); err != nil {
+				return err
+			}
 		}
 		if resp.GetEof() || len(resp.GetKvs()) == 0 {
-			return out, nil
+			return nil
 		}
-		after = resp.GetKvs()[len(resp.GetKvs())-1].GetKey()
+		after = resp.GetNextCookie()
+	}
+}
+
+// abortMove records the abort (refused by the map when the move was
+// committed meanwhile, by a runner of a deposed leader, so a committed
+// move is never undone), then cleans up.
+func (n *Node) abortMove(ctx context.Context, mv *wire.Move, why string) error {
+	if err := n.setMoveState(ctx, mv, wire.MoveState_MOVE_ABORTED, why); err != nil {
+		return err
+	}
+	return n.cleanupAborted(ctx, mv)
+}
+
+// cleanupAborted lifts the source's freeze of an aborted move and
+// deletes the target's partial copy (no-ops when there is none); the
+// runner of a new leader does it again for every aborted move it sees,
+// in case the previous one stopped in between.
+func (n *Node) cleanupAborted(ctx context.Context, mv *wire.Move) error {
+	if err := n.pagedStep(ctx, mv.GetSource(), "unfreeze "+mv.GetPath(), &wire.AbortExportOp{Move: mv.GetId(), Ino: mv.GetIno()}); err != nil {
+		return err
+	}
+	return n.pagedStep(ctx, mv.GetTarget(), "drop the partial copy of "+mv.GetPath(), &wire.AbortExportOp{Move: mv.GetId(), Ino: mv.GetIno(), DropCopy: true})
+}
+
+// pagedStep sends a paged move step until it answers that it is done.
+func (n *Node) pagedStep(ctx context.Context, g uint64, what string, op any) error {
+	for {
+		cmd := &wire.Command{}
+		switch o := op.(type) {
+		case *wire.AbortExportOp:
+			cmd.Op = &wire.Command_AbortExport{AbortExport: o}
+		case *wire.ImportSubtreeOp:
+			cmd.Op = &wire.Command_ImportSubtree{ImportSubtree: o}
+		case *wire.FinishExportOp:
+			cmd.Op = &wire.Command_FinishExport{FinishExport: o}
+		default:
+			return fmt.Errorf("pagedStep: %T is not a paged move step", op)
+		}
+		res, err := n.step(ctx, g, what, cmd)
+		if err != nil {
+			return err
+		}
+		if !res.GetMore() {
+			return nil
+		}
 	}
 }
 
 func (n *Node) moveFinish(ctx context.Context, mv *wire.Move) error {
-	res, err := n.ministryCall(ctx, mv.GetTarget(), &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true}}})
-	if err != nil {
-		return fmt.Errorf("open %s at ministry %d: %w", mv.GetPath(), mv.GetTarget(), err)
+	// Committed moves only go forward: a refusal here is retried, loudly.
+	if err := n.pagedStep(ctx, mv.GetTarget(), "open "+mv.GetPath(), &wire.ImportSubtreeOp{
+		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true}); err != nil {
+		return err
 	}
-	if res.GetErrno() != 0 {
-		return fmt.Errorf("open %s at ministry %d: %s", mv.GetPath(), mv.GetTarget(), errMessage(res))
-	}
-	res, err = n.ministryCall(ctx, mv.GetSource(), &wire.Command{Op: &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}}})
-	if err != nil {
-		return fmt.Errorf("finish %s at ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
-	}
-	if res.GetErrno() != 0 {
-		// Committed moves only go forward: try again later, loudly.
-		return fmt.Errorf("finish %s at ministry %d: %s", mv.GetPath(), mv.GetSource(), errMessage(res))
+	if err := n.pagedStep(ctx, mv.GetSource(), "finish "+mv.GetPath(), &wire.FinishExportOp{
+		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}); err != nil {
+		return err
 	}
 	return n.setMoveState(ctx, mv, wire.MoveState_MOVE_DONE, "")
 }

@@ -114,6 +114,8 @@ func dispatch(t *tx, cmd *wire.Command) (*wire.Result, error) {
 		return finishExport(t, op.FinishExport)
 	case *wire.Command_AbortExport:
 		return abortExport(t, op.AbortExport)
+	case *wire.Command_FreezeEntries:
+		return freezeEntries(t, op.FreezeEntries)
 	case nil:
 		return nil, errnof(syscall.EINVAL, "command without operation")
 	default:

@@ -5,28 +5,46 @@ package namespace
 // these commands, each idempotent so that a coordinator that crashed can
 // repeat any step:
 //
-//	source: ExportSubtreeOp   freeze the subtree ("z" record)
-//	        (ExportKeys)      the target's copy is read from the source
-//	target: ImportSubtreeOp   install the copy, frozen
+//	source: ExportSubtreeOp   freeze the subtree's root ("z" record)
+//	source: FreezeEntriesOp   freeze what the frozen directories name,
+//	                          a page at a time, down to the leaves
+//	        (ExportKeys)      the target's copy is read from the source,
+//	target: ImportSubtreeOp   and installed there, frozen, a page at a time
 //	president: COMMITTED      the decision
 //	target: ImportSubtreeOp   activate: the copy opens (unassign: the
 //	        (activate)        parent's entry stops being a referral)
 //	source: FinishExportOp    drop the copy, leave "f" forwarding
 //	                          records, turn the entry into a referral
 //
+// Abort (before COMMITTED only): AbortExportOp unfreezes the source and,
+// with drop_copy, deletes the target's partial copy.
+//
 // Keys:
 //
-//	"z" <ino>   frozen: move id u64, target ministry u64
+//	"z" <ino>   frozen: move id u64, other ministry u64 (the target at
+//	            the source, the source at the target)
 //	"f" <ino>   forwarding record: the ministry the inode moved to (u64)
 //
-// At this stage only an empty directory moves (its inode and xattrs);
-// a populated subtree is refused with a clear error.
+// Every inode of a moving subtree gets its own "z" record (files have
+// no parent pointer, so "is it below a frozen directory" cannot be
+// answered by walking up). A frozen directory's entries cannot change,
+// so once the walk is over the set of frozen inodes is exactly the
+// subtree; what changed before an inode was frozen is simply part of
+// the copy. Referrals inside the subtree move as entries only: the
+// ministry they point to keeps its subtree.
+//
+// The steps that touch every inode (activate, finish, abort) are paged
+// (at most stepKeys keys each) and answer Result.more until done, so no
+// command of a big move becomes a huge batch.
 
 import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"syscall"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
@@ -140,7 +158,7 @@ func FrozenIn(r engine.Reader, inos []ids.Ino) (ids.Ino, uint64, error) {
 // remembered for dedup, so the same request applies once the move ended.
 func movingResult(r engine.Reader, cmd *wire.Command) (*wire.Result, error) {
 	switch cmd.GetOp().(type) {
-	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport:
+	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport, *wire.Command_FreezeEntries:
 		return nil, nil
 	}
 	if frozen, err := AnyFrozen(r); err != nil || !frozen {
@@ -154,14 +172,50 @@ func movingResult(r engine.Reader, cmd *wire.Command) (*wire.Result, error) {
 		Message: fmt.Sprintf("inode %v is being moved to another ministry (move %d); retry", ino, move)}, nil
 }
 
-// subtreePrefixes are the key prefixes that hold an inode's own state.
-func subtreePrefixes(ino ids.Ino) [][]byte {
-	return [][]byte{
-		u64Key(kindInline, uint64(ino)),
-		chunkPrefix(ino),
+// stepKeys bounds the keys one paged move step deletes or writes.
+const stepKeys = 4096
+
+// movedPrefixes are the key prefixes that hold inode ino's own state,
+// the inode record first (an import installs the record before the
+// rest). The parent pointer of the subtree's root stays behind: at the
+// target the root is a ministry root, which has none.
+func movedPrefixes(ino ids.Ino, root bool) [][]byte {
+	ps := [][]byte{
 		inodeKey(ino),
 		xattrPrefix(ino),
+		chunkPrefix(ino),
+		inlineKey(ino),
+		direntPrefix(ino),
 	}
+	if !root {
+		ps = append(ps, parentKey(ino))
+	}
+	return ps
+}
+
+// frozenValue is the "z" record of a move.
+func frozenValue(move, other uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, move), other)
+}
+
+// scanFrozen calls fn for each inode frozen by move, in inode order from
+// `from` on, until fn returns false.
+func scanFrozen(r engine.Reader, move uint64, from ids.Ino, fn func(ino ids.Ino) bool) error {
+	var ferr error
+	err := r.Scan(frozenKey(from), []byte{kindFrozen + 1}, func(k, v []byte) bool {
+		if len(k) != 9 || len(v) != 16 {
+			ferr = fmt.Errorf("namespace: corrupt frozen record %x", k)
+			return false
+		}
+		if binary.BigEndian.Uint64(v) != move {
+			return true
+		}
+		return fn(ids.Ino(binary.BigEndian.Uint64(k[1:])))
+	})
+	if ferr != nil {
+		return ferr
+	}
+	return err
 }
 
 func exportSubtree(t *tx, op *wire.ExportSubtreeOp) (*wire.Result, error) {
@@ -176,8 +230,7 @@ func exportSubtree(t *tx, op *wire.ExportSubtreeOp) (*wire.Result, error) {
 	} else if m != 0 {
 		return nil, errnof(syscall.EBUSY, "inode %v is being moved by move %d", ino, m)
 	}
-	in, err := t.dir(ino)
-	if err != nil {
+	if _, err := t.dir(ino); err != nil {
 		return nil, err
 	}
 	// The entry naming it, when it lives here (an assign); for an
@@ -194,135 +247,352 @@ func exportSubtree(t *tx, op *wire.ExportSubtreeOp) (*wire.Result, error) {
 			return nil, errnof(syscall.EEXIST, "%v/%q already belongs to ministry %d", op.GetParent(), op.GetName(), d.GetMinistry())
 		}
 	}
-	empty, err := isEmptyDir(t.r, ino)
-	if err != nil {
-		return nil, err
-	}
-	if !empty {
-		return nil, errnof(syscall.ENOTEMPTY, "the directory is not empty: moving a populated subtree to another ministry is not built yet; assign the directory while it is empty (files created in it afterwards belong to the new ministry)")
-	}
-	_ = in
-	v := binary.BigEndian.AppendUint64(nil, op.GetMove())
-	t.set(frozenKey(ino), binary.BigEndian.AppendUint64(v, op.GetTarget()))
+	t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetTarget()))
 	return &wire.Result{}, nil
 }
 
-// ExportKeys returns up to limit keys of the subtree frozen by move at
-// ino, after key `after`, and whether that was the last page.
-func ExportKeys(r engine.Reader, move uint64, ino ids.Ino, after []byte, limit int) ([]*wire.KV, bool, error) {
-	m, err := Frozen(r, ino)
+// freezeEntries freezes the inodes a page of a frozen directory's
+// entries name.
+func freezeEntries(t *tx, op *wire.FreezeEntriesOp) (*wire.Result, error) {
+	dir := ids.Ino(op.GetDir())
+	if op.GetMove() == 0 || dir == 0 {
+		return nil, errnof(syscall.EINVAL, "freeze entries: move and directory are required")
+	}
+	if m, err := Frozen(t.r, dir); err != nil {
+		return nil, err
+	} else if m != op.GetMove() {
+		return nil, errnof(syscall.EINVAL, "freeze entries of directory %v: it is not frozen by move %d", dir, op.GetMove())
+	}
+	if len(op.GetEntries()) > MaxFreezeEntries {
+		return nil, errnof(syscall.EINVAL, "freeze entries: %d entries (at most %d per command)", len(op.GetEntries()), MaxFreezeEntries)
+	}
+	seen := map[ids.Ino]bool{}
+	for _, e := range op.GetEntries() {
+		ino := ids.Ino(e.GetIno())
+		d, err := loadDirent(t.r, dir, e.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if d == nil || d.GetIno() != e.GetIno() {
+			return nil, errnof(syscall.ENOENT, "freeze entries: %v/%q does not name inode %v", dir, e.GetName(), ino)
+		}
+		if d.GetMinistry() != 0 || seen[ino] {
+			continue // a referral stays where it is; a hard link twice
+		}
+		if _, err := loadInode(t.r, ino); err != nil {
+			return nil, errnof(syscall.EIO, "freeze entries: %v/%q names inode %v, which is not held here", dir, e.GetName(), ino)
+		}
+		m, err := Frozen(t.r, ino)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case m == op.GetMove():
+		case m != 0:
+			return nil, errnof(syscall.EBUSY, "%v/%q (inode %v) is being moved by move %d", dir, e.GetName(), ino, m)
+		default:
+			t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetTarget()))
+		}
+		seen[ino] = true
+	}
+	return &wire.Result{}, nil
+}
+
+// MaxFreezeEntries bounds the entries of one FreezeEntriesOp.
+const MaxFreezeEntries = 1024
+
+// exportCursor is where an ExportKeys page ends: an inode and the last
+// key of it sent, or (ino = dedupPhase) the last dedup record sent.
+const dedupPhase = ids.Ino(^uint64(0))
+
+// ExportKeys returns a page of the keys of the subtree frozen by move at
+// root: each frozen inode's own keys (movedPrefixes), then the dedup
+// table's answers (a client that retries a request after it was
+// redirected gets its first answer, not a second application). A page
+// holds at most limit keys and about maxBytes bytes; next is the cursor
+// to pass as `after` for the following page.
+func ExportKeys(r engine.Reader, move uint64, root ids.Ino, after []byte, limit, maxBytes int) (kvs []*wire.KV, next []byte, eof bool, err error) {
+	m, err := Frozen(r, root)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	if m != move || move == 0 {
-		return nil, false, errnof(syscall.EINVAL, "inode %v is not frozen by move %d", ino, move)
+		return nil, nil, false, errnof(syscall.EINVAL, "inode %v is not frozen by move %d", root, move)
 	}
 	if limit <= 0 {
 		limit = 1000
 	}
-	var out []*wire.KV
-	for _, p := range subtreePrefixes(ino) {
-		lo := p
-		end := prefixEnd(p)
-		if len(after) > 0 {
-			if bytes.Compare(after, end) >= 0 {
-				continue
-			}
-			if bytes.Compare(after, p) >= 0 {
-				lo = append(bytes.Clone(after), 0)
-			}
-		}
-		full := false
-		err := r.Scan(lo, end, func(k, v []byte) bool {
-			out = append(out, &wire.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
-			full = len(out) >= limit
-			return !full
-		})
-		if err != nil {
-			return nil, false, err
-		}
-		if full {
-			return out, false, nil
-		}
+	if maxBytes <= 0 {
+		maxBytes = 1 << 20
 	}
-	return out, true, nil
+	var from ids.Ino
+	var afterKey []byte
+	if len(after) > 0 {
+		if len(after) < 8 {
+			return nil, nil, false, errnof(syscall.EINVAL, "export cursor of %d bytes", len(after))
+		}
+		from, afterKey = ids.Ino(binary.BigEndian.Uint64(after)), after[8:]
+	}
+	size := 0
+	full := false
+	var lastIno ids.Ino
+	var lastKey []byte
+	emit := func(ino ids.Ino, k, v []byte) bool {
+		kvs = append(kvs, &wire.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		size += len(k) + len(v)
+		lastIno, lastKey = ino, kvs[len(kvs)-1].Key
+		full = len(kvs) >= limit || size >= maxBytes
+		return !full
+	}
+	// scanFrom scans prefixes ps in their order (not key order: the
+	// inode record comes first), resuming after key `resume` in the
+	// prefix that holds it.
+	scanFrom := func(ino ids.Ino, ps [][]byte, resume []byte) error {
+		at := 0
+		if len(resume) > 0 {
+			at = slices.IndexFunc(ps, func(p []byte) bool { return bytes.HasPrefix(resume, p) })
+			if at < 0 {
+				return errnof(syscall.EINVAL, "export cursor %x is not a key of inode %v", resume, ino)
+			}
+		}
+		for i := at; i < len(ps); i++ {
+			lo := ps[i]
+			if i == at && len(resume) > 0 {
+				lo = append(bytes.Clone(resume), 0)
+			}
+			if err := r.Scan(lo, prefixEnd(ps[i]), func(k, v []byte) bool { return emit(ino, k, v) }); err != nil {
+				return err
+			}
+			if full {
+				return nil
+			}
+		}
+		return nil
+	}
+	if from != dedupPhase {
+		var inos []ids.Ino
+		// Frozen inodes are visited a bounded number at a time: each
+		// has at least its inode record, so limit of them fill a page.
+		if err := scanFrozen(r, move, from, func(ino ids.Ino) bool {
+			inos = append(inos, ino)
+			return len(inos) < limit+1
+		}); err != nil {
+			return nil, nil, false, err
+		}
+		for _, ino := range inos {
+			resume := []byte(nil)
+			if ino == from {
+				resume = afterKey
+			}
+			if err := scanFrom(ino, movedPrefixes(ino, ino == root), resume); err != nil {
+				return nil, nil, false, err
+			}
+			if full {
+				return kvs, cursor(lastIno, lastKey), false, nil
+			}
+		}
+		if len(inos) == limit+1 {
+			// Not all frozen inodes were visited: resume at the next.
+			return kvs, cursor(inos[limit], nil), false, nil
+		}
+		afterKey = nil
+	}
+	if err := scanFrom(dedupPhase, [][]byte{{kindResult}}, afterKey); err != nil {
+		return nil, nil, false, err
+	}
+	if full {
+		return kvs, cursor(dedupPhase, lastKey), false, nil
+	}
+	return kvs, nil, true, nil
 }
 
-// importable says whether key k may be installed for a subtree rooted
-// at ino: only the kinds subtreePrefixes exports, of that inode.
-func importable(k []byte, ino ids.Ino) bool {
-	for _, p := range subtreePrefixes(ino) {
-		if bytes.HasPrefix(k, p) {
-			return true
-		}
+func cursor(ino ids.Ino, key []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, uint64(ino)), key...)
+}
+
+// keyIno returns the inode a moved key belongs to, and whether k is one
+// of the kinds a move carries.
+func keyIno(k []byte) (ids.Ino, bool) {
+	if len(k) < 9 {
+		return 0, false
 	}
-	return false
+	switch k[0] {
+	case kindInode, kindParent:
+		if len(k) != 9 {
+			return 0, false
+		}
+	case kindXattr, kindChunk, kindInline, kindDirent:
+	default:
+		return 0, false
+	}
+	return ids.Ino(binary.BigEndian.Uint64(k[1:9])), true
 }
 
 func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
-	ino := ids.Ino(op.GetIno())
-	if op.GetMove() == 0 || ino == 0 {
+	root := ids.Ino(op.GetIno())
+	if op.GetMove() == 0 || root == 0 {
 		return nil, errnof(syscall.EINVAL, "import: move and inode are required")
 	}
-	m, err := Frozen(t.r, ino)
-	if err != nil {
-		return nil, err
-	}
-	_, held := loadInode(t.r, ino)
-	held2 := held == nil
 	if op.GetActivate() {
-		return activateImport(t, op, m, held2)
+		return activateImport(t, op)
 	}
-	switch {
-	case m != 0 && m != op.GetMove():
-		return nil, errnof(syscall.EBUSY, "import of inode %v: it is being moved by move %d", ino, m)
-	case m == 0 && held2:
-		// Held and live here: this import is late (its move was decided
-		// and activated already) and must not overwrite what clients
-		// changed since.
-		return nil, errnof(syscall.EEXIST, "import of inode %v for move %d: it is already held here", ino, op.GetMove())
-	}
-	hasInode := false
+	// copied: inodes whose record this page installs (t.r does not see
+	// the page's own writes).
+	copied := map[ids.Ino]bool{}
 	for _, kv := range op.GetKvs() {
-		if !importable(kv.GetKey(), ino) {
-			return nil, errnof(syscall.EINVAL, "import of inode %v: key %q does not belong to it", ino, kv.GetKey())
+		k := kv.GetKey()
+		if len(k) > 0 && k[0] == kindResult {
+			if err := importResult(t, k, kv.GetValue()); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		hasInode = hasInode || bytes.Equal(kv.GetKey(), inodeKey(ino))
-	}
-	if !hasInode {
-		return nil, errnof(syscall.EINVAL, "import of inode %v: the copy has no inode record", ino)
-	}
-	// A copy left by an earlier import of this move is replaced whole
-	// (nobody changed it: it stays frozen until the activate step).
-	for _, p := range subtreePrefixes(ino) {
-		if err := t.r.Scan(p, prefixEnd(p), func(k, _ []byte) bool {
-			t.del(bytes.Clone(k))
-			return true
-		}); err != nil {
+		ino, ok := keyIno(k)
+		if !ok {
+			return nil, errnof(syscall.EINVAL, "import for move %d: key %q is not part of a subtree", op.GetMove(), k)
+		}
+		if ino == root && k[0] == kindParent {
+			return nil, errnof(syscall.EINVAL, "import for move %d: the subtree's root comes without a parent pointer", op.GetMove())
+		}
+		m, err := Frozen(t.r, ino)
+		if err != nil {
 			return nil, err
 		}
+		if k[0] == kindInode && !copied[ino] {
+			_, lerr := loadInode(t.r, ino)
+			held := lerr == nil
+			switch {
+			case m != 0 && m != op.GetMove():
+				return nil, errnof(syscall.EBUSY, "import of inode %v: it is being moved by move %d", ino, m)
+			case m == 0 && held:
+				// Held and live here: this import is late (its move
+				// was decided and activated already) and must not
+				// overwrite what clients changed since.
+				return nil, errnof(syscall.EEXIST, "import of inode %v for move %d: it is already held here", ino, op.GetMove())
+			case m == op.GetMove():
+				// Copied before by this move (a coordinator that
+				// started over): replaced whole; nobody changed it,
+				// it stays frozen until the activate step.
+				if err := deleteInodeKeys(t, ino, -1); err != nil {
+					return nil, err
+				}
+			}
+			t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetSource()))
+			copied[ino] = true
+		} else if !copied[ino] && m != op.GetMove() {
+			return nil, errnof(syscall.EINVAL, "import for move %d: key %q comes before its inode's record", op.GetMove(), k)
+		}
+		t.set(bytes.Clone(k), bytes.Clone(kv.GetValue()))
 	}
-	for _, kv := range op.GetKvs() {
-		t.set(bytes.Clone(kv.GetKey()), bytes.Clone(kv.GetValue()))
-	}
-	t.del(forwardKey(ino)) // it may have lived here before
-	v := binary.BigEndian.AppendUint64(nil, op.GetMove())
-	t.set(frozenKey(ino), binary.BigEndian.AppendUint64(v, op.GetSource()))
 	return &wire.Result{}, nil
 }
 
-// activateImport opens an imported copy after the decision: the freeze
-// goes, and for an unassign the parent's entry (here) stops being a
-// referral.
-func activateImport(t *tx, op *wire.ImportSubtreeOp, frozenBy uint64, held bool) (*wire.Result, error) {
-	ino := ids.Ino(op.GetIno())
-	switch {
-	case frozenBy == op.GetMove():
-		t.del(frozenKey(ino))
-	case frozenBy == 0 && held:
-		return &wire.Result{}, nil // repeated
-	default:
-		return nil, errnof(syscall.EINVAL, "activate inode %v for move %d: no copy of it was imported by that move", ino, op.GetMove())
+// importResult installs a dedup answer from the source unless this
+// ministry has one for that request, or already dropped the client's
+// answers that old. A client new here gets a record, so that its
+// answers expire like any other's.
+func importResult(t *tx, k, v []byte) error {
+	if len(k) != 17 {
+		return errnof(syscall.EINVAL, "import: dedup key %x", k)
+	}
+	client, seq := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
+	rec, found, err := loadClient(t.r, client)
+	if err != nil {
+		return err
+	}
+	if found && seq < rec.watermark {
+		return nil
+	}
+	if old, err := t.r.Get(k); err != nil {
+		return err
+	} else if old != nil {
+		return nil
+	}
+	if !found {
+		use := timeKey(t.now - t.now%idleQuantumNs)
+		t.set(idleKey(use, client), nil)
+		t.set(clientKey(client), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, use), 0))
+	}
+	t.set(bytes.Clone(k), bytes.Clone(v))
+	return nil
+}
+
+// deleteInodeKeys deletes up to budget of inode ino's keys (all of them
+// when budget < 0), the dir-lease mark too, and returns how many it
+// deleted; fewer than budget means it got them all.
+func deleteInodeKeys(t *tx, ino ids.Ino, budget int) error {
+	_, err := deleteInodeKeysN(t, ino, budget)
+	return err
+}
+
+func deleteInodeKeysN(t *tx, ino ids.Ino, budget int) (int, error) {
+	n := 0
+	for _, p := range append(movedPrefixes(ino, false), dirLeaseKey(ino)) {
+		err := t.r.Scan(p, prefixEnd(p), func(k, _ []byte) bool {
+			if budget >= 0 && n >= budget {
+				return false
+			}
+			t.del(bytes.Clone(k))
+			n++
+			return true
+		})
+		if err != nil {
+			return n, err
+		}
+		if budget >= 0 && n >= budget {
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// pagedOverFrozen calls fn for the inodes frozen by move, in order,
+// until it has used up stepKeys keys; it reports whether some are left.
+// fn returns the keys it wrote and whether it finished its inode.
+func pagedOverFrozen(t *tx, move uint64, fn func(ino ids.Ino, budget int) (used int, finished bool, err error)) (more bool, err error) {
+	budget := stepKeys
+	var inos []ids.Ino
+	if err := scanFrozen(t.r, move, 0, func(ino ids.Ino) bool {
+		inos = append(inos, ino)
+		return len(inos) < stepKeys
+	}); err != nil {
+		return false, err
+	}
+	for i, ino := range inos {
+		used, finished, err := fn(ino, budget)
+		if err != nil {
+			return false, err
+		}
+		budget -= used
+		if !finished || budget <= 0 {
+			return !finished || i < len(inos)-1 || len(inos) == stepKeys, nil
+		}
+	}
+	return len(inos) == stepKeys, nil
+}
+
+// activateImport opens an imported copy after the decision, a page at a
+// time: the freeze goes (and any forwarding record left from an earlier
+// stay here), and for an unassign the parent's entry (here) stops being
+// a referral.
+func activateImport(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
+	root := ids.Ino(op.GetIno())
+	m, err := Frozen(t.r, root)
+	if err != nil {
+		return nil, err
+	}
+	if m != op.GetMove() {
+		if _, err := loadInode(t.r, root); err == nil && m == 0 {
+			// The root opened in an earlier page; the rest may not
+			// have.
+			more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, _ int) (int, bool, error) {
+				t.del(frozenKey(ino))
+				t.del(forwardKey(ino))
+				return 2, true, nil
+			})
+			return &wire.Result{More: more}, err
+		}
+		return nil, errnof(syscall.EINVAL, "activate inode %v for move %d: no copy of it was imported by that move", root, op.GetMove())
 	}
 	parent := ids.Ino(op.GetParent())
 	if _, err := loadInode(t.r, parent); err == nil {
@@ -332,42 +602,43 @@ func activateImport(t *tx, op *wire.ImportSubtreeOp, frozenBy uint64, held bool)
 			return nil, err
 		}
 		if d == nil || d.GetIno() != op.GetIno() {
-			return nil, errnof(syscall.ENOENT, "activate: %v/%q does not name inode %v here", parent, op.GetName(), ino)
+			return nil, errnof(syscall.ENOENT, "activate: %v/%q does not name inode %v here", parent, op.GetName(), root)
 		}
 		d.Ministry = 0
 		if err := t.setDirent(parent, op.GetName(), d); err != nil {
 			return nil, err
 		}
-		t.setParent(ino, parent)
+		t.setParent(root, parent)
 	}
-	return &wire.Result{}, nil
+	// The root first: once it is open the move counts as activated here.
+	t.del(frozenKey(root))
+	t.del(forwardKey(root))
+	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, _ int) (int, bool, error) {
+		if ino != root {
+			t.del(frozenKey(ino))
+			t.del(forwardKey(ino))
+		}
+		return 2, true, nil
+	})
+	return &wire.Result{More: more}, err
 }
 
 func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
-	ino := ids.Ino(op.GetIno())
-	m, err := Frozen(t.r, ino)
+	root := ids.Ino(op.GetIno())
+	m, err := Frozen(t.r, root)
 	if err != nil {
 		return nil, err
 	}
 	if m != op.GetMove() {
-		if fw, err := Forwarded(t.r, ino); err == nil && fw == ids.GroupID(op.GetTarget()) && m == 0 {
-			return &wire.Result{}, nil // repeated
-		}
-		return nil, errnof(syscall.EINVAL, "finish export: inode %v is not frozen by move %d", ino, op.GetMove())
-	}
-	for _, p := range subtreePrefixes(ino) {
-		if err := t.r.Scan(p, prefixEnd(p), func(k, _ []byte) bool {
-			t.del(bytes.Clone(k))
-			return true
-		}); err != nil {
+		fw, err := Forwarded(t.r, root)
+		if err != nil {
 			return nil, err
 		}
+		if fw != ids.GroupID(op.GetTarget()) || m != 0 {
+			return nil, errnof(syscall.EINVAL, "finish export: inode %v is not frozen by move %d", root, op.GetMove())
+		}
+		// The root is done; pages of the rest may be left.
 	}
-	t.deleted[ino] = true
-	t.del(frozenKey(ino))
-	t.del(parentKey(ino))
-	t.del(dirLeaseKey(ino))
-	t.set(forwardKey(ino), binary.BigEndian.AppendUint64(nil, op.GetTarget()))
 	parent := ids.Ino(op.GetParent())
 	if _, err := loadInode(t.r, parent); err == nil {
 		// An assign: the entry here becomes a referral.
@@ -375,23 +646,58 @@ func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d != nil && d.GetIno() == op.GetIno() {
+		if d != nil && d.GetIno() == op.GetIno() && d.GetMinistry() != op.GetTarget() {
 			d.Ministry = op.GetTarget()
 			if err := t.setDirent(parent, op.GetName(), d); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return &wire.Result{}, nil
+	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, budget int) (int, bool, error) {
+		n, err := deleteInodeKeysN(t, ino, budget)
+		if err != nil || n >= budget {
+			return n, false, err
+		}
+		t.deleted[ino] = true
+		t.del(frozenKey(ino))
+		t.set(forwardKey(ino), binary.BigEndian.AppendUint64(nil, op.GetTarget()))
+		return n + 2, true, nil
+	})
+	return &wire.Result{More: more}, err
 }
 
+// abortExport unfreezes the source of an aborted move or (drop_copy)
+// deletes the target's partial copy, a page at a time.
 func abortExport(t *tx, op *wire.AbortExportOp) (*wire.Result, error) {
-	m, err := Frozen(t.r, ids.Ino(op.GetIno()))
-	if err != nil {
-		return nil, err
+	if op.GetMove() == 0 {
+		return nil, errnof(syscall.EINVAL, "abort: move is required")
 	}
-	if m == op.GetMove() && m != 0 {
-		t.del(frozenKey(ids.Ino(op.GetIno())))
+	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, budget int) (int, bool, error) {
+		n := 0
+		if op.GetDropCopy() {
+			var err error
+			n, err = deleteInodeKeysN(t, ino, budget)
+			if err != nil || n >= budget {
+				return n, false, err
+			}
+			t.deleted[ino] = true
+		}
+		t.del(frozenKey(ino))
+		return n + 1, true, nil
+	})
+	return &wire.Result{More: more}, err
+}
+
+// MovedInode decodes kv when it is an inode record of a move's copy
+// (ok false for the other keys).
+func MovedInode(kv *wire.KV) (*wire.Inode, bool, error) {
+	k := kv.GetKey()
+	if len(k) != 9 || k[0] != kindInode {
+		return nil, false, nil
 	}
-	return &wire.Result{}, nil
+	in := &wire.Inode{}
+	if err := proto.Unmarshal(kv.GetValue(), in); err != nil || in.GetAttr() == nil {
+		return nil, false, fmt.Errorf("namespace: corrupt inode record %x in a move's copy: %v", k, err)
+	}
+	return in, true, nil
 }

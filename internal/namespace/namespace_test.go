@@ -29,6 +29,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvGrant(t, 100, 10000)
+}
+
+// newEnvGrant is newEnv with inode numbers from [start, end) (ministries
+// of one cluster never share numbers).
+func newEnvGrant(t *testing.T, start, end uint64) *env {
+	t.Helper()
 	e, err := engine.Open(t.TempDir(), engine.Options{InMemory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +45,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(b.Close)
 	v := &env{t: t, rw: engine.Prefixed{RW: b, Prefix: []byte("s")}, now: 1_000_000}
 	v.ok(&wire.Command_InitMinistry{InitMinistry: &wire.InitMinistryOp{RootIno: uint64(root), Mode: 0o755}})
-	v.ok(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 100, End: 10000}})
+	v.ok(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: start, End: end}})
 	return v
 }
 

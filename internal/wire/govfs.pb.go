@@ -966,6 +966,7 @@ type Command struct {
 	//	*Command_ImportSubtree
 	//	*Command_FinishExport
 	//	*Command_AbortExport
+	//	*Command_FreezeEntries
 	//	*Command_InitCluster
 	//	*Command_AllocInodes
 	//	*Command_RegisterChunkServer
@@ -1220,6 +1221,15 @@ func (x *Command) GetAbortExport() *AbortExportOp {
 	return nil
 }
 
+func (x *Command) GetFreezeEntries() *FreezeEntriesOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FreezeEntries); ok {
+			return x.FreezeEntries
+		}
+	}
+	return nil
+}
+
 func (x *Command) GetInitCluster() *InitClusterOp {
 	if x != nil {
 		if x, ok := x.Op.(*Command_InitCluster); ok {
@@ -1404,6 +1414,10 @@ type Command_AbortExport struct {
 	AbortExport *AbortExportOp `protobuf:"bytes,29,opt,name=abort_export,json=abortExport,proto3,oneof"`
 }
 
+type Command_FreezeEntries struct {
+	FreezeEntries *FreezeEntriesOp `protobuf:"bytes,41,opt,name=freeze_entries,json=freezeEntries,proto3,oneof"`
+}
+
 type Command_InitCluster struct {
 	// president operations
 	InitCluster *InitClusterOp `protobuf:"bytes,30,opt,name=init_cluster,json=initCluster,proto3,oneof"`
@@ -1488,6 +1502,8 @@ func (*Command_ImportSubtree) isCommand_Op() {}
 func (*Command_FinishExport) isCommand_Op() {}
 
 func (*Command_AbortExport) isCommand_Op() {}
+
+func (*Command_FreezeEntries) isCommand_Op() {}
 
 func (*Command_InitCluster) isCommand_Op() {}
 
@@ -3130,7 +3146,10 @@ type Result struct {
 	// The command touches a subtree that is being moved to another
 	// ministry: nothing was applied and nothing remembered; send it again
 	// (the metadata service answers UNAVAILABLE).
-	Moving        bool `protobuf:"varint,8,opt,name=moving,proto3" json:"moving,omitempty"`
+	Moving bool `protobuf:"varint,8,opt,name=moving,proto3" json:"moving,omitempty"`
+	// A paged move step (activate, finish, abort) did part of its work:
+	// send it again.
+	More          bool `protobuf:"varint,9,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3217,6 +3236,13 @@ func (x *Result) GetResults() []*Result {
 func (x *Result) GetMoving() bool {
 	if x != nil {
 		return x.Moving
+	}
+	return false
+}
+
+func (x *Result) GetMore() bool {
+	if x != nil {
+		return x.More
 	}
 	return false
 }
@@ -4101,11 +4127,14 @@ func (x *FinishExportOp) GetTarget() uint64 {
 	return 0
 }
 
-// AbortExportOp unfreezes the subtree of an aborted move.
+// AbortExportOp unfreezes the subtree of an aborted move at the source;
+// with drop_copy, at the target, it deletes what the move's imports
+// installed. Paged: Result.more says to send it again.
 type AbortExportOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
 	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	DropCopy      bool                   `protobuf:"varint,3,opt,name=drop_copy,json=dropCopy,proto3" json:"drop_copy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4154,6 +4183,87 @@ func (x *AbortExportOp) GetIno() uint64 {
 	return 0
 }
 
+func (x *AbortExportOp) GetDropCopy() bool {
+	if x != nil {
+		return x.DropCopy
+	}
+	return false
+}
+
+// FreezeEntriesOp freezes, for move `move`, the inodes named by
+// `entries` of directory `dir`, which the move froze already (the
+// coordinator walks the subtree down from its root, a page of entries at
+// a time). Refused (nothing changes) when an entry no longer names that
+// inode or the inode is being moved by another move. Referrals are not
+// frozen: they stay where they are and only their entry moves.
+type FreezeEntriesOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Dir           uint64                 `protobuf:"varint,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Entries       []*DirEntry            `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Target        uint64                 `protobuf:"varint,4,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FreezeEntriesOp) Reset() {
+	*x = FreezeEntriesOp{}
+	mi := &file_govfs_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FreezeEntriesOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FreezeEntriesOp) ProtoMessage() {}
+
+func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FreezeEntriesOp.ProtoReflect.Descriptor instead.
+func (*FreezeEntriesOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *FreezeEntriesOp) GetMove() uint64 {
+	if x != nil {
+		return x.Move
+	}
+	return 0
+}
+
+func (x *FreezeEntriesOp) GetDir() uint64 {
+	if x != nil {
+		return x.Dir
+	}
+	return 0
+}
+
+func (x *FreezeEntriesOp) GetEntries() []*DirEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *FreezeEntriesOp) GetTarget() uint64 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
 type MutateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -4165,7 +4275,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4177,7 +4287,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4190,7 +4300,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -4225,7 +4335,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4347,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4360,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -4300,7 +4410,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4312,7 +4422,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4325,7 +4435,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -4520,7 +4630,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4642,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4655,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -4594,7 +4704,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4716,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4729,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -4659,7 +4769,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4781,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4794,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -4718,7 +4828,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4730,7 +4840,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4743,7 +4853,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -4769,7 +4879,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +4891,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +4904,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -4817,7 +4927,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4829,7 +4939,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4842,7 +4952,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -4876,7 +4986,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +4998,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5011,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -4927,7 +5037,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5049,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5062,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -4971,7 +5081,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4983,7 +5093,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4996,7 +5106,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5022,7 +5132,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5144,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5157,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5072,7 +5182,8 @@ func (x *ChunkTableReq) GetLimit() uint32 {
 }
 
 // ExportKeysReq reads the keys of the frozen subtree of move `move`
-// rooted at `ino`, in pages after key `after` (metadata nodes only).
+// rooted at `ino`, in pages from cursor `after` (the previous answer's
+// next_cookie; empty: from the start); metadata nodes only.
 type ExportKeysReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
@@ -5085,7 +5196,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5097,7 +5208,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5110,7 +5221,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5154,7 +5265,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5277,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5290,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5250,7 +5361,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5262,7 +5373,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5275,7 +5386,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -5384,7 +5495,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5396,7 +5507,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5409,7 +5520,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 type ClusterInfoResponse struct {
@@ -5435,7 +5546,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +5558,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +5571,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -5541,7 +5652,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5553,7 +5664,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5566,7 +5677,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 type GroupStatus struct {
@@ -5586,7 +5697,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5709,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5722,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -5696,7 +5807,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5708,7 +5819,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5721,7 +5832,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -5815,7 +5926,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5827,7 +5938,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5840,7 +5951,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -5914,7 +6025,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5926,7 +6037,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5939,7 +6050,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -5991,7 +6102,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6003,7 +6114,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6016,7 +6127,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6130,7 +6241,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6142,7 +6253,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6155,7 +6266,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -6289,7 +6400,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6412,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6425,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -6407,7 +6518,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6419,7 +6530,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6432,7 +6543,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -6516,7 +6627,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6528,7 +6639,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6541,7 +6652,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -6631,7 +6742,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6643,7 +6754,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6656,7 +6767,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -6685,7 +6796,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6697,7 +6808,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6710,7 +6821,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -6746,7 +6857,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6758,7 +6869,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6771,7 +6882,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -6810,7 +6921,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6822,7 +6933,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6835,7 +6946,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 type PingResponse struct {
@@ -6846,7 +6957,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6858,7 +6969,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6871,7 +6982,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -6888,7 +6999,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6900,7 +7011,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6913,7 +7024,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -6955,7 +7066,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6967,7 +7078,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6980,7 +7091,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -7006,7 +7117,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7018,7 +7129,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7031,7 +7142,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -7059,7 +7170,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7071,7 +7182,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7084,7 +7195,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -7146,7 +7257,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7158,7 +7269,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7171,7 +7282,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *KV) GetKey() []byte {
@@ -7230,7 +7341,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x8c\x10\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xd2\x10\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -7256,7 +7367,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eexport_subtree\x18\x1a \x01(\v2\x1b.govfs.wire.ExportSubtreeOpH\x00R\rexportSubtree\x12D\n" +
 	"\x0eimport_subtree\x18\x1b \x01(\v2\x1b.govfs.wire.ImportSubtreeOpH\x00R\rimportSubtree\x12A\n" +
 	"\rfinish_export\x18\x1c \x01(\v2\x1a.govfs.wire.FinishExportOpH\x00R\ffinishExport\x12>\n" +
-	"\fabort_export\x18\x1d \x01(\v2\x19.govfs.wire.AbortExportOpH\x00R\vabortExport\x12>\n" +
+	"\fabort_export\x18\x1d \x01(\v2\x19.govfs.wire.AbortExportOpH\x00R\vabortExport\x12D\n" +
+	"\x0efreeze_entries\x18) \x01(\v2\x1b.govfs.wire.FreezeEntriesOpH\x00R\rfreezeEntries\x12>\n" +
 	"\finit_cluster\x18\x1e \x01(\v2\x19.govfs.wire.InitClusterOpH\x00R\vinitCluster\x12>\n" +
 	"\falloc_inodes\x18\x1f \x01(\v2\x19.govfs.wire.AllocInodesOpH\x00R\vallocInodes\x12W\n" +
 	"\x15register_chunk_server\x18  \x01(\v2!.govfs.wire.RegisterChunkServerOpH\x00R\x13registerChunkServer\x12T\n" +
@@ -7382,7 +7494,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\x12'\n" +
 	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\xf8\x01\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\"\x8c\x02\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05errno\x18\x01 \x01(\rR\x05errno\x12$\n" +
 	"\x04attr\x18\x02 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x14\n" +
@@ -7391,7 +7503,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12*\n" +
 	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\x12,\n" +
 	"\aresults\x18\a \x03(\v2\x12.govfs.wire.ResultR\aresults\x12\x16\n" +
-	"\x06moving\x18\b \x01(\bR\x06moving\",\n" +
+	"\x06moving\x18\b \x01(\bR\x06moving\x12\x12\n" +
+	"\x04more\x18\t \x01(\bR\x04more\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xd1\x01\n" +
@@ -7459,10 +7572,16 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\x04R\x06target\"5\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\"R\n" +
 	"\rAbortExportOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
-	"\x03ino\x18\x02 \x01(\x04R\x03ino\"k\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x1b\n" +
+	"\tdrop_copy\x18\x03 \x01(\bR\bdropCopy\"\x7f\n" +
+	"\x0fFreezeEntriesOp\x12\x12\n" +
+	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
+	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"k\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -7802,7 +7921,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -7855,45 +7974,46 @@ var file_govfs_proto_goTypes = []any{
 	(*ImportSubtreeOp)(nil),        // 48: govfs.wire.ImportSubtreeOp
 	(*FinishExportOp)(nil),         // 49: govfs.wire.FinishExportOp
 	(*AbortExportOp)(nil),          // 50: govfs.wire.AbortExportOp
-	(*MutateRequest)(nil),          // 51: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 52: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 53: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 54: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 55: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 56: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 57: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 58: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 59: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 60: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 61: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 62: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 63: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 64: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 65: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 66: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 67: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 68: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 69: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 70: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 71: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 72: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 73: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 74: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 75: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 76: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 77: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 78: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 79: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 80: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 81: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 82: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 83: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 84: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 85: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 86: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 87: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 88: govfs.wire.KV
-	nil,                            // 89: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*FreezeEntriesOp)(nil),        // 51: govfs.wire.FreezeEntriesOp
+	(*MutateRequest)(nil),          // 52: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 53: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 54: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 55: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 56: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 57: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 58: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 59: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 60: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 61: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 62: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 63: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 64: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 65: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 66: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 67: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 68: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 69: govfs.wire.ClusterInfoResponse
+	(*StatusRequest)(nil),          // 70: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 71: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 72: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 73: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 74: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 75: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 76: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 77: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 78: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 79: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 80: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 81: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 82: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 83: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 84: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 85: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 86: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 87: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 88: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 89: govfs.wire.KV
+	nil,                            // 90: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -7911,8 +8031,8 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	54,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	55,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	55,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	56,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
@@ -7921,110 +8041,112 @@ var file_govfs_proto_depIdxs = []int32{
 	48,  // 22: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
 	49,  // 23: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
 	50,  // 24: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
-	29,  // 25: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	30,  // 26: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	32,  // 27: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	36,  // 28: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	37,  // 29: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	34,  // 30: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	35,  // 31: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	43,  // 32: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
-	44,  // 33: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
-	45,  // 34: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
-	46,  // 35: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
-	1,   // 36: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	12,  // 37: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	13,  // 38: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	25,  // 39: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	25,  // 40: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	39,  // 41: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	31,  // 42: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	8,   // 43: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	25,  // 44: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	38,  // 45: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	41,  // 46: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
-	3,   // 47: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
-	3,   // 48: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	88,  // 49: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	13,  // 50: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 51: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	38,  // 52: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 53: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	57,  // 54: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	58,  // 55: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	59,  // 56: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	60,  // 57: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	61,  // 58: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	62,  // 59: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	56,  // 60: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	64,  // 61: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	63,  // 62: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 63: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 64: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 65: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 66: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 67: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	65,  // 68: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 69: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	88,  // 70: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 71: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	39,  // 72: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	40,  // 73: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 74: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 75: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	42,  // 76: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	7,   // 77: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	70,  // 78: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 79: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	74,  // 80: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 81: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 82: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 83: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	89,  // 84: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 85: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 86: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 87: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	76,  // 88: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 89: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 90: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	76,  // 91: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	76,  // 92: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 93: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 94: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 95: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 96: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 97: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 98: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	85,  // 99: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 100: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	88,  // 101: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	51,  // 102: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	53,  // 103: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	67,  // 104: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	69,  // 105: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	72,  // 106: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	75,  // 107: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	82,  // 108: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	78,  // 109: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	80,  // 110: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	84,  // 111: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	87,  // 112: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	52,  // 113: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	66,  // 114: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	68,  // 115: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	71,  // 116: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	73,  // 117: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	77,  // 118: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	83,  // 119: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	79,  // 120: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	81,  // 121: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	86,  // 122: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	86,  // 123: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	113, // [113:124] is the sub-list for method output_type
-	102, // [102:113] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	51,  // 25: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
+	29,  // 26: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	30,  // 27: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	32,  // 28: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	36,  // 29: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	37,  // 30: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	34,  // 31: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	35,  // 32: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	43,  // 33: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
+	44,  // 34: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
+	45,  // 35: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
+	46,  // 36: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
+	1,   // 37: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 38: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 39: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 40: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 41: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	39,  // 42: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 43: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	8,   // 44: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 45: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	38,  // 46: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	41,  // 47: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 48: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 49: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	89,  // 50: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	66,  // 51: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	13,  // 52: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 53: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	38,  // 54: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 55: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	58,  // 56: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	59,  // 57: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	60,  // 58: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	61,  // 59: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	62,  // 60: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	63,  // 61: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	57,  // 62: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	65,  // 63: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	64,  // 64: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 65: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 66: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 67: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 68: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 69: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	66,  // 70: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 71: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	89,  // 72: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 73: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	39,  // 74: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	40,  // 75: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 76: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 77: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	42,  // 78: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	7,   // 79: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	71,  // 80: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 81: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	75,  // 82: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 83: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 84: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 85: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	90,  // 86: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 87: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 88: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 89: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	77,  // 90: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 91: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 92: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	77,  // 93: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	77,  // 94: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 95: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 96: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 97: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 98: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 99: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 100: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	86,  // 101: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 102: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	89,  // 103: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	52,  // 104: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	54,  // 105: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	68,  // 106: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	70,  // 107: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	73,  // 108: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	76,  // 109: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	83,  // 110: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	79,  // 111: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	81,  // 112: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	85,  // 113: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	88,  // 114: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	53,  // 115: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	67,  // 116: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	69,  // 117: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	72,  // 118: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	74,  // 119: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	78,  // 120: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	84,  // 121: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	80,  // 122: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	82,  // 123: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	87,  // 124: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	87,  // 125: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	115, // [115:126] is the sub-list for method output_type
+	104, // [104:115] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -8053,6 +8175,7 @@ func file_govfs_proto_init() {
 		(*Command_ImportSubtree)(nil),
 		(*Command_FinishExport)(nil),
 		(*Command_AbortExport)(nil),
+		(*Command_FreezeEntries)(nil),
 		(*Command_InitCluster)(nil),
 		(*Command_AllocInodes)(nil),
 		(*Command_RegisterChunkServer)(nil),
@@ -8065,7 +8188,7 @@ func file_govfs_proto_init() {
 		(*Command_MoveState)(nil),
 		(*Command_JoinNode)(nil),
 	}
-	file_govfs_proto_msgTypes[46].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[47].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -8082,7 +8205,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/testcluster"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// TestPopulatedSubtreeMovesUnderLoad moves a populated subtree (files
+// inline and in chunks, subdirectories, xattrs, a symlink, a hard link
+// inside) to a new ministry and back while clients write inside it and
+// elsewhere. A hard link across the boundary aborts the assign with a
+// clear reason and changes nothing. Every acknowledged write is there
+// afterwards, held by the right ministry, with its bytes.
+func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
+	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Chunks: 3, Tick: 50 * time.Millisecond})
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tree: /data/dK/fJ (small, inline), /data/big (chunks), a
+	// symlink, an xattr, a hard link inside, and /other outside.
+	for _, d := range []string{"/data", "/other", "/data/sub", "/data/sub/deeper"} {
+		_, err := cl.Mkdir(ctx, d, 0o755)
+		must(err)
+	}
+	want := map[string]string{}
+	for k := range 6 {
+		d := fmt.Sprintf("/data/d%d", k)
+		_, err := cl.Mkdir(ctx, d, 0o755)
+		must(err)
+		for j := range 20 {
+			p := fmt.Sprintf("%s/f%d", d, j)
+			must(put(ctx, cl, p, p))
+			want[p] = p
+		}
+	}
+	big := strings.Repeat("0123456789abcdef", 40<<10) // 640 KiB
+	must(put(ctx, cl, "/data/sub/deeper/big", big))
+	want["/data/sub/deeper/big"] = big
+	_, err := cl.Symlink(ctx, "d0/f0", "/data/link")
+	must(err)
+	must(cl.SetXattr(ctx, "/data/d1/f1", "user.tag", []byte("kept"), 0))
+	_, err = cl.Link(ctx, "/data/d2/f2", "/data/sub/f2-again")
+	must(err)
+	want["/data/sub/f2-again"] = "/data/d2/f2"
+
+	// A hard link from outside: the assign is aborted, nothing moves.
+	_, err = cl.Link(ctx, "/data/d3/f3", "/other/outside-link")
+	must(err)
+	mv, err := cl.Assign(ctx, "/data", client.AssignOptions{New: true})
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_ABORTED || !strings.Contains(mv.GetError(), "hard link") {
+		t.Fatalf("assign with a hard link across the boundary: %v, %v; want ABORTED naming the hard link", mv, err)
+	}
+	t.Logf("refused as expected: %s", mv.GetError())
+	after, err := cl.ClusterMap(ctx)
+	must(err)
+	for _, m := range after.GetMinistries() {
+		for _, st := range m.GetSubtrees() {
+			if st.GetPath() == "/data" {
+				t.Fatalf("the aborted assign gave /data to ministry %d", m.GetGroup())
+			}
+		}
+	}
+	must(put(ctx, cl, "/data/d0/after-abort", "after-abort")) // writable again
+	want["/data/d0/after-abort"] = "after-abort"
+	must(cl.Remove(ctx, "/other/outside-link"))
+
+	// Writers inside and outside while the subtree moves.
+	type writer struct {
+		mu       sync.Mutex
+		acked    map[string]string
+		longest  time.Duration
+		failures int
+	}
+	ws := make([]*writer, 4)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range ws {
+		ws[w] = &writer{acked: map[string]string{}}
+		dir := fmt.Sprintf("/data/d%d", w)
+		if w == 3 {
+			dir = "/other"
+		}
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("%s/w%d", dir, i)
+				start := time.Now()
+				err := put(ctx, cl, p, p)
+				took := time.Since(start)
+				ws[w].mu.Lock()
+				ws[w].longest = max(ws[w].longest, took)
+				if err == nil {
+					ws[w].acked[p] = p
+				} else {
+					// Allowed (a clear retryable error after the
+					// bound), but every refused write must be absent
+					// or whole.
+					ws[w].failures++
+				}
+				ws[w].mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	start := time.Now()
+	mv, err = cl.Assign(ctx, "/data", client.AssignOptions{New: true})
+	took := time.Since(start)
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign /data: %v %v", mv, err)
+	}
+	target := mv.GetTarget()
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	for w, wr := range ws {
+		t.Logf("writer %d: %d acknowledged, %d refused, longest write %v (move took %v)", w, len(wr.acked), wr.failures, wr.longest.Round(time.Millisecond), took.Round(time.Millisecond))
+		for p, v := range wr.acked {
+			want[p] = v
+		}
+	}
+
+	// Everything is there, read by a fresh client; the files under /data
+	// are the new ministry's.
+	check := func(label string, cl *client.Client) {
+		t.Helper()
+		for p, v := range want {
+			b, err := get(ctx, cl, p)
+			if err != nil || b != v {
+				t.Fatalf("%s: %s = %d bytes (%v), want %d bytes", label, p, len(b), err, len(v))
+			}
+		}
+		if tg, err := cl.Readlink(ctx, "/data/link"); err != nil || tg != "d0/f0" {
+			t.Fatalf("%s: readlink: %q %v", label, tg, err)
+		}
+		if v, err := cl.GetXattr(ctx, "/data/d1/f1", "user.tag"); err != nil || !bytes.Equal(v, []byte("kept")) {
+			t.Fatalf("%s: xattr: %q %v", label, v, err)
+		}
+		if a, err := cl.Stat(ctx, "/data/d2/f2"); err != nil || a.GetNlink() != 2 {
+			t.Fatalf("%s: the hard link inside: %v %v", label, a, err)
+		}
+	}
+	fresh := newClient(t, c.Addrs()[:1], 60*time.Second)
+	check("after assign", fresh)
+	d0, err := fresh.Stat(ctx, "/data/d0")
+	must(err)
+	pool := rpc.NewPool()
+	defer pool.Close()
+	held := false
+	for _, a := range c.Addrs() {
+		if r, err := rawLookup(ctx, pool, a, target, d0.GetIno(), "f5"); err == nil && r.GetStatus().GetCode() == wire.Code_OK {
+			held = true
+		}
+	}
+	if !held {
+		t.Fatalf("/data/d0/f5 is not held by ministry %d", target)
+	}
+	must(put(ctx, fresh, "/data/d5/new", "new"))
+	want["/data/d5/new"] = "new"
+
+	// And back to the root ministry.
+	mv, err = cl.Unassign(ctx, "/data")
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE || mv.GetTarget() != 1 {
+		t.Fatalf("unassign /data: %v %v", mv, err)
+	}
+	check("after unassign", newClient(t, c.Addrs()[:1], 60*time.Second))
+	if err := cl.Rename(ctx, "/data/d0/f1", "/other/moved-back", 0); err != nil {
+		t.Fatalf("rename between /data and /other, both in ministry 1 again: %v", err)
+	}
+}
