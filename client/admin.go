@@ -155,3 +155,24 @@ func (c *Client) refreshMap(ctx context.Context, g ids.GroupID) {
 		c.applyClusterInfo(info)
 	}
 }
+
+// WaitMove waits until move id is DONE or ABORTED (a populated subtree
+// may take longer than Assign waits) and returns it.
+func (c *Client) WaitMove(ctx context.Context, id uint64) (*wire.Move, error) {
+	for {
+		info, err := c.ClusterMap(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range info.GetMoves() {
+			if m.GetId() == id && (m.GetState() == wire.MoveState_MOVE_DONE || m.GetState() == wire.MoveState_MOVE_ABORTED) {
+				return m, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for move %d: %w", id, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

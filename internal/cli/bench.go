@@ -27,6 +27,9 @@ Workloads:
          directory and a go-fuse loopback mount of one
   locks  the thesis' ranged-lock experiment: writers of one 10-row file
          locking the row they write or the whole file, with real I/O
+  move   assign a populated subtree (100,000 files) to a new ministry while
+         clients create and stat in it and elsewhere: time to move, the
+         longest pause inside, throughput outside during vs before
 
 Run 'govfs bench <workload> -h' for its flags.`
 
@@ -45,6 +48,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return benchMount(ctx, args[1:], stdout, stderr)
 	case "locks":
 		return benchLocks(ctx, args[1:], stdout, stderr)
+	case "move":
+		return benchMove(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
@@ -275,6 +280,61 @@ func benchCluster(ctx context.Context, meta string, stderr io.Writer) (addrs []s
 	}
 	stop, addrs, err = startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
 	return addrs, stop, err
+}
+
+func benchMove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs bench move", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "metadata node addresses of a running cluster with at least 3 nodes (default: start a local cluster of --meta-nodes)")
+	files := f.Int("files", bench.DefaultMoveFiles, "files in the subtree before it moves")
+	dirs := f.Int("dirs", bench.DefaultMoveDirs, "directories the files are spread over")
+	clients := f.Int("clients", bench.DefaultMoveClients, "clients creating and statting during the run, half inside the subtree")
+	conns := f.Int("conns", 8, "client connections shared by the clients")
+	window := f.Duration("window", 5*time.Second, "how long the throughput before the move is measured")
+	timeout := f.Duration("timeout", 60*time.Second, "give up on a single operation after this long")
+	metaNodes := f.Int("meta-nodes", 5, "metadata nodes of the local cluster")
+	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core (0: no cap)")
+	jsonOnly := f.Bool("json-only", false, "print only the JSON result line")
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	switch {
+	case f.NArg() > 0:
+		return fmt.Errorf("govfs bench move: unexpected arguments %q", f.Args())
+	case *files <= 0 || *dirs <= 0 || *clients < 2 || *conns <= 0:
+		return fmt.Errorf("govfs bench move: --files and --dirs must be positive, --clients at least 2, --conns positive")
+	case *metaNodes < 3 || *metaNodes > 64:
+		return fmt.Errorf("govfs bench move: --meta-nodes %d: give 3 to 64 (a new ministry has 3 replicas)", *metaNodes)
+	case *nodeCPU < 0 || *window <= 0 || *timeout <= 0:
+		return fmt.Errorf("govfs bench move: --node-cpu must not be negative, --window and --timeout must be positive")
+	}
+	human := stdout
+	if *jsonOnly {
+		human = io.Discard
+	}
+	var addrs []string
+	for _, a := range strings.Split(*meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		stop, a, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		addrs = a
+	}
+	rep, err := bench.RunMove(ctx, bench.MoveConfig{MetaAddrs: addrs, Files: *files, Dirs: *dirs, Clients: *clients, Conns: *conns,
+		Window: *window, OpTimeout: *timeout}, human)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, rep)
 }
 
 func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -776,12 +776,16 @@ func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
 	var st *wire.Status
 	held := true
 	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
-		move, err := namespace.Frozen(r, ino)
+		mv, err := namespace.MovingOf(r, ino)
 		if err != nil {
 			return err
 		}
-		if move != 0 {
-			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+		if mv.To != 0 {
+			st = redirectStatus(ino, g, mv.To)
+			return nil
+		}
+		if mv.Move != 0 {
+			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, mv.Move)
 			return nil
 		}
 		_, err = namespace.GetAttr(r, ino)

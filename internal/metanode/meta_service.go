@@ -292,12 +292,22 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	}
 	var resp *wire.ReadResponse
 	var applied uint64
+	var movedTo ids.GroupID
 	err := s.n.host.Read(g, func(r engine.Reader, idx uint64) error {
-		var err error
+		// What is left here of a subtree whose move was decided is the
+		// target's now: never served from here.
+		to, err := namespace.MovedTo(r, readRouteIno(req))
+		if err != nil || to != 0 {
+			movedTo = to
+			return err
+		}
 		resp, err = query(r, req)
 		applied = idx
 		return err
 	})
+	if err == nil && movedTo != 0 {
+		return &wire.ReadResponse{Status: redirectStatus(readRouteIno(req), g, movedTo)}, nil
+	}
 	if errors.Is(err, multiraft.ErrUnknownGroup) {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
 	}
@@ -501,17 +511,22 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 
 // precheck answers a mutation that cannot be applied here right now:
 // UNAVAILABLE when it touches a subtree being moved (the client retries
-// until the move is over), REDIRECT when its inode lives in another
-// ministry. nil: go ahead (the state machine checks again).
+// until the move is over), REDIRECT when it touches one whose move was
+// decided with this ministry as the source. nil: go ahead (the state
+// machine checks again).
 func (s *metaService) precheck(g ids.GroupID, cmd *wire.Command) *wire.Status {
 	var st *wire.Status
 	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		if frozen, err := namespace.AnyFrozen(r); err != nil || !frozen {
 			return err
 		}
-		ino, move, err := namespace.FrozenIn(r, namespace.TouchedInodes(r, cmd))
-		if err == nil && move != 0 {
-			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, move)
+		ino, mv, err := namespace.FrozenIn(r, namespace.TouchedInodes(r, cmd))
+		switch {
+		case err != nil || mv.Move == 0:
+		case mv.To != 0:
+			st = redirectStatus(ino, g, mv.To)
+		default:
+			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, mv.Move)
 		}
 		return err
 	})

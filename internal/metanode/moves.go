@@ -241,11 +241,19 @@ func (n *Node) freezeAndCopy(ctx context.Context, mv *wire.Move) error {
 		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}}}); err != nil {
 		return err
 	}
+	start := n.cfg.Clock.Now()
 	links, err := n.freezeWalk(ctx, mv)
 	if err != nil {
 		return err
 	}
-	return n.copySubtree(ctx, mv, links)
+	frozen := n.cfg.Clock.Now()
+	pages, keys, err := n.copySubtree(ctx, mv, links)
+	if err != nil {
+		return err
+	}
+	n.log.Info("subtree move: frozen and copied", "move", mv.GetId(), "path", mv.GetPath(), "files", len(links),
+		"freeze", frozen.Sub(start).Round(time.Millisecond), "keys", keys, "pages", pages, "copy", n.cfg.Clock.Now().Sub(frozen).Round(time.Millisecond))
+	return nil
 }
 
 // freezeWalk freezes the subtree below its (frozen) root, directory by
@@ -298,7 +306,7 @@ func (n *Node) freezeWalk(ctx context.Context, mv *wire.Move) (map[uint64]uint32
 // copySubtree reads the frozen subtree's keys from the source a page at
 // a time and installs each page at the target (memory stays bounded by
 // a page), refusing a file with links outside the subtree.
-func (n *Node) copySubtree(ctx context.Context, mv *wire.Move, links map[uint64]uint32) error {
+func (n *Node) copySubtree(ctx context.Context, mv *wire.Move, links map[uint64]uint32) (pages, keys int, err error) {
 	var after []byte
 	for {
 		cctx, cancel := context.WithTimeout(ctx, moveStepTimeout)
@@ -306,29 +314,31 @@ func (n *Node) copySubtree(ctx context.Context, mv *wire.Move, links map[uint64]
 			Op: &wire.ReadRequest_ExportKeys{ExportKeys: &wire.ExportKeysReq{Move: mv.GetId(), Ino: mv.GetIno(), After: after, Limit: 1000}}})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("read %s from ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
+			return pages, keys, fmt.Errorf("read %s from ministry %d: %w", mv.GetPath(), mv.GetSource(), err)
 		}
 		for _, kv := range resp.GetKvs() {
 			in, ok, err := namespace.MovedInode(kv)
 			if err != nil {
-				return err
+				return pages, keys, err
 			}
 			if !ok || in.GetAttr().GetType() == wire.FileType_DIRECTORY {
 				continue
 			}
 			if nl, inside := in.GetAttr().GetNlink(), links[in.GetAttr().GetIno()]; nl != inside {
-				return &moveRefused{fmt.Sprintf("a file in %s (inode %v) has %d hard links, %d of them inside: a hard link across a ministry boundary cannot move; remove the outside links or assign a directory that holds all of them",
+				return pages, keys, &moveRefused{fmt.Sprintf("a file in %s (inode %v) has %d hard links, %d of them inside: a hard link across a ministry boundary cannot move; remove the outside links or assign a directory that holds all of them",
 					mv.GetPath(), ids.Ino(in.GetAttr().GetIno()), nl, inside)}
 			}
 		}
 		if len(resp.GetKvs()) > 0 {
 			if _, err := n.step(ctx, mv.GetTarget(), "install a page of "+mv.GetPath(), &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
 				Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Kvs: resp.GetKvs(), Source: mv.GetSource()}}}); err != nil {
-				return err
+				return pages, keys, err
 			}
+			pages++
+			keys += len(resp.GetKvs())
 		}
 		if resp.GetEof() || len(resp.GetKvs()) == 0 {
-			return nil
+			return pages, keys, nil
 		}
 		after = resp.GetNextCookie()
 	}
@@ -376,19 +386,44 @@ func (n *Node) pagedStep(ctx context.Context, g uint64, what string, op any) err
 		if !res.GetMore() {
 			return nil
 		}
+		// The next page resumes where this one ended (a seek past the
+		// records already done, not a walk over their tombstones).
+		switch o := op.(type) {
+		case *wire.AbortExportOp:
+			o.From = res.GetStart()
+		case *wire.ImportSubtreeOp:
+			o.From = res.GetStart()
+		case *wire.FinishExportOp:
+			o.From = res.GetStart()
+		}
 	}
 }
 
 func (n *Node) moveFinish(ctx context.Context, mv *wire.Move) error {
+	start := n.cfg.Clock.Now()
 	// Committed moves only go forward: a refusal here is retried, loudly.
+	// The first page at the source makes it send clients to the target
+	// (and its entry a referral); the first page at the target opens the
+	// copy. Clients wait no longer than that: the rest only deletes
+	// records nobody sees any more.
+	finish := &wire.FinishExportOp{Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}
+	res, err := n.step(ctx, mv.GetSource(), "finish "+mv.GetPath(), &wire.Command{Op: &wire.Command_FinishExport{FinishExport: finish}})
+	if err != nil {
+		return err
+	}
 	if err := n.pagedStep(ctx, mv.GetTarget(), "open "+mv.GetPath(), &wire.ImportSubtreeOp{
 		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true}); err != nil {
 		return err
 	}
-	if err := n.pagedStep(ctx, mv.GetSource(), "finish "+mv.GetPath(), &wire.FinishExportOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}); err != nil {
-		return err
+	open := n.cfg.Clock.Now()
+	if res.GetMore() {
+		finish.From = res.GetStart()
+		if err := n.pagedStep(ctx, mv.GetSource(), "finish "+mv.GetPath(), finish); err != nil {
+			return err
+		}
 	}
+	n.log.Info("subtree move: open at the target, finished at the source", "move", mv.GetId(), "path", mv.GetPath(),
+		"open", open.Sub(start).Round(time.Millisecond), "finish", n.cfg.Clock.Now().Sub(open).Round(time.Millisecond))
 	return n.setMoveState(ctx, mv, wire.MoveState_MOVE_DONE, "")
 }
 

@@ -24,6 +24,20 @@ package namespace
 //	"z" <ino>   frozen: move id u64, other ministry u64 (the target at
 //	            the source, the source at the target)
 //	"f" <ino>   forwarding record: the ministry the inode moved to (u64)
+//	"Y" <move>  source, after the decision: the target (u64). From the
+//	            first finish page on, what still carries this move's "z"
+//	            record is the target's: clients are redirected there,
+//	            reads too, while later pages delete the stale copy.
+//	"O" <move>  target, after the decision: the copy is open. Its "z"
+//	            records no longer freeze anything; later pages delete
+//	            them. So the pause ends after one page on each side,
+//	            however big the subtree.
+//	"Z" <move>  empty: the move has "z" records here. Set with the first,
+//	            deleted with the last, so that "is anything frozen" is a
+//	            seek over a handful of keys (a seek into "z" would walk
+//	            over the tombstones a big move leaves until compaction:
+//	            that made every command of the source slower after a
+//	            move of 38,000 files, found with pprof).
 //
 // Every inode of a moving subtree gets its own "z" record (files have
 // no parent pointer, so "is it below a frozen directory" cannot be
@@ -52,11 +66,18 @@ import (
 )
 
 const (
-	kindFrozen  = 'z'
-	kindForward = 'f'
+	kindFrozen     = 'z'
+	kindForward    = 'f'
+	kindMoveMarker = 'Z'
+	kindDecided    = 'Y'
+	kindOpened     = 'O'
 )
 
+func decidedKey(move uint64) []byte { return u64Key(kindDecided, move) }
+func openedKey(move uint64) []byte  { return u64Key(kindOpened, move) }
+
 func frozenKey(ino ids.Ino) []byte  { return u64Key(kindFrozen, uint64(ino)) }
+func markerKey(move uint64) []byte  { return u64Key(kindMoveMarker, move) }
 func forwardKey(ino ids.Ino) []byte { return u64Key(kindForward, uint64(ino)) }
 
 // Frozen returns the move that froze ino (0: not frozen).
@@ -126,32 +147,74 @@ func TouchedInodes(r engine.Reader, cmd *wire.Command) []ids.Ino {
 // entries and a lookup per inode on every command of every replica.
 func AnyFrozen(r engine.Reader) (bool, error) {
 	found := false
-	err := r.Scan([]byte{kindFrozen}, []byte{kindFrozen + 1}, func(_, _ []byte) bool {
+	err := r.Scan([]byte{kindMoveMarker}, []byte{kindMoveMarker + 1}, func(_, _ []byte) bool {
 		found = true
 		return false
 	})
 	return found, err
 }
 
-// FrozenIn returns the first inode of inos that is frozen by a move, and
-// that move (0, 0 when none is).
-func FrozenIn(r engine.Reader, inos []ids.Ino) (ids.Ino, uint64, error) {
+// Moving is what a client asking about an inode in a move should hear:
+// nothing (Move 0: the inode is live here or not here at all), wait
+// (Move set, To 0: frozen until the move is decided and opened), or go
+// to ministry To (the move was decided; this is the source).
+type Moving struct {
+	Move uint64
+	To   ids.GroupID
+}
+
+// MovingOf says whether ino is in a move, as clients should see it.
+func MovingOf(r engine.Reader, ino ids.Ino) (Moving, error) {
+	m, err := Frozen(r, ino)
+	if err != nil || m == 0 {
+		return Moving{}, err
+	}
+	if v, err := r.Get(openedKey(m)); err != nil || v != nil {
+		return Moving{}, err // the target opened its copy
+	}
+	v, err := r.Get(decidedKey(m))
+	if err != nil {
+		return Moving{}, err
+	}
+	if len(v) == 8 {
+		return Moving{Move: m, To: ids.GroupID(binary.BigEndian.Uint64(v))}, nil
+	}
+	return Moving{Move: m}, nil
+}
+
+// FrozenIn returns the first inode of inos that is in a move (MovingOf),
+// and what to tell the client (0 and a zero Moving when none is).
+func FrozenIn(r engine.Reader, inos []ids.Ino) (ids.Ino, Moving, error) {
 	if len(inos) == 0 {
-		return 0, 0, nil
+		return 0, Moving{}, nil
 	}
 	if frozen, err := AnyFrozen(r); err != nil || !frozen {
-		return 0, 0, err
+		return 0, Moving{}, err
 	}
 	for _, ino := range inos {
-		m, err := Frozen(r, ino)
+		mv, err := MovingOf(r, ino)
 		if err != nil {
-			return 0, 0, err
+			return 0, Moving{}, err
 		}
-		if m != 0 {
-			return ino, m, nil
+		if mv.Move != 0 {
+			return ino, mv, nil
 		}
 	}
-	return 0, 0, nil
+	return 0, Moving{}, nil
+}
+
+// MovedTo returns the ministry a client asking about ino should ask
+// instead, when ino belongs to a decided move of which this ministry is
+// the source (0 otherwise). One seek when no move is under way.
+func MovedTo(r engine.Reader, ino ids.Ino) (ids.GroupID, error) {
+	if ino == 0 {
+		return 0, nil
+	}
+	if frozen, err := AnyFrozen(r); err != nil || !frozen {
+		return 0, err
+	}
+	mv, err := MovingOf(r, ino)
+	return mv.To, err
 }
 
 // movingResult refuses a command that touches a frozen subtree; it is not
@@ -164,34 +227,16 @@ func movingResult(r engine.Reader, cmd *wire.Command) (*wire.Result, error) {
 	if frozen, err := AnyFrozen(r); err != nil || !frozen {
 		return nil, err
 	}
-	ino, move, err := FrozenIn(r, TouchedInodes(r, cmd))
-	if err != nil || move == 0 {
+	ino, mv, err := FrozenIn(r, TouchedInodes(r, cmd))
+	if err != nil || mv.Move == 0 {
 		return nil, err
 	}
 	return &wire.Result{Errno: uint32(syscall.EAGAIN), Moving: true,
-		Message: fmt.Sprintf("inode %v is being moved to another ministry (move %d); retry", ino, move)}, nil
+		Message: fmt.Sprintf("inode %v is being moved to another ministry (move %d); retry", ino, mv.Move)}, nil
 }
 
 // stepKeys bounds the keys one paged move step deletes or writes.
 const stepKeys = 4096
-
-// movedPrefixes are the key prefixes that hold inode ino's own state,
-// the inode record first (an import installs the record before the
-// rest). The parent pointer of the subtree's root stays behind: at the
-// target the root is a ministry root, which has none.
-func movedPrefixes(ino ids.Ino, root bool) [][]byte {
-	ps := [][]byte{
-		inodeKey(ino),
-		xattrPrefix(ino),
-		chunkPrefix(ino),
-		inlineKey(ino),
-		direntPrefix(ino),
-	}
-	if !root {
-		ps = append(ps, parentKey(ino))
-	}
-	return ps
-}
 
 // frozenValue is the "z" record of a move.
 func frozenValue(move, other uint64) []byte {
@@ -247,6 +292,7 @@ func exportSubtree(t *tx, op *wire.ExportSubtreeOp) (*wire.Result, error) {
 			return nil, errnof(syscall.EEXIST, "%v/%q already belongs to ministry %d", op.GetParent(), op.GetName(), d.GetMinistry())
 		}
 	}
+	t.set(markerKey(op.GetMove()), nil)
 	t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetTarget()))
 	return &wire.Result{}, nil
 }
@@ -306,7 +352,7 @@ const MaxFreezeEntries = 1024
 const dedupPhase = ids.Ino(^uint64(0))
 
 // ExportKeys returns a page of the keys of the subtree frozen by move at
-// root: each frozen inode's own keys (movedPrefixes), then the dedup
+// root: each frozen inode's own keys (inodeKeys), then the dedup
 // table's answers (a client that retries a request after it was
 // redirected gets its first answer, not a second application). A page
 // holds at most limit keys and about maxBytes bytes; next is the cursor
@@ -344,23 +390,38 @@ func ExportKeys(r engine.Reader, move uint64, root ids.Ino, after []byte, limit,
 		full = len(kvs) >= limit || size >= maxBytes
 		return !full
 	}
-	// scanFrom scans prefixes ps in their order (not key order: the
-	// inode record comes first), resuming after key `resume` in the
-	// prefix that holds it.
-	scanFrom := func(ino ids.Ino, ps [][]byte, resume []byte) error {
+	// scanFrom reads ks in their order (not key order: the inode record
+	// comes first), resuming after key `resume` in the spec that holds
+	// it.
+	scanFrom := func(ino ids.Ino, ks []keySpec, resume []byte) error {
 		at := 0
 		if len(resume) > 0 {
-			at = slices.IndexFunc(ps, func(p []byte) bool { return bytes.HasPrefix(resume, p) })
+			at = slices.IndexFunc(ks, func(k keySpec) bool { return bytes.HasPrefix(resume, k.key) })
 			if at < 0 {
 				return errnof(syscall.EINVAL, "export cursor %x is not a key of inode %v", resume, ino)
 			}
+			if ks[at].exact {
+				at++ // that key was sent; the next spec is read whole
+				resume = nil
+			}
 		}
-		for i := at; i < len(ps); i++ {
-			lo := ps[i]
+		for i := at; i < len(ks); i++ {
+			k := ks[i]
+			if k.exact {
+				v, err := r.Get(k.key)
+				if err != nil {
+					return err
+				}
+				if v != nil && !emit(ino, k.key, v) {
+					return nil
+				}
+				continue
+			}
+			lo := k.key
 			if i == at && len(resume) > 0 {
 				lo = append(bytes.Clone(resume), 0)
 			}
-			if err := r.Scan(lo, prefixEnd(ps[i]), func(k, v []byte) bool { return emit(ino, k, v) }); err != nil {
+			if err := r.Scan(lo, prefixEnd(k.key), func(key, v []byte) bool { return emit(ino, key, v) }); err != nil {
 				return err
 			}
 			if full {
@@ -384,7 +445,7 @@ func ExportKeys(r engine.Reader, move uint64, root ids.Ino, after []byte, limit,
 			if ino == from {
 				resume = afterKey
 			}
-			if err := scanFrom(ino, movedPrefixes(ino, ino == root), resume); err != nil {
+			if err := scanFrom(ino, inodeKeys(r, ino, ino == root), resume); err != nil {
 				return nil, nil, false, err
 			}
 			if full {
@@ -397,7 +458,7 @@ func ExportKeys(r engine.Reader, move uint64, root ids.Ino, after []byte, limit,
 		}
 		afterKey = nil
 	}
-	if err := scanFrom(dedupPhase, [][]byte{{kindResult}}, afterKey); err != nil {
+	if err := scanFrom(dedupPhase, []keySpec{{[]byte{kindResult}, false}}, afterKey); err != nil {
 		return nil, nil, false, err
 	}
 	if full {
@@ -477,6 +538,9 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 					return nil, err
 				}
 			}
+			if len(copied) == 0 {
+				t.set(markerKey(op.GetMove()), nil)
+			}
 			t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetSource()))
 			copied[ino] = true
 		} else if !copied[ino] && m != op.GetMove() {
@@ -517,110 +581,177 @@ func importResult(t *tx, k, v []byte) error {
 	return nil
 }
 
-// deleteInodeKeys deletes up to budget of inode ino's keys (all of them
-// when budget < 0), the dir-lease mark too, and returns how many it
-// deleted; fewer than budget means it got them all.
+// inodeKeys is where inode ino's own keys are: exact keys (read with a
+// Get) and prefixes (scanned), in export order, the inode record first.
+// Its type says which kinds it can have: a file has no entries, a
+// directory no chunks; each scan is an iterator, and a move visits every
+// inode (found with pprof: seven iterators per inode were a fifth of the
+// source's CPU during a move). Unknown (already gone): every kind.
+type keySpec struct {
+	key   []byte
+	exact bool
+}
+
+func inodeKeys(r engine.Reader, ino ids.Ino, root bool) []keySpec {
+	typ := wire.FileType(-1)
+	if in, err := loadInode(r, ino); err == nil {
+		typ = in.GetAttr().GetType()
+	}
+	ks := []keySpec{{inodeKey(ino), true}, {xattrPrefix(ino), false}}
+	if typ == wire.FileType_REGULAR || typ < 0 {
+		ks = append(ks, keySpec{chunkPrefix(ino), false}, keySpec{inlineKey(ino), true})
+	}
+	if typ == wire.FileType_DIRECTORY || typ < 0 {
+		ks = append(ks, keySpec{direntPrefix(ino), false})
+		if !root {
+			ks = append(ks, keySpec{parentKey(ino), true})
+		}
+	}
+	return ks
+}
+
+// deleteInodeKeys deletes all of inode ino's keys and its dir-lease mark.
 func deleteInodeKeys(t *tx, ino ids.Ino, budget int) error {
 	_, err := deleteInodeKeysN(t, ino, budget)
 	return err
 }
 
+// deleteInodeKeysN deletes up to budget of inode ino's keys (all when
+// budget < 0), the inode record last, and returns how many; fewer than
+// budget means it got them all.
 func deleteInodeKeysN(t *tx, ino ids.Ino, budget int) (int, error) {
+	ks := inodeKeys(t.r, ino, false)
+	ks = append(ks[1:], keySpec{dirLeaseKey(ino), true}, ks[0])
 	n := 0
-	for _, p := range append(movedPrefixes(ino, false), dirLeaseKey(ino)) {
-		err := t.r.Scan(p, prefixEnd(p), func(k, _ []byte) bool {
+	for _, k := range ks {
+		if budget >= 0 && n >= budget {
+			return n, nil
+		}
+		if k.exact {
+			if v, err := t.r.Get(k.key); err != nil {
+				return n, err
+			} else if v != nil {
+				t.del(k.key)
+				n++
+			}
+			continue
+		}
+		err := t.r.Scan(k.key, prefixEnd(k.key), func(key, _ []byte) bool {
 			if budget >= 0 && n >= budget {
 				return false
 			}
-			t.del(bytes.Clone(k))
+			t.del(bytes.Clone(key))
 			n++
 			return true
 		})
 		if err != nil {
 			return n, err
 		}
-		if budget >= 0 && n >= budget {
-			return n, nil
-		}
+	}
+	if budget >= 0 && n >= budget {
+		return n, nil
 	}
 	return n, nil
 }
 
-// pagedOverFrozen calls fn for the inodes frozen by move, in order,
-// until it has used up stepKeys keys; it reports whether some are left.
-// fn returns the keys it wrote and whether it finished its inode.
-func pagedOverFrozen(t *tx, move uint64, fn func(ino ids.Ino, budget int) (used int, finished bool, err error)) (more bool, err error) {
+// pagedOverFrozen calls fn for the inodes frozen by move, in order from
+// inode `from` (the previous page's cursor), until it has used up
+// stepKeys keys; it reports whether some are left and where to resume.
+// fn returns the keys it wrote and whether it finished its inode. When
+// nothing is left the move's marker goes.
+func pagedOverFrozen(t *tx, move uint64, from ids.Ino, fn func(ino ids.Ino, budget int) (used int, finished bool, err error)) (res *wire.Result, err error) {
 	budget := stepKeys
 	var inos []ids.Ino
-	if err := scanFrozen(t.r, move, 0, func(ino ids.Ino) bool {
+	if err := scanFrozen(t.r, move, from, func(ino ids.Ino) bool {
 		inos = append(inos, ino)
 		return len(inos) < stepKeys
 	}); err != nil {
-		return false, err
+		return nil, err
 	}
 	for i, ino := range inos {
 		used, finished, err := fn(ino, budget)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		budget -= used
-		if !finished || budget <= 0 {
-			return !finished || i < len(inos)-1 || len(inos) == stepKeys, nil
+		switch {
+		case !finished:
+			return &wire.Result{More: true, Start: uint64(ino)}, nil
+		case budget <= 0 && (i < len(inos)-1 || len(inos) == stepKeys):
+			return &wire.Result{More: true, Start: uint64(ino) + 1}, nil
 		}
 	}
-	return len(inos) == stepKeys, nil
+	if len(inos) == stepKeys {
+		return &wire.Result{More: true, Start: uint64(inos[len(inos)-1]) + 1}, nil
+	}
+	if from > 0 {
+		// Done from the cursor on; one look from the start makes sure
+		// (a cursor is only a hint: the marker must never go while a
+		// record is left).
+		left := false
+		if err := scanFrozen(t.r, move, 0, func(ids.Ino) bool {
+			left = true
+			return false
+		}); err != nil {
+			return nil, err
+		}
+		if left {
+			return &wire.Result{More: true}, nil
+		}
+	}
+	t.del(markerKey(move))
+	return &wire.Result{}, nil
 }
 
-// activateImport opens an imported copy after the decision, a page at a
-// time: the freeze goes (and any forwarding record left from an earlier
-// stay here), and for an unassign the parent's entry (here) stops being
-// a referral.
+// activateImport opens an imported copy after the decision: the first
+// call sets the "O" marker (from then on the copy is live) and, for an
+// unassign, makes the parent's entry (here) stop being a referral; it
+// and the following pages delete the "z" records (and any forwarding
+// record left from an earlier stay here).
 func activateImport(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 	root := ids.Ino(op.GetIno())
 	m, err := Frozen(t.r, root)
 	if err != nil {
 		return nil, err
 	}
-	if m != op.GetMove() {
-		if _, err := loadInode(t.r, root); err == nil && m == 0 {
-			// The root opened in an earlier page; the rest may not
-			// have.
-			more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, _ int) (int, bool, error) {
-				t.del(frozenKey(ino))
-				t.del(forwardKey(ino))
-				return 2, true, nil
-			})
-			return &wire.Result{More: more}, err
+	opened, err := t.r.Get(openedKey(op.GetMove()))
+	if err != nil {
+		return nil, err
+	}
+	_, lerr := loadInode(t.r, root)
+	switch {
+	case m == op.GetMove() && opened == nil:
+		parent := ids.Ino(op.GetParent())
+		if _, err := loadInode(t.r, parent); err == nil {
+			// An unassign: the entry is here.
+			d, err := loadDirent(t.r, parent, op.GetName())
+			if err != nil {
+				return nil, err
+			}
+			if d == nil || d.GetIno() != op.GetIno() {
+				return nil, errnof(syscall.ENOENT, "activate: %v/%q does not name inode %v here", parent, op.GetName(), root)
+			}
+			d.Ministry = 0
+			if err := t.setDirent(parent, op.GetName(), d); err != nil {
+				return nil, err
+			}
+			t.setParent(root, parent)
 		}
+		t.set(openedKey(op.GetMove()), nil)
+	case m == op.GetMove() || (m == 0 && lerr == nil):
+		// Opened before; pages may be left.
+	default:
 		return nil, errnof(syscall.EINVAL, "activate inode %v for move %d: no copy of it was imported by that move", root, op.GetMove())
 	}
-	parent := ids.Ino(op.GetParent())
-	if _, err := loadInode(t.r, parent); err == nil {
-		// An unassign: the entry is here.
-		d, err := loadDirent(t.r, parent, op.GetName())
-		if err != nil {
-			return nil, err
-		}
-		if d == nil || d.GetIno() != op.GetIno() {
-			return nil, errnof(syscall.ENOENT, "activate: %v/%q does not name inode %v here", parent, op.GetName(), root)
-		}
-		d.Ministry = 0
-		if err := t.setDirent(parent, op.GetName(), d); err != nil {
-			return nil, err
-		}
-		t.setParent(root, parent)
-	}
-	// The root first: once it is open the move counts as activated here.
-	t.del(frozenKey(root))
-	t.del(forwardKey(root))
-	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, _ int) (int, bool, error) {
-		if ino != root {
-			t.del(frozenKey(ino))
-			t.del(forwardKey(ino))
-		}
+	res, err := pagedOverFrozen(t, op.GetMove(), ids.Ino(op.GetFrom()), func(ino ids.Ino, _ int) (int, bool, error) {
+		t.del(frozenKey(ino))
+		t.del(forwardKey(ino))
 		return 2, true, nil
 	})
-	return &wire.Result{More: more}, err
+	if err == nil && !res.GetMore() {
+		t.del(openedKey(op.GetMove()))
+	}
+	return res, err
 }
 
 func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
@@ -639,6 +770,13 @@ func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
 		}
 		// The root is done; pages of the rest may be left.
 	}
+	if v, err := t.r.Get(decidedKey(op.GetMove())); err != nil {
+		return nil, err
+	} else if v == nil && m == op.GetMove() {
+		// From now on clients asking about what is left of the copy
+		// here are sent to the target.
+		t.set(decidedKey(op.GetMove()), binary.BigEndian.AppendUint64(nil, op.GetTarget()))
+	}
 	parent := ids.Ino(op.GetParent())
 	if _, err := loadInode(t.r, parent); err == nil {
 		// An assign: the entry here becomes a referral.
@@ -653,7 +791,7 @@ func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
 			}
 		}
 	}
-	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, budget int) (int, bool, error) {
+	res, err := pagedOverFrozen(t, op.GetMove(), ids.Ino(op.GetFrom()), func(ino ids.Ino, budget int) (int, bool, error) {
 		n, err := deleteInodeKeysN(t, ino, budget)
 		if err != nil || n >= budget {
 			return n, false, err
@@ -663,7 +801,10 @@ func finishExport(t *tx, op *wire.FinishExportOp) (*wire.Result, error) {
 		t.set(forwardKey(ino), binary.BigEndian.AppendUint64(nil, op.GetTarget()))
 		return n + 2, true, nil
 	})
-	return &wire.Result{More: more}, err
+	if err == nil && !res.GetMore() {
+		t.del(decidedKey(op.GetMove()))
+	}
+	return res, err
 }
 
 // abortExport unfreezes the source of an aborted move or (drop_copy)
@@ -672,7 +813,7 @@ func abortExport(t *tx, op *wire.AbortExportOp) (*wire.Result, error) {
 	if op.GetMove() == 0 {
 		return nil, errnof(syscall.EINVAL, "abort: move is required")
 	}
-	more, err := pagedOverFrozen(t, op.GetMove(), func(ino ids.Ino, budget int) (int, bool, error) {
+	return pagedOverFrozen(t, op.GetMove(), ids.Ino(op.GetFrom()), func(ino ids.Ino, budget int) (int, bool, error) {
 		n := 0
 		if op.GetDropCopy() {
 			var err error
@@ -685,7 +826,6 @@ func abortExport(t *tx, op *wire.AbortExportOp) (*wire.Result, error) {
 		t.del(frozenKey(ino))
 		return n + 1, true, nil
 	})
-	return &wire.Result{More: more}, err
 }
 
 // MovedInode decodes kv when it is an inode record of a move's copy

@@ -80,12 +80,22 @@ func copyAll(t *testing.T, src, dst *env, move uint64, top ids.Ino, name string,
 	}
 }
 
-// paged applies a paged step until it is done and returns the pages.
+// paged applies a paged step until it is done, each page from the
+// previous one's cursor, and returns the pages.
 func paged(v *env, op any) int {
 	v.t.Helper()
 	for n := 1; ; n++ {
-		if !v.ok(op).GetMore() {
+		res := v.ok(op)
+		if !res.GetMore() {
 			return n
+		}
+		switch o := op.(type) {
+		case *wire.Command_ImportSubtree:
+			o.ImportSubtree.From = res.GetStart()
+		case *wire.Command_FinishExport:
+			o.FinishExport.From = res.GetStart()
+		case *wire.Command_AbortExport:
+			o.AbortExport.From = res.GetStart()
 		}
 		if n > 100000 {
 			v.t.Fatal("paged step never ends")
@@ -270,8 +280,8 @@ func TestMoveOfAPopulatedSubtree(t *testing.T) {
 	}
 	// The source keeps nothing of the subtree but forwarding records.
 	for _, ino := range []ids.Ino{p, a, b, d, e, deep, late} {
-		for _, pre := range movedPrefixes(ino, false) {
-			_ = src.rw.Scan(pre, prefixEnd(pre), func(k, _ []byte) bool {
+		for _, ks := range append(inodeKeys(src.rw, ino, false), keySpec{dirLeaseKey(ino), true}) {
+			_ = src.rw.Scan(ks.key, prefixEnd(ks.key), func(k, _ []byte) bool {
 				t.Errorf("key %x of moved inode %v left at the source", k, ino)
 				return true
 			})
@@ -334,12 +344,39 @@ func TestBigMoveIsPaged(t *testing.T) {
 	src.ok(exportOp(5, p, "p"))
 	freezeAll(t, src, 5, p, MaxFreezeEntries)
 	copyAll(t, src, dst, 5, p, "p", 1000)
-	if n := paged(dst, &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 5, Ino: uint64(p), Parent: 55555, Name: []byte("p"), Activate: true}}); n < 2 {
+	last := ids.Ino(100 + stepKeys + 500) // created last, so finished last
+	if mv, _ := MovingOf(src.rw, last); mv.Move != 5 || mv.To != 0 {
+		t.Fatalf("before the decision, at the source: %+v", mv)
+	}
+	// The first finish page decides it for the source: what is left
+	// there is the target's, clients are sent there.
+	fin := &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{Move: 5, Ino: uint64(p), Parent: uint64(root), Name: []byte("p"), Target: 7}}
+	res := src.ok(fin)
+	if !res.GetMore() {
+		t.Fatal("finish of a big move in one page")
+	}
+	if to, _ := MovedTo(src.rw, last); to != 7 {
+		t.Fatalf("after the first finish page, inode %v is sent to %v", last, to)
+	}
+	if mv, _ := MovingOf(dst.rw, last); mv.Move != 5 || mv.To != 0 {
+		t.Fatalf("at the target before it opened: %+v", mv)
+	}
+	act := &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 5, Ino: uint64(p), Parent: 55555, Name: []byte("p"), Activate: true}}
+	if !dst.ok(act).GetMore() {
+		t.Fatal("activate of a big move in one page")
+	}
+	// Open after its first page, though records are left.
+	if mv, _ := MovingOf(dst.rw, last); mv.Move != 0 {
+		t.Fatalf("at the target after the first open page: %+v", mv)
+	}
+	if frozen, _ := AnyFrozen(dst.rw); !frozen {
+		t.Fatal("no frozen records left after the first page")
+	}
+	if n := paged(dst, act); n < 1 {
 		t.Fatalf("activate in %d pages", n)
 	}
-	if n := paged(src, &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{Move: 5, Ino: uint64(p), Parent: uint64(root), Name: []byte("p"), Target: 7}}); n < 2 {
-		t.Fatalf("finish in %d pages", n)
-	}
+	fin.FinishExport.From = res.GetStart()
+	paged(src, fin)
 	if got := snapshot(t, dst, p); got != want {
 		g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
 		for i := range min(len(g), len(w)) {

@@ -3148,7 +3148,7 @@ type Result struct {
 	// (the metadata service answers UNAVAILABLE).
 	Moving bool `protobuf:"varint,8,opt,name=moving,proto3" json:"moving,omitempty"`
 	// A paged move step (activate, finish, abort) did part of its work:
-	// send it again.
+	// send it again, from inode `start`.
 	More          bool `protobuf:"varint,9,opt,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3963,7 +3963,10 @@ type ImportSubtreeOp struct {
 	// After the president committed the move: the copy (frozen since the
 	// import, so nobody changes it before the decision) opens for use; for
 	// an unassign the parent's entry stops being a referral here.
-	Activate      bool `protobuf:"varint,7,opt,name=activate,proto3" json:"activate,omitempty"`
+	Activate bool `protobuf:"varint,7,opt,name=activate,proto3" json:"activate,omitempty"`
+	// Paged steps (activate): resume at this inode (the previous page's
+	// Result.start; 0 from the start).
+	From          uint64 `protobuf:"varint,8,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4047,17 +4050,26 @@ func (x *ImportSubtreeOp) GetActivate() bool {
 	return false
 }
 
+func (x *ImportSubtreeOp) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
 // FinishExportOp completes move `move` at the source after the president
 // committed it: the subtree's keys are deleted, forwarding records to
 // `target` are left, and (assign) the entry in `parent` becomes a
 // referral.
 type FinishExportOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Parent        uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Target        uint64                 `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Move   uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino    uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent uint64                 `protobuf:"varint,3,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Target uint64                 `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	// Resume at this inode (the previous page's Result.start).
+	From          uint64 `protobuf:"varint,6,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4127,14 +4139,23 @@ func (x *FinishExportOp) GetTarget() uint64 {
 	return 0
 }
 
+func (x *FinishExportOp) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
 // AbortExportOp unfreezes the subtree of an aborted move at the source;
 // with drop_copy, at the target, it deletes what the move's imports
 // installed. Paged: Result.more says to send it again.
 type AbortExportOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Move          uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	DropCopy      bool                   `protobuf:"varint,3,opt,name=drop_copy,json=dropCopy,proto3" json:"drop_copy,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Move     uint64                 `protobuf:"varint,1,opt,name=move,proto3" json:"move,omitempty"`
+	Ino      uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	DropCopy bool                   `protobuf:"varint,3,opt,name=drop_copy,json=dropCopy,proto3" json:"drop_copy,omitempty"`
+	// Resume at this inode (the previous page's Result.start).
+	From          uint64 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4188,6 +4209,13 @@ func (x *AbortExportOp) GetDropCopy() bool {
 		return x.DropCopy
 	}
 	return false
+}
+
+func (x *AbortExportOp) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
 }
 
 // FreezeEntriesOp freezes, for move `move`, the inodes named by
@@ -7558,7 +7586,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\x04R\x06target\"\xb9\x01\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\"\xcd\x01\n" +
 	"\x0fImportSubtreeOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
@@ -7566,17 +7594,20 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12 \n" +
 	"\x03kvs\x18\x05 \x03(\v2\x0e.govfs.wire.KVR\x03kvs\x12\x16\n" +
 	"\x06source\x18\x06 \x01(\x04R\x06source\x12\x1a\n" +
-	"\bactivate\x18\a \x01(\bR\bactivate\"z\n" +
+	"\bactivate\x18\a \x01(\bR\bactivate\x12\x12\n" +
+	"\x04from\x18\b \x01(\x04R\x04from\"\x8e\x01\n" +
 	"\x0eFinishExportOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\fR\x04name\x12\x16\n" +
-	"\x06target\x18\x05 \x01(\x04R\x06target\"R\n" +
+	"\x06target\x18\x05 \x01(\x04R\x06target\x12\x12\n" +
+	"\x04from\x18\x06 \x01(\x04R\x04from\"f\n" +
 	"\rAbortExportOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x1b\n" +
-	"\tdrop_copy\x18\x03 \x01(\bR\bdropCopy\"\x7f\n" +
+	"\tdrop_copy\x18\x03 \x01(\bR\bdropCopy\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x04R\x04from\"\x7f\n" +
 	"\x0fFreezeEntriesOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
