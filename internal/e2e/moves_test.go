@@ -189,3 +189,91 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 		t.Fatalf("rename between /data and /other, both in ministry 1 again: %v", err)
 	}
 }
+
+// TestMoveSurvivesKills kills (SIGKILL) the president's leader, which
+// drives the move, while a populated subtree is being copied, and then
+// the minister of the source during the next move: each move ends on
+// one side (the new leader carries it on), every file is there with its
+// bytes, and the subtree takes writes afterwards.
+func TestMoveSurvivesKills(t *testing.T) {
+	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Tick: 50 * time.Millisecond})
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	want := map[string]string{}
+	for _, top := range []string{"/m1", "/m2"} {
+		if _, err := cl.Mkdir(ctx, top, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 10 {
+			d := fmt.Sprintf("%s/d%d", top, k)
+			if _, err := cl.Mkdir(ctx, d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for j := range 150 {
+				p := fmt.Sprintf("%s/f%d", d, j)
+				if err := put(ctx, cl, p, p); err != nil {
+					t.Fatal(err)
+				}
+				want[p] = p
+			}
+		}
+	}
+	// moveWhileKilling starts assigning path and kills the node that
+	// victim names once the move is recorded as COPYING.
+	moveWhileKilling := func(path string, victim func() int) *wire.Move {
+		t.Helper()
+		go func() { _, _ = cl.Assign(ctx, path, client.AssignOptions{New: true}) }()
+		var id uint64
+		for id == 0 {
+			info, err := cl.ClusterMap(ctx)
+			if err == nil {
+				for _, m := range info.GetMoves() {
+					if m.GetPath() == path {
+						id = m.GetId()
+					}
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("the move of %s never began", path)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		v := victim()
+		c.Kill(v)
+		t.Logf("move %d of %s: killed node %d", id, path, v+1)
+		mv, err := cl.WaitMove(ctx, id)
+		if err != nil {
+			t.Fatalf("move %d of %s: %v", id, path, err)
+		}
+		if err := c.Start(v); err != nil {
+			t.Fatalf("restart node %d: %v", v+1, err)
+		}
+		return mv
+	}
+	mv := moveWhileKilling("/m1", func() int { return groupLeader(t, c, 0) })
+	t.Logf("move of /m1 after killing the president's leader: %v %s", mv.GetState(), mv.GetError())
+	mv2 := moveWhileKilling("/m2", func() int { return groupLeader(t, c, 1) })
+	t.Logf("move of /m2 after killing the source's minister: %v %s", mv2.GetState(), mv2.GetError())
+	for _, m := range []*wire.Move{mv, mv2} {
+		if m.GetState() != wire.MoveState_MOVE_DONE && m.GetState() != wire.MoveState_MOVE_ABORTED {
+			t.Fatalf("move %d ended %v", m.GetId(), m.GetState())
+		}
+	}
+	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	for p, v := range want {
+		b, err := get(ctx, fresh, p)
+		if err != nil || b != v {
+			t.Fatalf("%s = %q, %v after the kills", p, b, err)
+		}
+	}
+	for _, top := range []string{"/m1", "/m2"} {
+		ents, err := fresh.Readdir(ctx, top+"/d3")
+		if err != nil || len(ents) != 150 {
+			t.Fatalf("%s/d3 has %d entries (%v), want 150 (nothing twice, nothing lost)", top, len(ents), err)
+		}
+		if err := put(ctx, fresh, top+"/d3/after", "after"); err != nil {
+			t.Fatalf("write in %s after the move: %v", top, err)
+		}
+	}
+}
