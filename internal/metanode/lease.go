@@ -227,6 +227,15 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 			return &wire.LeaseResponse{Status: st}, nil
 		}
 		resp, err = ls.acquire(ctx, g, req)
+		if err == nil && resp.GetLease().GetId() != 0 {
+			// A request that waited may have been granted just after a
+			// move froze the inode (the freeze's intent ends when it is
+			// applied): such a lease is not this minister's to keep.
+			if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
+				_, _ = ls.release(g, &wire.LeaseRequest{ClientId: req.GetClientId(), Ids: []uint64{resp.GetLease().GetId()}})
+				return &wire.LeaseResponse{Status: st}, nil
+			}
+		}
 	case wire.LeaseOp_LEASE_KEEPALIVE:
 		resp, err = ls.keepalive(ctx, g, req)
 	case wire.LeaseOp_LEASE_RELEASE:

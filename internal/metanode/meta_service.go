@@ -292,21 +292,25 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	}
 	var resp *wire.ReadResponse
 	var applied uint64
-	var movedTo ids.GroupID
+	var moving namespace.Moving
 	err := s.n.host.Read(g, func(r engine.Reader, idx uint64) error {
 		// What is left here of a subtree whose move was decided is the
-		// target's now: never served from here.
-		to, err := namespace.MovedTo(r, readRouteIno(req))
-		if err != nil || to != 0 {
-			movedTo = to
+		// target's now, and a copy not open yet may be partial: neither
+		// is served.
+		mv, err := namespace.ReadMoving(r, readRouteIno(req))
+		if err != nil || mv.Move != 0 {
+			moving = mv
 			return err
 		}
 		resp, err = query(r, req)
 		applied = idx
 		return err
 	})
-	if err == nil && movedTo != 0 {
-		return &wire.ReadResponse{Status: redirectStatus(readRouteIno(req), g, movedTo)}, nil
+	if err == nil && moving.To != 0 {
+		return &wire.ReadResponse{Status: redirectStatus(readRouteIno(req), g, moving.To)}, nil
+	}
+	if err == nil && moving.Move != 0 {
+		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved here (move %d) and is not open yet; retry", readRouteIno(req), moving.Move)}, nil
 	}
 	if errors.Is(err, multiraft.ErrUnknownGroup) {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil

@@ -74,7 +74,14 @@ const (
 )
 
 func decidedKey(move uint64) []byte { return u64Key(kindDecided, move) }
-func openedKey(move uint64) []byte  { return u64Key(kindOpened, move) }
+
+// The "Z" marker's value says which side of the move this ministry is.
+const (
+	markerSource = 's'
+	markerTarget = 't'
+)
+
+func openedKey(move uint64) []byte { return u64Key(kindOpened, move) }
 
 func frozenKey(ino ids.Ino) []byte  { return u64Key(kindFrozen, uint64(ino)) }
 func markerKey(move uint64) []byte  { return u64Key(kindMoveMarker, move) }
@@ -161,6 +168,9 @@ func AnyFrozen(r engine.Reader) (bool, error) {
 type Moving struct {
 	Move uint64
 	To   ids.GroupID
+	// Copy: this ministry is the move's target and its copy is not open
+	// yet; it must not be read either (it may be partial).
+	Copy bool
 }
 
 // MovingOf says whether ino is in a move, as clients should see it.
@@ -179,7 +189,8 @@ func MovingOf(r engine.Reader, ino ids.Ino) (Moving, error) {
 	if len(v) == 8 {
 		return Moving{Move: m, To: ids.GroupID(binary.BigEndian.Uint64(v))}, nil
 	}
-	return Moving{Move: m}, nil
+	mk, err := r.Get(markerKey(m))
+	return Moving{Move: m, Copy: len(mk) == 1 && mk[0] == markerTarget}, err
 }
 
 // FrozenIn returns the first inode of inos that is in a move (MovingOf),
@@ -203,18 +214,23 @@ func FrozenIn(r engine.Reader, inos []ids.Ino) (ids.Ino, Moving, error) {
 	return 0, Moving{}, nil
 }
 
-// MovedTo returns the ministry a client asking about ino should ask
-// instead, when ino belongs to a decided move of which this ministry is
-// the source (0 otherwise). One seek when no move is under way.
-func MovedTo(r engine.Reader, ino ids.Ino) (ids.GroupID, error) {
+// ReadMoving says how a read of ino must be answered while it is in a
+// move: Move 0 (serve it), To set (the move was decided and this is the
+// source: ask To) or Copy (this is the target and its copy is not open:
+// wait). A frozen inode at the source is read as usual. One seek when no
+// move is under way.
+func ReadMoving(r engine.Reader, ino ids.Ino) (Moving, error) {
 	if ino == 0 {
-		return 0, nil
+		return Moving{}, nil
 	}
 	if frozen, err := AnyFrozen(r); err != nil || !frozen {
-		return 0, err
+		return Moving{}, err
 	}
 	mv, err := MovingOf(r, ino)
-	return mv.To, err
+	if err != nil || (mv.To == 0 && !mv.Copy) {
+		return Moving{}, err
+	}
+	return mv, nil
 }
 
 // movingResult refuses a command that touches a frozen subtree; it is not
@@ -292,7 +308,7 @@ func exportSubtree(t *tx, op *wire.ExportSubtreeOp) (*wire.Result, error) {
 			return nil, errnof(syscall.EEXIST, "%v/%q already belongs to ministry %d", op.GetParent(), op.GetName(), d.GetMinistry())
 		}
 	}
-	t.set(markerKey(op.GetMove()), nil)
+	t.set(markerKey(op.GetMove()), []byte{markerSource})
 	t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetTarget()))
 	return &wire.Result{}, nil
 }
@@ -497,6 +513,13 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 	if op.GetActivate() {
 		return activateImport(t, op)
 	}
+	if v, err := t.r.Get(openedKey(op.GetMove())); err != nil {
+		return nil, err
+	} else if v != nil {
+		// A late page of a deposed coordinator: the copy is open and
+		// clients may have changed it since.
+		return nil, errnof(syscall.EEXIST, "import for move %d: the copy is open already", op.GetMove())
+	}
 	// copied: inodes whose record this page installs (t.r does not see
 	// the page's own writes).
 	copied := map[ids.Ino]bool{}
@@ -539,7 +562,7 @@ func importSubtree(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 				}
 			}
 			if len(copied) == 0 {
-				t.set(markerKey(op.GetMove()), nil)
+				t.set(markerKey(op.GetMove()), []byte{markerTarget})
 			}
 			t.set(frozenKey(ino), frozenValue(op.GetMove(), op.GetSource()))
 			copied[ino] = true
@@ -740,6 +763,19 @@ func activateImport(t *tx, op *wire.ImportSubtreeOp) (*wire.Result, error) {
 		t.set(openedKey(op.GetMove()), nil)
 	case m == op.GetMove() || (m == 0 && lerr == nil):
 		// Opened before; pages may be left.
+	case m == 0:
+		// The root is gone (removed by a client after the copy opened):
+		// opened before, or nothing here is this move's. Pages may be
+		// left either way.
+		left := false
+		if err := scanFrozen(t.r, op.GetMove(), 0, func(ids.Ino) bool { left = true; return false }); err != nil {
+			return nil, err
+		}
+		if !left && opened == nil {
+			if mk, err := t.r.Get(markerKey(op.GetMove())); err != nil || mk == nil {
+				return &wire.Result{}, err
+			}
+		}
 	default:
 		return nil, errnof(syscall.EINVAL, "activate inode %v for move %d: no copy of it was imported by that move", root, op.GetMove())
 	}

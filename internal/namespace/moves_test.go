@@ -355,20 +355,27 @@ func TestBigMoveIsPaged(t *testing.T) {
 	if !res.GetMore() {
 		t.Fatal("finish of a big move in one page")
 	}
-	if to, _ := MovedTo(src.rw, last); to != 7 {
-		t.Fatalf("after the first finish page, inode %v is sent to %v", last, to)
+	if mv, _ := ReadMoving(src.rw, last); mv.To != 7 {
+		t.Fatalf("after the first finish page, inode %v is sent to %v", last, mv.To)
 	}
-	if mv, _ := MovingOf(dst.rw, last); mv.Move != 5 || mv.To != 0 {
+	// The target's copy is neither changed nor read before it opens.
+	if mv, _ := ReadMoving(dst.rw, last); mv.Move != 5 || mv.To != 0 || !mv.Copy {
 		t.Fatalf("at the target before it opened: %+v", mv)
 	}
 	act := &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 5, Ino: uint64(p), Parent: 55555, Name: []byte("p"), Activate: true}}
 	if !dst.ok(act).GetMore() {
 		t.Fatal("activate of a big move in one page")
 	}
-	// Open after its first page, though records are left.
-	if mv, _ := MovingOf(dst.rw, last); mv.Move != 0 {
+	// Open after its first page, though records are left; a late copy
+	// page is refused from then on.
+	if mv, _ := ReadMoving(dst.rw, last); mv.Move != 0 {
 		t.Fatalf("at the target after the first open page: %+v", mv)
 	}
+	kvs, _, _, err := ExportKeys(src.rw, 5, p, nil, 10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.fails(&wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 5, Ino: uint64(p), Kvs: kvs}}, syscall.EEXIST)
 	if frozen, _ := AnyFrozen(dst.rw); !frozen {
 		t.Fatal("no frozen records left after the first page")
 	}
