@@ -521,10 +521,7 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 func (s *metaService) precheck(g ids.GroupID, cmd *wire.Command) *wire.Status {
 	var st *wire.Status
 	_ = s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
-		if frozen, err := namespace.AnyFrozen(r); err != nil || !frozen {
-			return err
-		}
-		ino, mv, err := namespace.FrozenIn(r, namespace.TouchedInodes(r, cmd))
+		ino, mv, err := namespace.CommandMoving(r, cmd)
 		switch {
 		case err != nil || mv.Move == 0:
 		case mv.To != 0:

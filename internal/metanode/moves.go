@@ -359,43 +359,31 @@ func (n *Node) abortMove(ctx context.Context, mv *wire.Move, why string) error {
 // runner of a new leader does it again for every aborted move it sees,
 // in case the previous one stopped in between.
 func (n *Node) cleanupAborted(ctx context.Context, mv *wire.Move) error {
-	if err := n.pagedStep(ctx, mv.GetSource(), "unfreeze "+mv.GetPath(), &wire.AbortExportOp{Move: mv.GetId(), Ino: mv.GetIno()}); err != nil {
+	abort := func(dropCopy bool) func(uint64) *wire.Command {
+		return func(from uint64) *wire.Command {
+			return &wire.Command{Op: &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{
+				Move: mv.GetId(), Ino: mv.GetIno(), DropCopy: dropCopy, From: from}}}
+		}
+	}
+	if err := n.pagedStep(ctx, mv.GetSource(), "unfreeze "+mv.GetPath(), 0, abort(false)); err != nil {
 		return err
 	}
-	return n.pagedStep(ctx, mv.GetTarget(), "drop the partial copy of "+mv.GetPath(), &wire.AbortExportOp{Move: mv.GetId(), Ino: mv.GetIno(), DropCopy: true})
+	return n.pagedStep(ctx, mv.GetTarget(), "drop the partial copy of "+mv.GetPath(), 0, abort(true))
 }
 
-// pagedStep sends a paged move step until it answers that it is done.
-func (n *Node) pagedStep(ctx context.Context, g uint64, what string, op any) error {
+// pagedStep sends the paged move step cmd(from) until it answers that it
+// is done, each page resuming where the previous one ended (a seek past
+// the records already done, not a walk over their tombstones).
+func (n *Node) pagedStep(ctx context.Context, g uint64, what string, from uint64, cmd func(from uint64) *wire.Command) error {
 	for {
-		cmd := &wire.Command{}
-		switch o := op.(type) {
-		case *wire.AbortExportOp:
-			cmd.Op = &wire.Command_AbortExport{AbortExport: o}
-		case *wire.ImportSubtreeOp:
-			cmd.Op = &wire.Command_ImportSubtree{ImportSubtree: o}
-		case *wire.FinishExportOp:
-			cmd.Op = &wire.Command_FinishExport{FinishExport: o}
-		default:
-			return fmt.Errorf("pagedStep: %T is not a paged move step", op)
-		}
-		res, err := n.step(ctx, g, what, cmd)
+		res, err := n.step(ctx, g, what, cmd(from))
 		if err != nil {
 			return err
 		}
 		if !res.GetMore() {
 			return nil
 		}
-		// The next page resumes where this one ended (a seek past the
-		// records already done, not a walk over their tombstones).
-		switch o := op.(type) {
-		case *wire.AbortExportOp:
-			o.From = res.GetStart()
-		case *wire.ImportSubtreeOp:
-			o.From = res.GetStart()
-		case *wire.FinishExportOp:
-			o.From = res.GetStart()
-		}
+		from = res.GetStart()
 	}
 }
 
@@ -406,19 +394,23 @@ func (n *Node) moveFinish(ctx context.Context, mv *wire.Move) error {
 	// (and its entry a referral); the first page at the target opens the
 	// copy. Clients wait no longer than that: the rest only deletes
 	// records nobody sees any more.
-	finish := &wire.FinishExportOp{Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget()}
-	res, err := n.step(ctx, mv.GetSource(), "finish "+mv.GetPath(), &wire.Command{Op: &wire.Command_FinishExport{FinishExport: finish}})
+	finish := func(from uint64) *wire.Command {
+		return &wire.Command{Op: &wire.Command_FinishExport{FinishExport: &wire.FinishExportOp{
+			Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Target: mv.GetTarget(), From: from}}}
+	}
+	res, err := n.step(ctx, mv.GetSource(), "finish "+mv.GetPath(), finish(0))
 	if err != nil {
 		return err
 	}
-	if err := n.pagedStep(ctx, mv.GetTarget(), "open "+mv.GetPath(), &wire.ImportSubtreeOp{
-		Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true}); err != nil {
+	if err := n.pagedStep(ctx, mv.GetTarget(), "open "+mv.GetPath(), 0, func(from uint64) *wire.Command {
+		return &wire.Command{Op: &wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{
+			Move: mv.GetId(), Ino: mv.GetIno(), Parent: mv.GetParent(), Name: mv.GetName(), Source: mv.GetSource(), Activate: true, From: from}}}
+	}); err != nil {
 		return err
 	}
 	open := n.cfg.Clock.Now()
 	if res.GetMore() {
-		finish.From = res.GetStart()
-		if err := n.pagedStep(ctx, mv.GetSource(), "finish "+mv.GetPath(), finish); err != nil {
+		if err := n.pagedStep(ctx, mv.GetSource(), "finish "+mv.GetPath(), res.GetStart(), finish); err != nil {
 			return err
 		}
 	}
