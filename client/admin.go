@@ -75,40 +75,12 @@ func (c *Client) assign(ctx context.Context, path string, o AssignOptions, unass
 	defer c.finish(cmd.GetReq().GetSeq())
 	req.Req = cmd.GetReq()
 	var out *wire.Move
-	err = c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		addr := c.leaderAddr(ids.PresidentGroup)
-		cl, err := c.conn(addr)
-		if err != nil {
-			return false, err
-		}
-		// The president waits up to 25 s for the move to end.
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := cl.Assign(cctx, req)
-		cancel()
-		if err != nil {
-			c.leaderFailed(ids.PresidentGroup, addr)
-			return c.rpcFailed(ctx, addr, err)
-		}
-		st := resp.GetStatus()
-		switch st.GetCode() {
-		case wire.Code_OK:
-			c.setLeader(ids.PresidentGroup, addr)
-			out = resp.GetMove()
-			return false, nil
-		case wire.Code_NOT_LEADER:
-			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-				c.hintLeader(ids.PresidentGroup, hint)
-			} else {
-				c.leaderFailed(ids.PresidentGroup, addr)
-			}
-			return true, fmt.Errorf("%s: not the president's leader", addr)
-		case wire.Code_UNAVAILABLE:
-			c.leaderFailed(ids.PresidentGroup, addr)
-			return true, fmt.Errorf("%s: %s", addr, st.GetMessage())
-		case wire.Code_ERRNO:
-			return false, &errnoMsg{errno: syscall.Errno(st.GetErrno()), msg: st.GetMessage()}
-		}
-		return false, finalStatusErr(st)
+	// The president waits up to 25 s for the move to end.
+	rt := &target{group: ids.PresidentGroup, leader: true, timeout: 30 * time.Second}
+	err = c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, _ uint64) (*wire.Status, uint64, error) {
+		resp, err := cl.Assign(ctx, req)
+		out = resp.GetMove()
+		return resp.GetStatus(), 0, err
 	})
 	if err != nil {
 		return nil, err
@@ -149,6 +121,26 @@ func (c *Client) refreshMap(ctx context.Context, g ids.GroupID) {
 	}
 	c.mu.mapFetched = time.Now()
 	c.mu.Unlock()
+	r := c.retry
+	r.budget = c.cfg.CallTimeout
+	if info, err := c.fetchClusterInfo(ctx, &r); err == nil {
+		c.applyClusterInfo(info)
+	}
+}
+
+// refreshStaleMap fetches the map again after a node said a ministry's
+// epoch grew (its subtrees or members may have changed): at most every
+// 100 ms, so that a burst of STALE_EPOCH answers costs one fetch.
+func (c *Client) refreshStaleMap(ctx context.Context) {
+	c.mu.Lock()
+	recent := time.Since(c.mu.mapFetched) < 100*time.Millisecond
+	if !recent {
+		c.mu.mapFetched = time.Now()
+	}
+	c.mu.Unlock()
+	if recent {
+		return
+	}
 	r := c.retry
 	r.budget = c.cfg.CallTimeout
 	if info, err := c.fetchClusterInfo(ctx, &r); err == nil {

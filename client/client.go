@@ -66,6 +66,10 @@ type Client struct {
 		silent  map[string]time.Time
 		applied map[ids.GroupID]uint64
 		owners  map[ids.Ino]ids.GroupID
+		// epochs: the highest epoch of each ministry this Client has
+		// seen (maps, REDIRECT and STALE_EPOCH answers); named in
+		// every call to the ministry (call.go).
+		epochs map[ids.GroupID]uint64
 		// mapFetched: when the cluster map was last fetched to learn
 		// an unknown ministry's members (admin.go refreshMap).
 		mapFetched time.Time
@@ -112,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.mu.cursor = map[ids.GroupID]int{}
 	c.mu.applied = map[ids.GroupID]uint64{}
 	c.mu.owners = map[ids.Ino]ids.GroupID{}
+	c.mu.epochs = map[ids.GroupID]uint64{}
 	c.mu.inflight = map[uint64]struct{}{}
 	c.mu.nextSeq = 1
 	c.mu.readPref = c.mu.addrs[c.mu.rand.Int64N(int64(len(c.mu.addrs)))]
@@ -306,6 +311,9 @@ func (c *Client) applyClusterInfo(info *wire.ClusterInfoResponse) {
 		}
 		if len(ga) > 0 {
 			c.mu.groupAddrs[ids.GroupID(m.GetGroup())] = ga
+		}
+		if g := ids.GroupID(m.GetGroup()); m.GetEpoch() > c.mu.epochs[g] {
+			c.mu.epochs[g] = m.GetEpoch()
 		}
 	}
 	if len(members) > 0 && !slices.ContainsFunc(members, func(m *wire.Member) bool { return m.GetAddr() == c.mu.readPref }) {

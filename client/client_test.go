@@ -27,6 +27,9 @@ type fakeCluster struct {
 	// onMutate and onRead answer requests; node is the index of the server.
 	onMutate func(node int, req *wire.MutateRequest) *wire.MutateResponse
 	onRead   func(node int, req *wire.ReadRequest) *wire.ReadResponse
+	// ministries, when set, are the map's ministries (ClusterInfo).
+	ministries []*wire.Ministry
+	infos      int
 }
 
 type seenMutate struct {
@@ -63,6 +66,12 @@ func (n *fakeNode) Read(_ context.Context, req *wire.ReadRequest) (*wire.ReadRes
 
 func (n *fakeNode) ClusterInfo(context.Context, *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
 	resp := &wire.ClusterInfoResponse{Status: &wire.Status{}, ClusterId: "test-cluster", NodeId: uint64(n.i + 1)}
+	n.fc.mu.Lock()
+	n.fc.infos++
+	for _, m := range n.fc.ministries {
+		resp.Ministries = append(resp.Ministries, proto.Clone(m).(*wire.Ministry))
+	}
+	n.fc.mu.Unlock()
 	for i, a := range n.fc.addrs {
 		resp.Members = append(resp.Members, &wire.Member{Id: uint64(i + 1), Addr: a})
 	}

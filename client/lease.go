@@ -325,62 +325,10 @@ func ttlOf(resp *wire.LeaseResponse) time.Duration {
 func (c *Client) leaseCall(ctx context.Context, group ids.GroupID, req *wire.LeaseRequest, hold time.Duration) (*wire.LeaseResponse, error) {
 	req.ClientId = c.clientID
 	var out *wire.LeaseResponse
-	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		c.refreshMap(ctx, group)
-		addr := c.leaderAddr(group)
-		cl, err := c.conn(addr)
-		if err != nil {
-			return false, err
-		}
-		req.ClusterId = c.clusterID
-		req.Group = uint64(group)
-		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout+hold)
-		resp, err := cl.Lease(cctx, req)
-		cancel()
-		if err != nil {
-			c.leaderFailed(group, addr)
-			return c.rpcFailed(ctx, addr, err)
-		}
-		st := resp.GetStatus()
-		switch st.GetCode() {
-		case wire.Code_OK:
-			c.setLeader(group, addr)
-			out = resp
-			return false, nil
-		case wire.Code_NOT_LEADER:
-			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-				c.hintLeader(group, hint)
-			} else {
-				c.leaderFailed(group, addr)
-			}
-			return true, fmt.Errorf("%s: not the minister of %v", addr, group)
-		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
-			c.leaderFailed(group, addr)
-			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
-		case wire.Code_ERRNO:
-			out = resp
-			return false, fmt.Errorf("%w: %s", syscall.Errno(st.GetErrno()), st.GetMessage())
-		case wire.Code_REDIRECT:
-			// The inode lives in another ministry: the caller routes
-			// again (acquire looks its owner up afresh).
-			if ino := ids.Ino(req.GetIno()); ino != 0 && st.GetMinistry() != 0 {
-				c.setOwner(ino, ids.GroupID(st.GetMinistry()))
-			}
-			return false, &redirectedError{to: ids.GroupID(st.GetMinistry()), msg: st.GetMessage()}
-		}
-		return false, finalStatusErr(st)
-	})
+	rt := &target{group: group, ino: ids.Ino(req.GetIno()), leader: true, timeout: c.cfg.CallTimeout + hold}
+	err := c.call(ctx, rt, c.leaseAttempt(group, req, &out))
 	return out, err
 }
-
-// redirectedError: a lease request reached a ministry that does not hold
-// the inode.
-type redirectedError struct {
-	to  ids.GroupID
-	msg string
-}
-
-func (e *redirectedError) Error() string { return fmt.Sprintf("redirected to %v: %s", e.to, e.msg) }
 
 // leaseKeeper renews a Client's leases: one long-poll loop per ministry
 // while the Client holds leases there.
@@ -852,34 +800,24 @@ func (c *Client) pollFor(held []*Lease) time.Duration {
 // (which retries against the next member) rather than to the op budget.
 func (c *Client) leaseCallOnce(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest, hold time.Duration) (*wire.LeaseResponse, error) {
 	req.ClientId = c.clientID
-	req.ClusterId = c.clusterID
-	req.Group = uint64(g)
-	addr := c.leaderAddr(g)
-	cl, err := c.conn(addr)
+	var out *wire.LeaseResponse
+	_, err := c.callOnce(ctx, &target{group: g, leader: true, timeout: c.cfg.CallTimeout + hold}, c.leaseAttempt(g, req, &out))
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout+hold)
-	resp, err := cl.Lease(cctx, req)
-	cancel()
-	if err != nil {
-		c.leaderFailed(g, addr)
-		return nil, err
-	}
-	switch st := resp.GetStatus(); st.GetCode() {
-	case wire.Code_OK:
-		c.setLeader(g, addr)
-		return resp, nil
-	case wire.Code_NOT_LEADER:
-		if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-			c.hintLeader(g, hint)
-		} else {
-			c.leaderFailed(g, addr)
-		}
-		return nil, fmt.Errorf("%s: not the minister of %v", addr, g)
-	default:
-		c.leaderFailed(g, addr)
-		return nil, fmt.Errorf("%s: %v: %s", addr, st.GetCode(), st.GetMessage())
+	return out, nil
+}
+
+// leaseAttempt is one Lease RPC with req; the answer goes to *out, also
+// when it is a refusal (EAGAIN's retry_after_ms and conflict).
+func (c *Client) leaseAttempt(g ids.GroupID, req *wire.LeaseRequest, out **wire.LeaseResponse) rpcAttempt {
+	return func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
+		req.ClusterId = c.clusterID
+		req.Group = uint64(g)
+		req.Epoch = epoch
+		resp, err := cl.Lease(ctx, req)
+		*out = resp
+		return resp.GetStatus(), 0, err
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"syscall"
 	"time"
@@ -314,43 +313,12 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 		// Deferred changes first: this one may depend on them (async.go).
 		c.flushDeferred(ctx)
 	}
-	redirects := 0
 	var res *wire.Result
-	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		c.refreshMap(ctx, group)
-		addr := c.leaderAddr(group)
-		cl, err := c.conn(addr)
-		if err != nil {
-			return false, err
-		}
-		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout)
-		resp, err := cl.Mutate(cctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(group), Cmd: cmd})
-		cancel()
-		if err != nil {
-			c.leaderFailed(group, addr)
-			return c.rpcFailed(ctx, addr, err)
-		}
-		c.noteApplied(group, resp.GetAppliedIndex())
-		st := resp.GetStatus()
-		switch st.GetCode() {
-		case wire.Code_OK:
-			c.setLeader(group, addr)
-			res = resp.GetResult()
-			return false, nil
-		case wire.Code_NOT_LEADER:
-			if hint := st.GetLeaderAddr(); hint != "" && hint != addr {
-				c.hintLeader(group, hint)
-			} else {
-				c.leaderFailed(group, addr)
-			}
-			return true, fmt.Errorf("%s: not leader of %v", addr, group)
-		case wire.Code_REDIRECT:
-			return c.redirect(&group, route, st, &redirects)
-		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
-			c.leaderFailed(group, addr)
-			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
-		}
-		return false, finalStatusErr(st)
+	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
+	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch})
+		res = resp.GetResult()
+		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
 		return nil, err
@@ -366,19 +334,6 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 	return res, nil
 }
 
-// redirect follows a REDIRECT status: route now belongs to st.ministry.
-func (c *Client) redirect(group *ids.GroupID, route ids.Ino, st *wire.Status, hops *int) (bool, error) {
-	*hops++
-	to := ids.GroupID(st.GetMinistry())
-	if to == *group || *hops > maxRedirects {
-		return false, fmt.Errorf("%w: redirect loop for ino %v (%v -> %v)", syscall.EIO, route, *group, to)
-	}
-	c.log.Debug("redirect", slog.Uint64("ino", uint64(route)), slog.Uint64("from", uint64(*group)), slog.Uint64("to", uint64(to)))
-	c.setOwner(route, to)
-	*group = to
-	return true, fmt.Errorf("ino %v moved to %v", route, to)
-}
-
 // read sends req to a member of the group owning route. It returns the
 // answer and the group that served it.
 func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest, opts []ReadOption) (*wire.ReadResponse, ids.GroupID, error) {
@@ -387,56 +342,19 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	if !o.noDeferred {
 		c.flushDeferred(ctx)
 	}
-	group := c.owner(route)
-	redirects := 0
-	override := ""
 	var out *wire.ReadResponse
-	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		c.refreshMap(ctx, group)
-		addr := override
-		override = ""
-		if addr == "" {
-			addr = c.readAddr(group)
-		}
-		cl, err := c.conn(addr)
-		if err != nil {
-			return false, err
-		}
+	rt := &target{group: c.owner(route), ino: route, follow: true, timeout: c.cfg.CallTimeout}
+	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
 		req.ClusterId = c.clusterID
-		req.Group = uint64(group)
-		req.MinIndex = c.appliedIndex(group)
+		req.Group = uint64(rt.group)
+		req.MinIndex = c.appliedIndex(rt.group)
 		req.Consistency = o.consistency
-		cctx, cancel := c.callCtx(ctx, addr, c.cfg.CallTimeout)
-		resp, err := cl.Read(cctx, req)
-		cancel()
-		if err != nil {
-			c.readFailed(group, addr)
-			return c.rpcFailed(ctx, addr, err)
-		}
-		c.noteApplied(group, resp.GetAppliedIndex())
-		st := resp.GetStatus()
-		switch st.GetCode() {
-		case wire.Code_OK:
-			out = resp
-			return false, nil
-		case wire.Code_NOT_LEADER:
-			// A replica that cannot serve this read itself names its
-			// leader; try it once without changing the preference.
-			if hint := st.GetLeaderAddr(); hint != "" && hint != addr && !c.isSilent(hint) {
-				override = hint
-			} else {
-				c.readFailed(group, addr)
-			}
-			return true, fmt.Errorf("%s: not leader of %v", addr, group)
-		case wire.Code_REDIRECT:
-			return c.redirect(&group, route, st, &redirects)
-		case wire.Code_UNAVAILABLE, wire.Code_UNKNOWN_GROUP, wire.Code_STALE_EPOCH:
-			c.readFailed(group, addr)
-			return true, fmt.Errorf("%s: %v for %v: %s", addr, st.GetCode(), group, st.GetMessage())
-		}
-		return false, finalStatusErr(st)
+		req.Epoch = epoch
+		resp, err := cl.Read(ctx, req)
+		out = resp
+		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
-	return out, group, err
+	return out, rt.group, err
 }
 
 // errnoMsg is a failed operation's errno with the server's explanation.

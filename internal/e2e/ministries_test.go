@@ -70,6 +70,12 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A client that learns the map before the assign (ministry 1 at
+	// epoch 1) and is used again only after it.
+	old := newClient(t, c.Addrs(), 30*time.Second)
+	if _, err := old.Stat(ctx, "/other"); err != nil {
+		t.Fatal(err)
+	}
 	mv, err := cl.Assign(ctx, "/projects", client.AssignOptions{New: true})
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +83,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	if mv.GetState() != wire.MoveState_MOVE_DONE || mv.GetTarget() <= 1 || mv.GetSource() != 1 {
 		t.Fatalf("assign /projects: %v", mv)
 	}
+	checkEpochs(ctx, t, c, old, mv.GetTarget())
 	target := mv.GetTarget()
 	info, err := cl.ClusterMap(ctx)
 	if err != nil {
@@ -337,4 +344,69 @@ func TestDelegatedMinisterKilled(t *testing.T) {
 		}
 	}
 	t.Logf("%d + %d acknowledged creates all present", count(0), count(1))
+}
+
+// checkEpochs: after the first assign ministry 1 is at epoch 2. Requests
+// naming epoch 1 (stale) or 50 (never reached) are refused with a clear
+// status and change nothing; a REDIRECT names the target's epoch and
+// minister; a Client that knew epoch 1 catches up by itself.
+func checkEpochs(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, old *client.Client, target uint64) {
+	t.Helper()
+	pool := rpc.NewPool()
+	defer pool.Close()
+	cc, err := pool.Get(c.Addrs()[groupLeader(t, c, 1)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := wire.NewMetaClient(cc)
+	probe := func(seq uint64) *wire.Command {
+		return &wire.Command{Version: 1, Req: &wire.RequestID{ClientId: 4242, Seq: seq, FirstIncomplete: seq},
+			Op: &wire.Command_Create{Create: &wire.CreateOp{Parent: 1, Name: []byte("epoch-probe"), Type: wire.FileType_REGULAR, Mode: 0o644, Exclusive: true}}}
+	}
+	for i, tc := range []struct {
+		epoch uint64
+		code  wire.Code
+	}{{1, wire.Code_STALE_EPOCH}, {50, wire.Code_INVALID}} {
+		resp, err := mc.Mutate(ctx, &wire.MutateRequest{Group: 1, Epoch: tc.epoch, Cmd: probe(uint64(i + 1))})
+		st := resp.GetStatus()
+		if err != nil || st.GetCode() != tc.code || st.GetMessage() == "" || (tc.code == wire.Code_STALE_EPOCH && st.GetEpoch() != 2) {
+			t.Fatalf("create naming epoch %d of ministry 1: %v %v, want %v", tc.epoch, err, st, tc.code)
+		}
+		t.Logf("epoch %d: %v: %s", tc.epoch, st.GetCode(), st.GetMessage())
+		r, err := mc.Read(ctx, &wire.ReadRequest{Group: 1, Epoch: tc.epoch, Op: &wire.ReadRequest_GetAttr{GetAttr: &wire.GetAttrReq{Ino: 1}}})
+		if err != nil || r.GetStatus().GetCode() != tc.code {
+			t.Fatalf("read naming epoch %d: %v %v, want %v", tc.epoch, err, r.GetStatus(), tc.code)
+		}
+		l, err := mc.Lease(ctx, &wire.LeaseRequest{Group: 1, Epoch: tc.epoch, ClientId: 4242, Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: 1, Mode: wire.LeaseMode_LEASE_READ})
+		if err != nil || l.GetStatus().GetCode() != tc.code {
+			t.Fatalf("lease naming epoch %d: %v %v, want %v", tc.epoch, err, l.GetStatus(), tc.code)
+		}
+	}
+	if r, _ := rawLookup(ctx, pool, c.Addrs()[groupLeader(t, c, 1)], 1, 1, "epoch-probe"); r.GetStatus().GetCode() != wire.Code_ERRNO {
+		t.Fatalf("a refused create changed the namespace: %v", r.GetStatus())
+	}
+	// The current epoch is served; a REDIRECT names the target's epoch
+	// (2: created at 1, grew with the assign) and its minister.
+	if resp, err := mc.Mutate(ctx, &wire.MutateRequest{Group: 1, Epoch: 2, Cmd: probe(3)}); err != nil || resp.GetStatus().GetCode() != wire.Code_OK {
+		t.Fatalf("create naming the current epoch: %v %v", err, resp.GetStatus())
+	}
+	proj, err := old.Stat(ctx, "/projects")
+	if err != nil {
+		t.Fatalf("stat through a client that knew the old epoch: %v", err)
+	}
+	r, err := mc.Read(ctx, &wire.ReadRequest{Group: 1, Epoch: 2, Op: &wire.ReadRequest_GetAttr{GetAttr: &wire.GetAttrReq{Ino: proj.GetIno()}}})
+	if st := r.GetStatus(); err != nil || st.GetCode() != wire.Code_REDIRECT || st.GetMinistry() != target || st.GetEpoch() != 2 {
+		t.Fatalf("getattr of /projects at ministry 1: %v %v, want REDIRECT to %d at epoch 2", err, st, target)
+	} else {
+		t.Logf("REDIRECT: ministry %d epoch %d minister %q: %s", st.GetMinistry(), st.GetEpoch(), st.GetLeaderAddr(), st.GetMessage())
+	}
+	if err := put(ctx, old, "/other/from-old-client", "x"); err != nil {
+		t.Fatalf("create through a client that knew the old epoch: %v", err)
+	}
+	if err := old.Remove(ctx, "/epoch-probe"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Remove(ctx, "/other/from-old-client"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -221,6 +221,9 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	var err error
 	switch req.GetOp() {
 	case wire.LeaseOp_LEASE_ACQUIRE:
+		if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
+			return &wire.LeaseResponse{Status: st}, nil
+		}
 		// A lease on an inode that is being moved, or that lives in
 		// another ministry, is not this minister's to give.
 		if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
@@ -790,7 +793,7 @@ func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
 			return err
 		}
 		if mv.To != 0 {
-			st = redirectStatus(ino, g, mv.To)
+			st = s.n.redirectStatus(ino, g, mv.To)
 			return nil
 		}
 		if mv.Move != 0 {
@@ -805,7 +808,7 @@ func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
 		return st
 	}
 	if to := s.n.elsewhere(g, ino); to != 0 {
-		return redirectStatus(ino, g, to)
+		return s.n.redirectStatus(ino, g, to)
 	}
 	return nil
 }

@@ -222,6 +222,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	// one for an inode that lives elsewhere fails in the state machine
 	// and is redirected below (routeMutation).
 	if g != ids.PresidentGroup {
+		if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
+			return &wire.MutateResponse{Status: st}, nil
+		}
 		if st := s.precheck(g, cmd); st != nil {
 			return &wire.MutateResponse{Status: st}, nil
 		}
@@ -270,6 +273,9 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	if err := s.n.host.CheckReadable(g); err != nil {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
 	}
+	if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
+		return &wire.ReadResponse{Status: st}, nil
+	}
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
 	wait := req.GetMinIndex()
@@ -307,7 +313,7 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		return err
 	})
 	if err == nil && moving.To != 0 {
-		return &wire.ReadResponse{Status: redirectStatus(readRouteIno(req), g, moving.To)}, nil
+		return &wire.ReadResponse{Status: s.n.redirectStatus(readRouteIno(req), g, moving.To)}, nil
 	}
 	if err == nil && moving.Move != 0 {
 		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved here (move %d) and is not open yet; retry", readRouteIno(req), moving.Move)}, nil
@@ -321,7 +327,7 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 			if errno == syscall.ENOENT || errno == syscall.ESTALE {
 				if ino := readRouteIno(req); ino != 0 {
 					if to := s.n.elsewhere(g, ino); to != 0 {
-						return &wire.ReadResponse{Status: redirectStatus(ino, g, to), AppliedIndex: applied}, nil
+						return &wire.ReadResponse{Status: s.n.redirectStatus(ino, g, to), AppliedIndex: applied}, nil
 					}
 				}
 			}
@@ -525,7 +531,7 @@ func (s *metaService) precheck(g ids.GroupID, cmd *wire.Command) *wire.Status {
 		switch {
 		case err != nil || mv.Move == 0:
 		case mv.To != 0:
-			st = redirectStatus(ino, g, mv.To)
+			st = s.n.redirectStatus(ino, g, mv.To)
 		default:
 			st = statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved to another ministry (move %d); retry", ino, mv.Move)
 		}

@@ -49,6 +49,9 @@ func (v *mapView) ministry(g ids.GroupID) *wire.Ministry {
 type mapCache struct {
 	mu   sync.Mutex
 	view *mapView
+	// refetch: a request named an epoch newer than view's; the next
+	// fetchMap fetches even if view is recent.
+	refetch bool
 }
 
 // readMapLocal reads the map from this node's replica of group 0.
@@ -91,7 +94,7 @@ func (n *Node) fetchMap(ctx context.Context) error {
 		return nil
 	}
 	n.maps.mu.Lock()
-	fresh := n.maps.view != nil && n.cfg.Clock.Now().Sub(n.maps.view.taken) < 500*time.Millisecond
+	fresh := n.maps.view != nil && !n.maps.refetch && n.cfg.Clock.Now().Sub(n.maps.view.taken) < 500*time.Millisecond
 	n.maps.mu.Unlock()
 	if fresh {
 		return nil
@@ -120,6 +123,7 @@ func (n *Node) fetchMap(ctx context.Context) error {
 		}
 		n.maps.mu.Lock()
 		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), taken: n.cfg.Clock.Now(), info: info}
+		n.maps.refetch = false
 		n.maps.mu.Unlock()
 		return nil
 	}

@@ -7,8 +7,10 @@ package metanode
 // or link between two ministries is answered EXDEV, never ENOENT.
 
 import (
+	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/engine"
@@ -107,10 +109,16 @@ func (n *Node) elsewhere(g ids.GroupID, ino ids.Ino) ids.GroupID {
 	return to
 }
 
-// redirectStatus is the REDIRECT answer for an inode held by ministry to.
-func redirectStatus(ino ids.Ino, from, to ids.GroupID) *wire.Status {
-	return &wire.Status{Code: wire.Code_REDIRECT, Ministry: uint64(to),
+// redirectStatus is the REDIRECT answer for an inode held by ministry
+// to: with to's epoch and, when this node hosts to, its minister's
+// address (the client goes straight there: one extra hop).
+func (n *Node) redirectStatus(ino ids.Ino, from, to ids.GroupID) *wire.Status {
+	st := &wire.Status{Code: wire.Code_REDIRECT, Ministry: uint64(to), Epoch: n.ministryEpoch(to),
 		Message: fmt.Sprintf("inode %v is held by ministry %d, not %d", ino, uint64(to), uint64(from))}
+	if lead, _ := n.host.Leader(to); lead != 0 {
+		st.LeaderId, st.LeaderAddr = uint64(lead), n.addrOf(lead)
+	}
+	return st
 }
 
 // routeMutation looks at a mutation that failed with ENOENT or ESTALE:
@@ -125,7 +133,7 @@ func (n *Node) routeMutation(g ids.GroupID, cmd *wire.Command, res *wire.Result)
 	}
 	route, other := routeInos(cmd)
 	if to := n.elsewhere(g, route); to != 0 {
-		return redirectStatus(route, g, to)
+		return n.redirectStatus(route, g, to)
 	}
 	if other == 0 || n.holds(g, other) || !n.holds(g, route) {
 		return nil
@@ -155,4 +163,73 @@ func (n *Node) holds(g ids.GroupID, ino ids.Ino) bool {
 		return nil
 	})
 	return held
+}
+
+// ministryEpoch returns ministry g's epoch as this node's map has it (0
+// when the map does not list g yet). One key read on a node with a
+// president replica; the fetched copy's list otherwise.
+func (n *Node) ministryEpoch(g ids.GroupID) uint64 {
+	if n.host.HasGroup(ids.PresidentGroup) {
+		var e uint64
+		if err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+			m, err := clustermap.GetMinistry(r, uint64(g))
+			e = m.GetEpoch()
+			return err
+		}); err == nil && e != 0 {
+			return e
+		}
+	}
+	n.maps.mu.Lock()
+	defer n.maps.mu.Unlock()
+	if v := n.maps.view; v != nil {
+		return v.ministry(g).GetEpoch()
+	}
+	return 0
+}
+
+// checkEpoch compares the epoch a request names for ministry g (0: the
+// client names none) with this node's. nil: serve it. A client behind
+// gets STALE_EPOCH with the current epoch (it refreshes its map and
+// retries); a request ahead of this node's map makes the node catch up
+// first (a read index on the president group, or a fresh copy of the
+// map), and then it is served, or refused: STALE_EPOCH (this node may
+// still be behind: the client asks again), or INVALID when this node
+// knows the map is current and the epoch was never reached.
+func (n *Node) checkEpoch(ctx context.Context, g ids.GroupID, e uint64) *wire.Status {
+	if e == 0 {
+		return nil
+	}
+	cur := n.ministryEpoch(g)
+	if cur == e {
+		return nil
+	}
+	if cur > e {
+		return &wire.Status{Code: wire.Code_STALE_EPOCH, Epoch: cur,
+			Message: fmt.Sprintf("ministry %d is at epoch %d, the request names epoch %d (its subtrees changed since): refresh the cluster map and retry", uint64(g), cur, e)}
+	}
+	current := false
+	if n.host.HasGroup(ids.PresidentGroup) {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		idx, err := n.host.ReadIndex(cctx, ids.PresidentGroup)
+		if err == nil {
+			err = n.host.WaitApplied(cctx, ids.PresidentGroup, idx)
+		}
+		cancel()
+		current = err == nil
+	} else {
+		n.maps.mu.Lock()
+		if v := n.maps.view; v != nil && n.cfg.Clock.Now().Sub(v.taken) > 50*time.Millisecond {
+			n.maps.refetch = true // at most every 50 ms
+		}
+		n.maps.mu.Unlock()
+		_ = n.fetchMap(ctx)
+	}
+	if cur = n.ministryEpoch(g); cur == e {
+		return nil
+	}
+	if current && cur < e {
+		return statusOf(wire.Code_INVALID, "ministry %d is at epoch %d: the request's epoch %d was never reached", uint64(g), cur, e)
+	}
+	return &wire.Status{Code: wire.Code_STALE_EPOCH, Epoch: cur,
+		Message: fmt.Sprintf("node %v knows ministry %d at epoch %d, the request names epoch %d: retry", n.cfg.ID, uint64(g), cur, e)}
 }

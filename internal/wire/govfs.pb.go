@@ -41,7 +41,10 @@ const (
 	Code_NOT_LEADER Code = 1
 	// The inode belongs to another ministry; Status.ministry says which.
 	Code_REDIRECT Code = 2
-	// The request named an epoch that is no longer current.
+	// The request named another epoch of the ministry than the serving
+	// node knows: Status.epoch is the node's. A client behind refreshes
+	// its map and retries; a node behind is asked again later or another
+	// is asked (docs/metadata.md, "Routing").
 	Code_STALE_EPOCH Code = 3
 	// The node cannot serve this right now (no leader known, clerk cut off
 	// from its leader, still starting). Retry elsewhere or later.
@@ -477,8 +480,12 @@ type Status struct {
 	// address.
 	LeaderId   uint64 `protobuf:"varint,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderAddr string `protobuf:"bytes,5,opt,name=leader_addr,json=leaderAddr,proto3" json:"leader_addr,omitempty"`
-	// REDIRECT: the ministry (group id) that owns the inode.
-	Ministry      uint64 `protobuf:"varint,6,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	// REDIRECT: the ministry (group id) that owns the inode; leader_addr is
+	// its minister's address when the node knows it (a hint).
+	Ministry uint64 `protobuf:"varint,6,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	// REDIRECT: the epoch of `ministry`; STALE_EPOCH: the epoch of the
+	// requested ministry as the serving node knows it (0 = unknown).
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +558,13 @@ func (x *Status) GetLeaderAddr() string {
 func (x *Status) GetMinistry() uint64 {
 	if x != nil {
 		return x.Ministry
+	}
+	return 0
+}
+
+func (x *Status) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -4293,10 +4307,15 @@ func (x *FreezeEntriesOp) GetTarget() uint64 {
 }
 
 type MutateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Group         uint64                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
-	Cmd           *Command               `protobuf:"bytes,3,opt,name=cmd,proto3" json:"cmd,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Group     uint64                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	Cmd       *Command               `protobuf:"bytes,3,opt,name=cmd,proto3" json:"cmd,omitempty"`
+	// The epoch of ministry `group` the client believes (0 = none known:
+	// not checked). A ministry's epoch grows whenever it gains or loses a
+	// subtree; a request naming another epoch is answered STALE_EPOCH and
+	// changes nothing.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4350,6 +4369,13 @@ func (x *MutateRequest) GetCmd() *Command {
 		return x.Cmd
 	}
 	return nil
+}
+
+func (x *MutateRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type MutateResponse struct {
@@ -4420,6 +4446,8 @@ type ReadRequest struct {
 	// client has seen; the serving replica waits until it has applied it.
 	MinIndex    uint64          `protobuf:"varint,3,opt,name=min_index,json=minIndex,proto3" json:"min_index,omitempty"`
 	Consistency ReadConsistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=govfs.wire.ReadConsistency" json:"consistency,omitempty"`
+	// As MutateRequest.epoch.
+	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ReadRequest_Lookup
@@ -4492,6 +4520,13 @@ func (x *ReadRequest) GetConsistency() ReadConsistency {
 		return x.Consistency
 	}
 	return ReadConsistency_SESSION
+}
+
+func (x *ReadRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 func (x *ReadRequest) GetOp() isReadRequest_Op {
@@ -6262,7 +6297,10 @@ type LeaseRequest struct {
 	// under way). They are not renewed; the minister reports every other
 	// revoked lease of the client, listed in `ids` or not (one granted
 	// while this keepalive was on its way).
-	Releasing     []uint64 `protobuf:"varint,16,rep,packed,name=releasing,proto3" json:"releasing,omitempty"`
+	Releasing []uint64 `protobuf:"varint,16,rep,packed,name=releasing,proto3" json:"releasing,omitempty"`
+	// As MutateRequest.epoch; checked for ACQUIRE (keepalives and releases
+	// concern leases already granted, which a move drains first).
+	Epoch         uint64 `protobuf:"varint,17,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6407,6 +6445,13 @@ func (x *LeaseRequest) GetReleasing() []uint64 {
 		return x.Releasing
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type LeaseGrant struct {
@@ -7332,7 +7377,7 @@ var File_govfs_proto protoreflect.FileDescriptor
 const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"\vgovfs.proto\x12\n" +
-	"govfs.wire\"\xb8\x01\n" +
+	"govfs.wire\"\xce\x01\n" +
 	"\x06Status\x12$\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x10.govfs.wire.CodeR\x04code\x12\x14\n" +
 	"\x05errno\x18\x02 \x01(\rR\x05errno\x12\x18\n" +
@@ -7340,7 +7385,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\tleader_id\x18\x04 \x01(\x04R\bleaderId\x12\x1f\n" +
 	"\vleader_addr\x18\x05 \x01(\tR\n" +
 	"leaderAddr\x12\x1a\n" +
-	"\bministry\x18\x06 \x01(\x04R\bministry\"\xc0\x02\n" +
+	"\bministry\x18\x06 \x01(\x04R\bministry\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epoch\"\xc0\x02\n" +
 	"\x04Attr\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12(\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x14.govfs.wire.FileTypeR\x04type\x12\x12\n" +
@@ -7612,22 +7658,24 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
 	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\x04R\x06target\"k\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"\x81\x01\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
-	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\"\x8d\x01\n" +
+	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x8d\x01\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x9f\x05\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xb5\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12\x1b\n" +
 	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12=\n" +
-	"\vconsistency\x18\x04 \x01(\x0e2\x1b.govfs.wire.ReadConsistencyR\vconsistency\x12/\n" +
+	"\vconsistency\x18\x04 \x01(\x0e2\x1b.govfs.wire.ReadConsistencyR\vconsistency\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12/\n" +
 	"\x06lookup\x18\n" +
 	" \x01(\v2\x15.govfs.wire.LookupReqH\x00R\x06lookup\x123\n" +
 	"\bget_attr\x18\v \x01(\v2\x16.govfs.wire.GetAttrReqH\x00R\agetAttr\x122\n" +
@@ -7780,7 +7828,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xb3\x03\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xc9\x03\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -7799,7 +7847,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05token\x18\r \x01(\x04R\x05token\x12\x10\n" +
 	"\x03dir\x18\x0e \x01(\bR\x03dir\x120\n" +
 	"\areclaim\x18\x0f \x03(\v2\x16.govfs.wire.LeaseGrantR\areclaim\x12\x1c\n" +
-	"\treleasing\x18\x10 \x03(\x04R\treleasing\"\xdc\x01\n" +
+	"\treleasing\x18\x10 \x03(\x04R\treleasing\x12\x14\n" +
+	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
