@@ -44,6 +44,7 @@ type Node struct {
 	gc        *collector
 	leases    *leaseService
 	maps      mapCache
+	epochs    epochCache
 	moves     moveRunner
 	hostMu    sync.Mutex // serialises hostMinistry
 	// lastCampaign: when this node last stood for election in a ministry

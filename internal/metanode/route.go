@@ -9,6 +9,7 @@ package metanode
 import (
 	"context"
 	"fmt"
+	"sync"
 	"syscall"
 	"time"
 
@@ -166,16 +167,22 @@ func (n *Node) holds(g ids.GroupID, ino ids.Ino) bool {
 }
 
 // ministryEpoch returns ministry g's epoch as this node's map has it (0
-// when the map does not list g yet). One key read on a node with a
-// president replica; the fetched copy's list otherwise.
+// when the map does not list g yet): from the president replica when
+// this node has one (remembered until group 0 applies something new),
+// the fetched copy's list otherwise.
 func (n *Node) ministryEpoch(g ids.GroupID) uint64 {
 	if n.host.HasGroup(ids.PresidentGroup) {
+		applied := n.host.Applied(ids.PresidentGroup)
+		if e, ok := n.epochs.get(applied, g); ok {
+			return e
+		}
 		var e uint64
 		if err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
 			m, err := clustermap.GetMinistry(r, uint64(g))
 			e = m.GetEpoch()
 			return err
 		}); err == nil && e != 0 {
+			n.epochs.put(applied, g, e)
 			return e
 		}
 	}
@@ -185,6 +192,36 @@ func (n *Node) ministryEpoch(g ids.GroupID) uint64 {
 		return v.ministry(g).GetEpoch()
 	}
 	return 0
+}
+
+// epochCache remembers ministries' epochs read from the president
+// replica at one applied index of group 0, so that the check on every
+// RPC is a map lookup rather than a key read and a decode while the map
+// does not change. A value read after that index is newer, never older:
+// epochs only grow.
+type epochCache struct {
+	mu      sync.Mutex
+	applied uint64
+	epochs  map[ids.GroupID]uint64
+}
+
+func (c *epochCache) get(applied uint64, g ids.GroupID) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.applied != applied {
+		return 0, false
+	}
+	e, ok := c.epochs[g]
+	return e, ok
+}
+
+func (c *epochCache) put(applied uint64, g ids.GroupID, e uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.applied != applied || c.epochs == nil {
+		c.applied, c.epochs = applied, map[ids.GroupID]uint64{}
+	}
+	c.epochs[g] = e
 }
 
 // checkEpoch compares the epoch a request names for ministry g (0: the
