@@ -154,6 +154,10 @@ type ministryReport struct {
 	Epoch  uint64 `json:"epoch"`
 	// Applied is the leader's applied index (a measure of activity).
 	Applied uint64 `json:"applied"`
+	// OpsPerS is the requests per second its replicas served, from their
+	// nodes' last heartbeats (0 when the answering node is not a
+	// president member and cannot tell).
+	OpsPerS float64 `json:"ops_per_s"`
 }
 
 // clusterViews asks the map and every member's status.
@@ -176,7 +180,8 @@ func clusterViews(ctx context.Context, cl *client.Client) (*wire.ClusterInfoResp
 func buildMinistriesReport(info *wire.ClusterInfoResponse, resps []*wire.StatusResponse) ministriesReport {
 	rep := ministriesReport{Ministries: []ministryReport{}, Moves: []moveReport{}}
 	for _, m := range info.GetMinistries() {
-		mr := ministryReport{ID: m.GetGroup(), Members: m.GetMembers(), Epoch: m.GetEpoch(), Subtrees: []string{}, Leader: m.GetLeader()}
+		mr := ministryReport{ID: m.GetGroup(), Members: m.GetMembers(), Epoch: m.GetEpoch(), Subtrees: []string{}, Leader: m.GetLeader(),
+			OpsPerS: m.GetOpsPerS()}
 		for _, st := range m.GetSubtrees() {
 			mr.Subtrees = append(mr.Subtrees, st.GetPath())
 		}
@@ -226,7 +231,7 @@ func adminMinistries(ctx context.Context, g fsGlobal, args []string, stdout, std
 		return enc.Encode(rep)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MINISTRY\tSUBTREES\tMEMBERS\tMINISTER\tEPOCH\tAPPLIED")
+	fmt.Fprintln(tw, "MINISTRY\tSUBTREES\tMEMBERS\tMINISTER\tEPOCH\tAPPLIED\tOPS/S")
 	for _, m := range rep.Ministries {
 		lead := "none"
 		if m.Leader != 0 {
@@ -236,7 +241,7 @@ func adminMinistries(ctx context.Context, g fsGlobal, args []string, stdout, std
 		if subs == "" {
 			subs = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\n", m.ID, subs, joinIDs(m.Members), lead, m.Epoch, m.Applied)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%.0f\n", m.ID, subs, joinIDs(m.Members), lead, m.Epoch, m.Applied, m.OpsPerS)
 	}
 	tw.Flush()
 	var active []moveReport
@@ -268,28 +273,54 @@ type nodesReport struct {
 }
 
 type metaNodeReport struct {
-	ID    uint64 `json:"id"`
-	Addr  string `json:"addr"`
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	// Alive: from the node's heartbeats to the president's members when
+	// the answering node is one of them, else whether it answered.
 	Alive bool   `json:"alive"`
 	Error string `json:"error,omitempty"`
 	// Roles: group id → "leader", "follower", ... ("president" is group 0).
 	Roles map[string]string `json:"roles"`
+	// From the last heartbeat (-1 / 0 when none is known): how long ago
+	// it came, CPU in cores, requests per second served per group (keys
+	// as in roles).
+	LastHeartbeatMs int64              `json:"last_heartbeat_ms"`
+	CPU             float64            `json:"cpu"`
+	OpsPerS         map[string]float64 `json:"ops_per_s"`
+}
+
+func groupName(g uint64) string {
+	if g == 0 {
+		return "president"
+	}
+	return fmt.Sprintf("ministry %d", g)
 }
 
 func buildNodesReport(info *wire.ClusterInfoResponse, resps []*wire.StatusResponse, errs []error) nodesReport {
 	rep := nodesReport{Nodes: []metaNodeReport{}}
 	for i, m := range info.GetMembers() {
-		nr := metaNodeReport{ID: m.GetId(), Addr: m.GetAddr(), Roles: map[string]string{}}
+		nr := metaNodeReport{ID: m.GetId(), Addr: m.GetAddr(), Roles: map[string]string{}, LastHeartbeatMs: -1, OpsPerS: map[string]float64{}}
 		if errs[i] != nil || resps[i] == nil {
 			nr.Error = reason(errs[i])
 		} else {
 			nr.Alive = true
 			for _, gs := range resps[i].GetGroups() {
-				name := fmt.Sprintf("ministry %d", gs.GetGroup())
-				if gs.GetGroup() == 0 {
-					name = "president"
+				nr.Roles[groupName(gs.GetGroup())] = roleName(gs.GetRole())
+			}
+		}
+		for _, nl := range info.GetNodeLoads() {
+			if nl.GetNodeId() != m.GetId() {
+				continue
+			}
+			nr.LastHeartbeatMs, nr.CPU = nl.GetLastHeartbeatMsAgo(), nl.GetCpu()
+			for _, gl := range nl.GetGroups() {
+				nr.OpsPerS[groupName(gl.GetGroup())] = gl.GetOpsPerS()
+			}
+			if nl.GetKnown() {
+				nr.Alive = nl.GetAlive()
+				if !nr.Alive && nr.Error == "" {
+					nr.Error = fmt.Sprintf("no heartbeat for %s", heardAgo(nl.GetLastHeartbeatMsAgo()))
 				}
-				nr.Roles[name] = roleName(gs.GetRole())
 			}
 		}
 		rep.Nodes = append(rep.Nodes, nr)
@@ -324,14 +355,17 @@ func adminNodes(ctx context.Context, g fsGlobal, args []string, stdout, stderr i
 		return enc.Encode(rep)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tROLES")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tHEARD\tCPU\tROLES")
 	for _, n := range rep.Nodes {
 		state := "up"
 		if !n.Alive {
-			state = "unreachable"
+			state = "down"
 		}
 		var roles []string
 		for g, r := range n.Roles {
+			if ops, ok := n.OpsPerS[g]; ok {
+				r = fmt.Sprintf("%s %.0f op/s", r, ops)
+			}
 			roles = append(roles, g+": "+r)
 		}
 		slices.Sort(roles)
@@ -339,11 +373,23 @@ func adminNodes(ctx context.Context, g fsGlobal, args []string, stdout, stderr i
 		if rs == "" && n.Alive {
 			rs = "idle"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", n.ID, n.Addr, state, rs)
+		cpu := "-"
+		if n.LastHeartbeatMs >= 0 {
+			cpu = fmt.Sprintf("%.2f", n.CPU)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.Addr, state, heardAgo(n.LastHeartbeatMs), cpu, rs)
 	}
 	tw.Flush()
 	if !slices.ContainsFunc(rep.Nodes, func(n metaNodeReport) bool { return n.Alive }) {
 		return errors.New("admin nodes: no node is reachable")
 	}
 	return nil
+}
+
+// heardAgo prints a heartbeat's age ("-" for never).
+func heardAgo(ms int64) string {
+	if ms < 0 {
+		return "-"
+	}
+	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String() + " ago"
 }

@@ -328,6 +328,7 @@ func TestDelegatedMinisterKilled(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("ministry %d back %v after its minister (node %d) was killed; /b meanwhile: %d creates", g, time.Since(killed).Round(time.Millisecond), victim+1, count(1)-b0)
+	checkDeadInMap(ctx, t, cl, uint64(victim+1))
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
@@ -409,4 +410,50 @@ func checkEpochs(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, 
 	if err := old.Remove(ctx, "/other/from-old-client"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkDeadInMap: the president's members notice a killed node from its
+// missing heartbeats and say so in the map (the others alive, the root
+// ministry busy); a new ministry is not placed on it.
+func checkDeadInMap(ctx context.Context, t *testing.T, cl *client.Client, dead uint64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := cl.ClusterMap(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reported, alive := false, 0
+		for _, nl := range info.GetNodeLoads() {
+			switch {
+			case nl.GetNodeId() == dead:
+				reported = nl.GetKnown() && !nl.GetAlive()
+			case nl.GetAlive() && nl.GetLastHeartbeatMsAgo() >= 0:
+				alive++
+			}
+		}
+		ops := ministryOf(info, 1).GetOpsPerS()
+		if reported && alive == 4 && ops > 0 {
+			t.Logf("node %d reported dead, 4 alive; ministry 1 at %.0f ops/s", dead, ops)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("map after killing node %d: dead reported %v, %d others alive, ministry 1 %.0f ops/s: %v", dead, reported, alive, ops, info.GetNodeLoads())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := cl.Mkdir(ctx, "/dead-node-check", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []uint64{dead}
+	for id := uint64(1); len(nodes) < 3; id++ {
+		if id != dead {
+			nodes = append(nodes, id)
+		}
+	}
+	_, err := cl.Assign(ctx, "/dead-node-check", client.AssignOptions{New: true, Nodes: nodes})
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("assign to nodes %v (node %d dead): %v, want EINVAL", nodes, dead, err)
+	}
+	t.Logf("assign to a dead node: %v (%s)", err, client.ErrorDetail(err))
 }

@@ -136,7 +136,7 @@ func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, err
 			case !known:
 				return nil, fmt.Errorf("node %d is not a metadata node of this cluster (see govfs admin nodes)", id)
 			case !alive[id]:
-				return nil, fmt.Errorf("node %d does not answer; choose live nodes (see govfs admin nodes)", id)
+				return nil, fmt.Errorf("node %d is not alive (no heartbeat or no answer); choose live nodes (see govfs admin nodes)", id)
 			}
 		}
 		return asked, nil
@@ -167,9 +167,17 @@ func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, err
 	return cands[:defaultMinistryMembers], nil
 }
 
-// liveNodes pings every metadata node (this one is alive).
+// liveNodes says which metadata nodes are alive: from their heartbeats
+// once this president member has listened long enough to tell
+// (nodeload.go), else by pinging each (this one is alive).
 func (n *Node) liveNodes(ctx context.Context, v *mapView) map[uint64]bool {
 	out := map[uint64]bool{uint64(n.cfg.ID): true}
+	if now := n.cfg.Clock.Now(); n.host.HasGroup(ids.PresidentGroup) && now.Sub(n.started) >= metaDeadAfter {
+		for _, nl := range n.nodes.loads(now, n.started, v.members) {
+			out[nl.GetNodeId()] = out[nl.GetNodeId()] || nl.GetAlive()
+		}
+		return out
+	}
 	type answer struct {
 		id uint64
 		ok bool

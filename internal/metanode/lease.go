@@ -214,6 +214,7 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	case req.GetClientId() == 0:
 		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "lease request without a client id")}, nil
 	}
+	s.n.ops.add(g)
 	ls := s.n.leases
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()

@@ -194,6 +194,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if !s.n.host.HasGroup(g) {
 		return &wire.MutateResponse{Status: s.errStatus(g, multiraft.ErrUnknownGroup)}, nil
 	}
+	s.n.ops.add(g)
 	cmd := req.GetCmd()
 	if err := validateCommand(g, cmd); err != nil {
 		var errno syscall.Errno
@@ -270,6 +271,7 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	if g == ids.PresidentGroup {
 		return &wire.ReadResponse{Status: statusOf(wire.Code_INVALID, "the president group (0) holds no namespace")}, nil
 	}
+	s.n.ops.add(g)
 	if err := s.n.host.CheckReadable(g); err != nil {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
 	}
@@ -460,13 +462,24 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 	if !v.taken.IsZero() {
 		resp.MapAgeMs = max(1, s.n.cfg.Clock.Now().Sub(v.taken).Milliseconds())
 	}
+	// Liveness and load, on a president member (nodeload.go).
+	var ops map[uint64]float64
+	if s.n.host.HasGroup(ids.PresidentGroup) {
+		resp.NodeLoads = s.n.nodes.loads(s.n.cfg.Clock.Now(), s.n.started, resp.Members)
+		ops = groupOps(resp.NodeLoads)
+	}
 	// Leaders as this node knows them (the ministries it hosts).
 	for i, m := range resp.Ministries {
-		if lead, _ := s.n.host.Leader(ids.GroupID(m.GetGroup())); lead != 0 {
-			m = proto.Clone(m).(*wire.Ministry)
-			m.Leader = uint64(lead)
-			resp.Ministries[i] = m
+		lead, _ := s.n.host.Leader(ids.GroupID(m.GetGroup()))
+		if lead == 0 && ops == nil {
+			continue
 		}
+		m = proto.Clone(m).(*wire.Ministry)
+		if lead != 0 {
+			m.Leader = uint64(lead)
+		}
+		m.OpsPerS = ops[m.GetGroup()]
+		resp.Ministries[i] = m
 	}
 	if v.info != nil {
 		resp.ReplicaGroups, resp.ChunkServers, resp.ChunkSize = v.info.GetReplicaGroups(), v.info.GetChunkServers(), v.info.GetChunkSize()

@@ -45,6 +45,11 @@ type Node struct {
 	leases    *leaseService
 	maps      mapCache
 	epochs    epochCache
+	// ops counts requests served per group; nodes is the president
+	// members' view of every metadata node's heartbeats (nodeload.go).
+	ops     opsCounter
+	nodes   metaLiveness
+	started time.Time
 	moves     moveRunner
 	hostMu    sync.Mutex // serialises hostMinistry
 	// lastCampaign: when this node last stood for election in a ministry
@@ -94,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log = log.With("node", uint64(cfg.ID)) // a joining node learns its id below
 	}
 	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
-		lastCampaign: map[ids.GroupID]time.Time{}}
+		lastCampaign: map[ids.GroupID]time.Time{}, started: cfg.Clock.Now()}
 	ok := false
 	defer func() {
 		if !ok {
@@ -230,6 +235,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	go func() {
 		defer n.wg.Done()
 		n.leases.watch(n.stop)
+	}()
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.heartbeat()
 	}()
 	ok = true
 	n.log.Info("metadata node started", "listen", lis.Addr().String(), "data", cfg.DataDir, "cluster", n.ClusterID())

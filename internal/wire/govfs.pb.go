@@ -3327,7 +3327,11 @@ type Ministry struct {
 	Subtrees []*Subtree `protobuf:"bytes,6,rep,name=subtrees,proto3" json:"subtrees,omitempty"`
 	// The minister as the president last heard (0 = unknown); soft state,
 	// filled in answers only.
-	Leader        uint64 `protobuf:"varint,7,opt,name=leader,proto3" json:"leader,omitempty"`
+	Leader uint64 `protobuf:"varint,7,opt,name=leader,proto3" json:"leader,omitempty"`
+	// Requests per second the ministry's replicas served (mutations, reads,
+	// lease calls), from their nodes' last heartbeats; soft state, filled
+	// in answers of a president member only.
+	OpsPerS       float64 `protobuf:"fixed64,8,opt,name=ops_per_s,json=opsPerS,proto3" json:"ops_per_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3407,6 +3411,13 @@ func (x *Ministry) GetSubtrees() []*Subtree {
 func (x *Ministry) GetLeader() uint64 {
 	if x != nil {
 		return x.Leader
+	}
+	return 0
+}
+
+func (x *Ministry) GetOpsPerS() float64 {
+	if x != nil {
+		return x.OpsPerS
 	}
 	return 0
 }
@@ -5602,7 +5613,11 @@ type ClusterInfoResponse struct {
 	Moves []*Move `protobuf:"bytes,9,rep,name=moves,proto3" json:"moves,omitempty"`
 	// Whether this answer comes from a copy of the map older than the
 	// president's (a node that does not host group 0), and how old.
-	MapAgeMs      int64 `protobuf:"varint,10,opt,name=map_age_ms,json=mapAgeMs,proto3" json:"map_age_ms,omitempty"`
+	MapAgeMs int64 `protobuf:"varint,10,opt,name=map_age_ms,json=mapAgeMs,proto3" json:"map_age_ms,omitempty"`
+	// Liveness and load of the metadata nodes, from their heartbeats to
+	// the president's members (soft state): in answers of a president
+	// member only.
+	NodeLoads     []*NodeLoad `protobuf:"bytes,11,rep,name=node_loads,json=nodeLoads,proto3" json:"node_loads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5707,6 +5722,308 @@ func (x *ClusterInfoResponse) GetMapAgeMs() int64 {
 	return 0
 }
 
+func (x *ClusterInfoResponse) GetNodeLoads() []*NodeLoad {
+	if x != nil {
+		return x.NodeLoads
+	}
+	return nil
+}
+
+// GroupLoad is one hosted group as a metadata node reports it.
+type GroupLoad struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint64                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// "leader", "follower", "candidate", ...
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// Requests for the group this node served per second (mutations,
+	// reads, lease calls), over the last heartbeat interval.
+	OpsPerS       float64 `protobuf:"fixed64,3,opt,name=ops_per_s,json=opsPerS,proto3" json:"ops_per_s,omitempty"`
+	Applied       uint64  `protobuf:"varint,4,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupLoad) Reset() {
+	*x = GroupLoad{}
+	mi := &file_govfs_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupLoad) ProtoMessage() {}
+
+func (x *GroupLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
+func (*GroupLoad) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *GroupLoad) GetGroup() uint64 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupLoad) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *GroupLoad) GetOpsPerS() float64 {
+	if x != nil {
+		return x.OpsPerS
+	}
+	return 0
+}
+
+func (x *GroupLoad) GetApplied() uint64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+// MetaHeartbeatRequest is a metadata node's periodic report to each
+// member of the president group (soft state: liveness and load, never
+// logged).
+type MetaHeartbeatRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	NodeId    uint64                 `protobuf:"varint,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Addr      string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	// CPU time the process used per second of wall time over the last
+	// interval (1.0 = one core busy).
+	Cpu           float64      `protobuf:"fixed64,4,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Groups        []*GroupLoad `protobuf:"bytes,5,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaHeartbeatRequest) Reset() {
+	*x = MetaHeartbeatRequest{}
+	mi := &file_govfs_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaHeartbeatRequest) ProtoMessage() {}
+
+func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *MetaHeartbeatRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *MetaHeartbeatRequest) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *MetaHeartbeatRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *MetaHeartbeatRequest) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *MetaHeartbeatRequest) GetGroups() []*GroupLoad {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type MetaHeartbeatResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// How often the president's members expect heartbeats, in ms.
+	IntervalMs    uint64 `protobuf:"varint,2,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetaHeartbeatResponse) Reset() {
+	*x = MetaHeartbeatResponse{}
+	mi := &file_govfs_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetaHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetaHeartbeatResponse) ProtoMessage() {}
+
+func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *MetaHeartbeatResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *MetaHeartbeatResponse) GetIntervalMs() uint64 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// NodeLoad is a metadata node as the answering president member knows
+// it from heartbeats.
+type NodeLoad struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId uint64                 `protobuf:"varint,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// `known` is false while the answering node has not listened long
+	// enough to tell (it started less than the dead-after time ago).
+	Known bool `protobuf:"varint,2,opt,name=known,proto3" json:"known,omitempty"`
+	Alive bool `protobuf:"varint,3,opt,name=alive,proto3" json:"alive,omitempty"`
+	// -1: never heard from.
+	LastHeartbeatMsAgo int64        `protobuf:"varint,4,opt,name=last_heartbeat_ms_ago,json=lastHeartbeatMsAgo,proto3" json:"last_heartbeat_ms_ago,omitempty"`
+	Cpu                float64      `protobuf:"fixed64,5,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Groups             []*GroupLoad `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *NodeLoad) Reset() {
+	*x = NodeLoad{}
+	mi := &file_govfs_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeLoad) ProtoMessage() {}
+
+func (x *NodeLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
+func (*NodeLoad) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *NodeLoad) GetNodeId() uint64 {
+	if x != nil {
+		return x.NodeId
+	}
+	return 0
+}
+
+func (x *NodeLoad) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *NodeLoad) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *NodeLoad) GetLastHeartbeatMsAgo() int64 {
+	if x != nil {
+		return x.LastHeartbeatMsAgo
+	}
+	return 0
+}
+
+func (x *NodeLoad) GetCpu() float64 {
+	if x != nil {
+		return x.Cpu
+	}
+	return 0
+}
+
+func (x *NodeLoad) GetGroups() []*GroupLoad {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -5715,7 +6032,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5727,7 +6044,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5740,7 +6057,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 type GroupStatus struct {
@@ -5760,7 +6077,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5772,7 +6089,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5785,7 +6102,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -5870,7 +6187,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5882,7 +6199,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5895,7 +6212,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -5989,7 +6306,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6001,7 +6318,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6014,7 +6331,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -6088,7 +6405,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6100,7 +6417,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6113,7 +6430,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -6165,7 +6482,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6177,7 +6494,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6190,7 +6507,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6307,7 +6624,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6319,7 +6636,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6332,7 +6649,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -6473,7 +6790,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6485,7 +6802,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6498,7 +6815,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -6591,7 +6908,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6603,7 +6920,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6616,7 +6933,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -6700,7 +7017,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6712,7 +7029,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6725,7 +7042,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -6815,7 +7132,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6827,7 +7144,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6840,7 +7157,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -6869,7 +7186,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6881,7 +7198,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6894,7 +7211,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -6930,7 +7247,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6942,7 +7259,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6955,7 +7272,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -6994,7 +7311,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7006,7 +7323,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7019,7 +7336,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 type PingResponse struct {
@@ -7030,7 +7347,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7042,7 +7359,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7055,7 +7372,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -7072,7 +7389,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7084,7 +7401,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7097,7 +7414,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -7139,7 +7456,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7151,7 +7468,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7164,7 +7481,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -7190,7 +7507,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7202,7 +7519,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7215,7 +7532,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -7243,7 +7560,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7255,7 +7572,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7268,7 +7585,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -7330,7 +7647,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7342,7 +7659,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7355,7 +7672,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KV) GetKey() []byte {
@@ -7581,7 +7898,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04more\x18\t \x01(\bR\x04more\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xd1\x01\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\xed\x01\n" +
 	"\bMinistry\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x19\n" +
 	"\broot_ino\x18\x02 \x01(\x04R\arootIno\x12\x1b\n" +
@@ -7589,7 +7906,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\x04R\amembers\x12\x14\n" +
 	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12/\n" +
 	"\bsubtrees\x18\x06 \x03(\v2\x13.govfs.wire.SubtreeR\bsubtrees\x12\x16\n" +
-	"\x06leader\x18\a \x01(\x04R\x06leader\"[\n" +
+	"\x06leader\x18\a \x01(\x04R\x06leader\x12\x1a\n" +
+	"\tops_per_s\x18\b \x01(\x01R\aopsPerS\"[\n" +
 	"\aSubtree\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
@@ -7757,7 +8075,7 @@ const file_govfs_proto_rawDesc = "" +
 	"inlineData\x12%\n" +
 	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\x12 \n" +
 	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xc1\x03\n" +
+	"\x12ClusterInfoRequest\"\xf6\x03\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -7774,7 +8092,32 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05moves\x18\t \x03(\v2\x10.govfs.wire.MoveR\x05moves\x12\x1c\n" +
 	"\n" +
 	"map_age_ms\x18\n" +
-	" \x01(\x03R\bmapAgeMs\"\x0f\n" +
+	" \x01(\x03R\bmapAgeMs\x123\n" +
+	"\n" +
+	"node_loads\x18\v \x03(\v2\x14.govfs.wire.NodeLoadR\tnodeLoads\"k\n" +
+	"\tGroupLoad\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1a\n" +
+	"\tops_per_s\x18\x03 \x01(\x01R\aopsPerS\x12\x18\n" +
+	"\aapplied\x18\x04 \x01(\x04R\aapplied\"\xa3\x01\n" +
+	"\x14MetaHeartbeatRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\x04R\x06nodeId\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\x12\x10\n" +
+	"\x03cpu\x18\x04 \x01(\x01R\x03cpu\x12-\n" +
+	"\x06groups\x18\x05 \x03(\v2\x15.govfs.wire.GroupLoadR\x06groups\"d\n" +
+	"\x15MetaHeartbeatResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1f\n" +
+	"\vinterval_ms\x18\x02 \x01(\x04R\n" +
+	"intervalMs\"\xc3\x01\n" +
+	"\bNodeLoad\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\x04R\x06nodeId\x12\x14\n" +
+	"\x05known\x18\x02 \x01(\bR\x05known\x12\x14\n" +
+	"\x05alive\x18\x03 \x01(\bR\x05alive\x121\n" +
+	"\x15last_heartbeat_ms_ago\x18\x04 \x01(\x03R\x12lastHeartbeatMsAgo\x12\x10\n" +
+	"\x03cpu\x18\x05 \x01(\x01R\x03cpu\x12-\n" +
+	"\x06groups\x18\x06 \x03(\v2\x15.govfs.wire.GroupLoadR\x06groups\"\x0f\n" +
 	"\rStatusRequest\"\xe2\x01\n" +
 	"\vGroupStatus\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
@@ -7973,7 +8316,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
-	"\rLEASE_RELEASE\x10\x022\xe1\x04\n" +
+	"\rLEASE_RELEASE\x10\x022\xb7\x05\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
@@ -7983,7 +8326,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse\x129\n" +
 	"\x04Ping\x12\x17.govfs.wire.PingRequest\x1a\x18.govfs.wire.PingResponse\x12?\n" +
 	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x129\n" +
-	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse2|\n" +
+	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse\x12T\n" +
+	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2|\n" +
 	"\x04Raft\x122\n" +
 	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
@@ -8001,7 +8345,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -8073,27 +8417,31 @@ var file_govfs_proto_goTypes = []any{
 	(*ReadResponse)(nil),           // 67: govfs.wire.ReadResponse
 	(*ClusterInfoRequest)(nil),     // 68: govfs.wire.ClusterInfoRequest
 	(*ClusterInfoResponse)(nil),    // 69: govfs.wire.ClusterInfoResponse
-	(*StatusRequest)(nil),          // 70: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 71: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 72: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 73: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 74: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 75: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 76: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 77: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 78: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 79: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 80: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 81: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 82: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 83: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 84: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 85: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 86: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 87: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 88: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 89: govfs.wire.KV
-	nil,                            // 90: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*GroupLoad)(nil),              // 70: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 71: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 72: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 73: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 74: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 75: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 76: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 77: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 78: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 79: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 80: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 81: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 82: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 83: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 84: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 85: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 86: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 87: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 88: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 89: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 90: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 91: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 92: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 93: govfs.wire.KV
+	nil,                            // 94: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -8146,7 +8494,7 @@ var file_govfs_proto_depIdxs = []int32{
 	41,  // 47: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 48: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 49: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	89,  // 50: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	93,  // 50: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
 	66,  // 51: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 52: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	7,   // 53: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
@@ -8168,65 +8516,71 @@ var file_govfs_proto_depIdxs = []int32{
 	8,   // 69: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
 	66,  // 70: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
 	25,  // 71: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	89,  // 72: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	93,  // 72: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
 	7,   // 73: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
 	39,  // 74: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
 	40,  // 75: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
 	33,  // 76: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
 	31,  // 77: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
 	42,  // 78: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	7,   // 79: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	71,  // 80: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 81: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	75,  // 82: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 83: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 84: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 85: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	90,  // 86: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 87: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 88: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 89: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	77,  // 90: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 91: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 92: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	77,  // 93: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	77,  // 94: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 95: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 96: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 97: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 98: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 99: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 100: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	86,  // 101: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 102: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	89,  // 103: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	52,  // 104: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	54,  // 105: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	68,  // 106: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	70,  // 107: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	73,  // 108: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	76,  // 109: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	83,  // 110: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	79,  // 111: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	81,  // 112: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	85,  // 113: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	88,  // 114: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	53,  // 115: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	67,  // 116: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	69,  // 117: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	72,  // 118: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	74,  // 119: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	78,  // 120: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	84,  // 121: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	80,  // 122: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	82,  // 123: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	87,  // 124: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	87,  // 125: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	115, // [115:126] is the sub-list for method output_type
-	104, // [104:115] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	73,  // 79: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	70,  // 80: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 81: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	70,  // 82: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 83: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	75,  // 84: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 85: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	79,  // 86: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 87: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 88: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 89: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	94,  // 90: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 91: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 92: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 93: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	81,  // 94: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 95: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 96: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	81,  // 97: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	81,  // 98: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 99: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 100: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 101: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 102: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 103: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 104: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	90,  // 105: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 106: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	93,  // 107: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	52,  // 108: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	54,  // 109: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	68,  // 110: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	74,  // 111: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	77,  // 112: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	80,  // 113: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	87,  // 114: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	83,  // 115: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	85,  // 116: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	71,  // 117: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	89,  // 118: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	92,  // 119: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	53,  // 120: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	67,  // 121: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	69,  // 122: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	76,  // 123: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	78,  // 124: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	82,  // 125: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	88,  // 126: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	84,  // 127: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	86,  // 128: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	72,  // 129: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	91,  // 130: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	91,  // 131: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	120, // [120:132] is the sub-list for method output_type
+	108, // [108:120] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -8285,7 +8639,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   84,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

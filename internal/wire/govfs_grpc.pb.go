@@ -37,6 +37,7 @@ const (
 	Meta_Ping_FullMethodName           = "/govfs.wire.Meta/Ping"
 	Meta_Assign_FullMethodName         = "/govfs.wire.Meta/Assign"
 	Meta_Join_FullMethodName           = "/govfs.wire.Meta/Join"
+	Meta_MetaHeartbeat_FullMethodName  = "/govfs.wire.Meta/MetaHeartbeat"
 )
 
 // MetaClient is the client API for Meta service.
@@ -59,6 +60,9 @@ type MetaClient interface {
 	// Join admits a new metadata node (any member forwards it to the
 	// president).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// MetaHeartbeat is a metadata node's liveness and load report to a
+	// member of the president group.
+	MetaHeartbeat(ctx context.Context, in *MetaHeartbeatRequest, opts ...grpc.CallOption) (*MetaHeartbeatResponse, error)
 }
 
 type metaClient struct {
@@ -159,6 +163,16 @@ func (c *metaClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *metaClient) MetaHeartbeat(ctx context.Context, in *MetaHeartbeatRequest, opts ...grpc.CallOption) (*MetaHeartbeatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MetaHeartbeatResponse)
+	err := c.cc.Invoke(ctx, Meta_MetaHeartbeat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -179,6 +193,9 @@ type MetaServer interface {
 	// Join admits a new metadata node (any member forwards it to the
 	// president).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// MetaHeartbeat is a metadata node's liveness and load report to a
+	// member of the president group.
+	MetaHeartbeat(context.Context, *MetaHeartbeatRequest) (*MetaHeartbeatResponse, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -215,6 +232,9 @@ func (UnimplementedMetaServer) Assign(context.Context, *AssignRequest) (*AssignR
 }
 func (UnimplementedMetaServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedMetaServer) MetaHeartbeat(context.Context, *MetaHeartbeatRequest) (*MetaHeartbeatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MetaHeartbeat not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -399,6 +419,24 @@ func _Meta_Join_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_MetaHeartbeat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MetaHeartbeatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).MetaHeartbeat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_MetaHeartbeat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).MetaHeartbeat(ctx, req.(*MetaHeartbeatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -441,6 +479,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Meta_Join_Handler,
+		},
+		{
+			MethodName: "MetaHeartbeat",
+			Handler:    _Meta_MetaHeartbeat_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
