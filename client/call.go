@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,9 +48,30 @@ type rpcAttempt func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wi
 // (nil), a final status (its error), or the retry budget. Every
 // metadata RPC of the Client goes through here.
 func (c *Client) call(ctx context.Context, rt *target, rpc rpcAttempt) error {
-	return c.retry.do(ctx, func(ctx context.Context) (bool, error) {
+	c.routeStats.calls.Add(1)
+	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
 		return c.callOnce(ctx, rt, rpc)
 	})
+	if rt.hops > 0 {
+		c.routeStats.redirected.Add(1)
+	}
+	return err
+}
+
+// RouteStats counts this Client's metadata calls: all of them, and those
+// that met at least one REDIRECT (their first ministry did not hold the
+// inode) or STALE_EPOCH.
+type RouteStats struct {
+	Calls, Redirected, StaleEpochs uint64
+}
+
+type routeCounters struct {
+	calls, redirected, staleEpochs atomic.Uint64
+}
+
+// RouteStats returns the counts since New.
+func (c *Client) RouteStats() RouteStats {
+	return RouteStats{Calls: c.routeStats.calls.Load(), Redirected: c.routeStats.redirected.Load(), StaleEpochs: c.routeStats.staleEpochs.Load()}
 }
 
 // callOnce is one attempt of call; keepalives use it alone (their loop
@@ -104,6 +126,7 @@ func (c *Client) callOnce(ctx context.Context, rt *target, rpc rpcAttempt) (bool
 	case wire.Code_REDIRECT:
 		return c.redirect(rt, st)
 	case wire.Code_STALE_EPOCH:
+		c.routeStats.staleEpochs.Add(1)
 		if e := st.GetEpoch(); e > epoch {
 			// This Client is behind: the node says what is current.
 			c.noteEpoch(rt.group, e)

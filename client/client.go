@@ -92,6 +92,8 @@ type Client struct {
 	leaseToken atomic.Uint64
 	// deferred queues metadata changes sent later in batches (async.go).
 	deferred deferredQueue
+	// routeStats counts calls and redirects (call.go).
+	routeStats routeCounters
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some

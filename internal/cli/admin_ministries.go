@@ -391,5 +391,5 @@ func heardAgo(ms int64) string {
 	if ms < 0 {
 		return "-"
 	}
-	return (time.Duration(ms) * time.Millisecond).Round(100 * time.Millisecond).String() + " ago"
+	return (time.Duration(ms) * time.Millisecond).Round(100*time.Millisecond).String() + " ago"
 }

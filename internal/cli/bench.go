@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ Workloads:
   move   assign a populated subtree (100,000 files) to a new ministry while
          clients create and stat in it and elsewhere: time to move, the
          longest pause inside, throughput outside during vs before
+  ls     the thesis' list-directory experiment: 30 clients, 60,000 listings
+         of 10-file directories over K = 1..5 ministries, batch and stride
+         order: latency percentiles, share redirected, p99 vs K=1
 
 Run 'govfs bench <workload> -h' for its flags.`
 
@@ -50,6 +54,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return benchLocks(ctx, args[1:], stdout, stderr)
 	case "move":
 		return benchMove(ctx, args[1:], stdout, stderr)
+	case "ls":
+		return benchLs(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, benchUsage)
 		return nil
@@ -552,4 +558,97 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return printJSON(stdout, rep)
+}
+
+func benchLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("govfs bench ls", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	meta := f.String("meta", "", "metadata node addresses of a running cluster with at least 3 nodes (default: a fresh local cluster of --meta-nodes for each K)")
+	ministries := f.String("ministries", "1,2,3,4,5", "numbers of ministries K to run, in turn; each is compared with the first")
+	clients := f.Int("clients", bench.DefaultLsClients, "clients listing concurrently, each with its own connection")
+	requests := f.Int("requests", bench.DefaultLsRequests, "listings per K and order, over all clients")
+	files := f.Int("files", bench.DefaultLsFiles, "files in each listed directory")
+	orders := f.String("orders", "batch,stride", "request orders: batch (all of a client's listings of one directory, then the next), stride (round robin)")
+	metaNodes := f.Int("meta-nodes", 5, "metadata nodes of the local cluster")
+	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core (0: no cap)")
+	timeout := f.Duration("timeout", 30*time.Second, "give up on a single listing after this long")
+	jsonOnly := f.Bool("json-only", false, "print only the JSON result lines")
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	ks, err := parseInts(*ministries, "--ministries")
+	if err != nil {
+		return fmt.Errorf("govfs bench ls: %w", err)
+	}
+	var ords []string
+	for _, o := range strings.Split(*orders, ",") {
+		if o = strings.TrimSpace(o); o != bench.OrderBatch && o != bench.OrderStride {
+			return fmt.Errorf("govfs bench ls: --orders: %q is not an order: give batch, stride or both", o)
+		}
+		ords = append(ords, strings.TrimSpace(o))
+	}
+	switch {
+	case f.NArg() > 0:
+		return fmt.Errorf("govfs bench ls: unexpected arguments %q", f.Args())
+	case len(ks) == 0:
+		return errors.New("govfs bench ls: --ministries is empty: give K, or a list such as 1,5")
+	case slices.ContainsFunc(ks, func(k int64) bool { return k < 1 || k > 64 }):
+		return fmt.Errorf("govfs bench ls: --ministries %s: each K must be 1 to 64", *ministries)
+	case *clients <= 0 || *files <= 0 || *requests < *clients:
+		return fmt.Errorf("govfs bench ls: --clients and --files must be positive and --requests at least --clients")
+	case *metaNodes < 3 || *metaNodes > 64:
+		return fmt.Errorf("govfs bench ls: --meta-nodes %d: give 3 to 64 (a new ministry has 3 replicas)", *metaNodes)
+	case *nodeCPU < 0 || *timeout <= 0:
+		return fmt.Errorf("govfs bench ls: --node-cpu must not be negative and --timeout must be positive")
+	}
+	human := stdout
+	if *jsonOnly {
+		human = io.Discard
+	}
+	var addrs []string
+	for _, a := range strings.Split(*meta, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	var all [][]*bench.LsReport
+	for _, k := range ks {
+		run := addrs
+		stop := func() {}
+		if len(addrs) == 0 {
+			var err error
+			stop, run, err = startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
+			if err != nil {
+				return err
+			}
+		}
+		reps, err := bench.RunLs(ctx, bench.LsConfig{MetaAddrs: run, Ministries: int(k), Clients: *clients, Requests: *requests,
+			Files: *files, Orders: ords, OpTimeout: *timeout, Cleanup: len(addrs) > 0}, human)
+		stop()
+		if err != nil {
+			return err
+		}
+		all = append(all, reps)
+	}
+	// Tails against the first K of the same run (the issue's target: p99
+	// at 5 ministries at most 1.5 × p99 at 1).
+	for _, reps := range all[1:] {
+		for i, r := range reps {
+			if b := all[0][i]; b.P99Ms > 0 {
+				fmt.Fprintf(human, "ls %-6s p99 %d ministries / %d: %.2f  (p50 %.2f, p99.9 %.2f)\n", r.Order, r.Ministries, b.Ministries,
+					r.P99Ms/b.P99Ms, r.P50Ms/b.P50Ms, r.P999Ms/b.P999Ms)
+			}
+		}
+	}
+	for _, reps := range all {
+		for _, r := range reps {
+			if err := printJSON(stdout, r); err != nil {
+				return fmt.Errorf("bench ls: %w", err)
+			}
+		}
+	}
+	return nil
 }

@@ -50,8 +50,8 @@ type Node struct {
 	ops     opsCounter
 	nodes   metaLiveness
 	started time.Time
-	moves     moveRunner
-	hostMu    sync.Mutex // serialises hostMinistry
+	moves   moveRunner
+	hostMu  sync.Mutex // serialises hostMinistry
 	// lastCampaign: when this node last stood for election in a ministry
 	// it was chosen to lead (maintain loop only).
 	lastCampaign map[ids.GroupID]time.Time
