@@ -42,22 +42,31 @@ func dedupKey(req *wire.RequestID) []byte {
 	return binary.BigEndian.AppendUint64(k, req.GetSeq())
 }
 
+// Remembered returns the stored answer to request req, or nil when the
+// map has none (never applied, or forgotten).
+func Remembered(r engine.Reader, req *wire.RequestID) (*wire.Result, error) {
+	if req.GetClientId() == 0 {
+		return nil, nil
+	}
+	b, err := r.Get(dedupKey(req))
+	if err != nil || b == nil {
+		return nil, err
+	}
+	res := &wire.Result{}
+	if err := proto.Unmarshal(b, res); err != nil {
+		return nil, fmt.Errorf("clustermap: decode remembered result: %w", err)
+	}
+	return res, nil
+}
+
 // Apply implements multiraft.StateMachine.
 func (Map) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire.Result, error) {
 	if cmd.GetVersion() != 1 {
 		return nil, fmt.Errorf("clustermap: command format version %d is not known to this binary; upgrade it", cmd.GetVersion())
 	}
 	req := cmd.GetReq()
-	if req.GetClientId() != 0 {
-		if b, err := rw.Get(dedupKey(req)); err != nil {
-			return nil, err
-		} else if b != nil {
-			res := &wire.Result{}
-			if err := proto.Unmarshal(b, res); err != nil {
-				return nil, fmt.Errorf("clustermap: decode remembered result: %w", err)
-			}
-			return res, nil
-		}
+	if res, err := Remembered(rw, req); err != nil || res != nil {
+		return res, err
 	}
 	if req.GetClientId() != 0 {
 		wm, err := watermark(rw, req.GetClientId())

@@ -186,6 +186,18 @@ func InodeRangeOwner(r engine.Reader, ino uint64) (uint64, error) {
 	return owner, err
 }
 
+// InodeRanges returns every grant of inode numbers, by range.
+func InodeRanges(r engine.Reader) ([]*wire.InodeRange, error) {
+	var out []*wire.InodeRange
+	err := r.Scan([]byte("I"), []byte("J"), func(k, v []byte) bool {
+		if len(k) == 9 && len(v) == 16 {
+			out = append(out, &wire.InodeRange{Start: binary.BigEndian.Uint64(v), End: binary.BigEndian.Uint64(k[1:]), Ministry: binary.BigEndian.Uint64(v[8:])})
+		}
+		return true
+	})
+	return out, err
+}
+
 // writeOutLegacy writes the derived members and root ministry of an older
 // map, before the first change to either.
 func writeOutLegacy(rw engine.ReadWriter) error {

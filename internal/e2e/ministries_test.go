@@ -223,9 +223,22 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 		t.Errorf("refused assigns changed the ministries: %d before, %d after", len(before.GetMinistries()), len(after.GetMinistries()))
 	}
 
+	checkAssignRefusals(ctx, t, c, cl, target)
+
 	// An existing ministry takes a second subtree, and gives it back.
-	if mv, err := cl.Assign(ctx, "/empty", client.AssignOptions{Ministry: target}); err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
-		t.Fatalf("assign /empty to %d: %v %v", target, mv, err)
+	// The request is sent twice with one request id, as a client whose
+	// first answer was lost does: both answers are the same move.
+	empty, err := cl.Stat(ctx, "/empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	areq := &wire.AssignRequest{Path: "/empty", Ino: empty.GetIno(), Parent: 1, Name: []byte("empty"), Source: 1, Target: target,
+		Req: &wire.RequestID{ClientId: 5151, Seq: 1, FirstIncomplete: 1}}
+	first := rawAssign(ctx, t, c, areq)
+	again := rawAssign(ctx, t, c, areq)
+	if first.GetStatus().GetCode() != wire.Code_OK || first.GetMove().GetState() != wire.MoveState_MOVE_DONE ||
+		again.GetStatus().GetCode() != wire.Code_OK || again.GetMove().GetId() != first.GetMove().GetId() {
+		t.Fatalf("assign /empty to %d, sent twice: %v, then %v", target, first, again)
 	}
 	if err := put(ctx, cl, "/empty/in", "in"); err != nil {
 		t.Fatal(err)
@@ -456,4 +469,72 @@ func checkDeadInMap(ctx context.Context, t *testing.T, cl *client.Client, dead u
 		t.Fatalf("assign to nodes %v (node %d dead): %v, want EINVAL", nodes, dead, err)
 	}
 	t.Logf("assign to a dead node: %v (%s)", err, client.ErrorDetail(err))
+}
+
+// rawAssign sends req to the president's leader (found by trying every
+// node) and returns its answer.
+func rawAssign(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, req *wire.AssignRequest) *wire.AssignResponse {
+	t.Helper()
+	pool := rpc.NewPool()
+	defer pool.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		cc, err := pool.Get(c.Addrs()[i%len(c.Addrs())])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := wire.NewMetaClient(cc).Assign(ctx, req)
+		if err == nil && resp.GetStatus().GetCode() != wire.Code_NOT_LEADER {
+			return resp
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("assign %s: no president leader answered: %v %v", req.GetPath(), err, resp.GetStatus())
+		}
+	}
+}
+
+// checkAssignRefusals: assigns whose source or (unassign) target do not
+// hold what the client's stale view says are refused with EINVAL naming
+// the right ministry, at once, and change nothing.
+func checkAssignRefusals(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, cl *client.Client, target uint64) {
+	t.Helper()
+	before, err := cl.ClusterMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cl.Stat(ctx, "/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	projects, err := cl.Stat(ctx, "/projects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what string
+		req  *wire.AssignRequest
+		want string
+	}{
+		{"assign /other naming the wrong source", &wire.AssignRequest{Path: "/other", Ino: other.GetIno(), Parent: 1, Name: []byte("other"),
+			Source: target, New: true, Req: &wire.RequestID{ClientId: 5152, Seq: 1, FirstIncomplete: 1}}, "belongs to ministry 1"},
+		{"unassign /projects to a ministry that does not hold its parent", &wire.AssignRequest{Path: "/projects", Ino: projects.GetIno(), Parent: 1,
+			Name: []byte("projects"), Source: target, Target: target, Unassign: true, Req: &wire.RequestID{ClientId: 5152, Seq: 2, FirstIncomplete: 2}},
+			"the parent of /projects belongs to ministry 1"},
+	} {
+		start := time.Now()
+		resp := rawAssign(ctx, t, c, tc.req)
+		st := resp.GetStatus()
+		if st.GetCode() != wire.Code_ERRNO || syscall.Errno(st.GetErrno()) != syscall.EINVAL || !strings.Contains(st.GetMessage(), tc.want) {
+			t.Fatalf("%s: %v, want EINVAL %q", tc.what, st, tc.want)
+		}
+		t.Logf("%s: refused in %v: %s", tc.what, time.Since(start).Round(time.Millisecond), st.GetMessage())
+	}
+	after, err := cl.ClusterMap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.GetMoves()) != len(before.GetMoves()) || len(after.GetMinistries()) != len(before.GetMinistries()) {
+		t.Fatalf("refused assigns changed the map: %d moves, %d ministries before; %d, %d after",
+			len(before.GetMoves()), len(before.GetMinistries()), len(after.GetMoves()), len(after.GetMinistries()))
+	}
 }

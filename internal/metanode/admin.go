@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/wire"
@@ -65,40 +67,22 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 	}
 	ctx, cancel := context.WithTimeout(ctx, assignWait)
 	defer cancel()
-	if v := n.mapView(); v != nil && !req.GetUnassign() {
-		for _, m := range v.ministries {
-			for _, st := range m.GetSubtrees() {
-				if st.GetIno() == req.GetIno() {
-					return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EEXIST),
-						Message: fmt.Sprintf("%s is already the root of ministry %d's subtree", req.GetPath(), m.GetGroup())}}, nil
-				}
-			}
-		}
-	}
-	// Refuse early what the source would refuse (no ministry is created
-	// for nothing); the source checks again when it freezes the subtree.
-	if err := n.checkMovable(ctx, req); err != nil {
-		return &wire.AssignResponse{Status: errnoStatus(err, syscall.EIO)}, nil
-	}
-	op := &wire.BeginMoveOp{Ino: req.GetIno(), Parent: req.GetParent(), Name: req.GetName(), Path: req.GetPath(),
-		Source: req.GetSource(), Target: req.GetTarget(), Unassign: req.GetUnassign()}
-	if req.GetNew() {
-		members, err := n.chooseMembers(ctx, req.GetMembers())
-		if err != nil {
-			return &wire.AssignResponse{Status: errnoStatus(err, syscall.EINVAL)}, nil
-		}
-		op.Members = members
-	}
-	res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, Req: req.GetReq(), NowNs: n.cfg.Clock.Now().UnixNano(),
-		Op: &wire.Command_BeginMove{BeginMove: op}})
+	// A retry of an assign already begun (its answer was lost) gets that
+	// move, not the checks' EEXIST: look the request up first.
+	res, err := n.remembered(req.GetReq())
 	if err != nil {
 		return &wire.AssignResponse{Status: s.errStatus(ids.PresidentGroup, err)}, nil
+	}
+	if res == nil {
+		var st *wire.Status
+		if res, st = s.beginMove(ctx, req); st != nil {
+			return &wire.AssignResponse{Status: st}, nil
+		}
 	}
 	if e := res.GetErrno(); e != 0 {
 		return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: e, Message: res.GetMessage()}}, nil
 	}
 	id := res.GetStart()
-	n.log.Info("subtree move begun", "move", id, "path", req.GetPath(), "from", req.GetSource(), "to", res.GetEnd(), "members", op.Members)
 	n.moves.tick(n, true) // start it now rather than at the next tick
 	for {
 		var mv *wire.Move
@@ -118,6 +102,56 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// beginMove checks an assign and records its move in the president's
+// log; a non-nil status is the refusal.
+func (s *metaService) beginMove(ctx context.Context, req *wire.AssignRequest) (*wire.Result, *wire.Status) {
+	n := s.n
+	if v := n.mapView(); v != nil && !req.GetUnassign() {
+		for _, m := range v.ministries {
+			for _, st := range m.GetSubtrees() {
+				if st.GetIno() == req.GetIno() {
+					return nil, &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EEXIST),
+						Message: fmt.Sprintf("%s is already the root of ministry %d's subtree", req.GetPath(), m.GetGroup())}
+				}
+			}
+		}
+	}
+	// Refuse early what the source would refuse (no ministry is created
+	// for nothing); the source checks again when it freezes the subtree.
+	if err := n.checkMovable(ctx, req); err != nil {
+		return nil, errnoStatus(err, syscall.EIO)
+	}
+	op := &wire.BeginMoveOp{Ino: req.GetIno(), Parent: req.GetParent(), Name: req.GetName(), Path: req.GetPath(),
+		Source: req.GetSource(), Target: req.GetTarget(), Unassign: req.GetUnassign()}
+	if req.GetNew() {
+		members, err := n.chooseMembers(ctx, req.GetMembers())
+		if err != nil {
+			return nil, errnoStatus(err, syscall.EINVAL)
+		}
+		op.Members = members
+	}
+	res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, Req: req.GetReq(), NowNs: n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_BeginMove{BeginMove: op}})
+	if err != nil {
+		return nil, s.errStatus(ids.PresidentGroup, err)
+	}
+	if res.GetErrno() == 0 {
+		n.log.Info("subtree move begun", "move", res.GetStart(), "path", req.GetPath(), "from", req.GetSource(), "to", res.GetEnd(), "members", op.Members)
+	}
+	return res, nil
+}
+
+// remembered returns the president's stored answer to req (nil: none).
+func (n *Node) remembered(req *wire.RequestID) (*wire.Result, error) {
+	var res *wire.Result
+	err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		var err error
+		res, err = clustermap.Remembered(r, req)
+		return err
+	})
+	return res, err
 }
 
 // chooseMembers picks the voters of a new ministry: the nodes asked for
@@ -238,11 +272,63 @@ func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.Jo
 // be seen once it is frozen (hard links across the boundary) aborts the
 // move later, with the reason in the move's error.
 func (n *Node) checkMovable(ctx context.Context, req *wire.AssignRequest) error {
-	if _, err := n.readLeader(ctx, ids.GroupID(req.GetSource()), &wire.ReadRequest{
-		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}}); err != nil {
+	// The source must hold the directory (the client named it from its
+	// cache, which may be stale).
+	st, err := n.statusAt(ctx, ids.GroupID(req.GetSource()), &wire.ReadRequest{
+		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: req.GetIno(), Limit: 1}}})
+	switch {
+	case err != nil:
 		return fmt.Errorf("ask ministry %d about %s: %w", req.GetSource(), req.GetPath(), err)
+	case st.GetCode() == wire.Code_REDIRECT:
+		return &codedErr{syscall.EINVAL, fmt.Sprintf("%s belongs to ministry %d, not %d (retry: the client's view was stale)", req.GetPath(), st.GetMinistry(), req.GetSource())}
+	case st.GetCode() != wire.Code_OK:
+		return fmt.Errorf("ask ministry %d about %s: %w", req.GetSource(), req.GetPath(), errnoOf(st))
+	}
+	if !req.GetUnassign() {
+		return nil
+	}
+	// An unassign gives the subtree back to its parent's ministry: the
+	// target must hold the parent directory.
+	st, err = n.statusAt(ctx, ids.GroupID(req.GetTarget()), &wire.ReadRequest{
+		Op: &wire.ReadRequest_GetAttr{GetAttr: &wire.GetAttrReq{Ino: req.GetParent()}}})
+	switch {
+	case err != nil:
+		return fmt.Errorf("ask ministry %d about the parent of %s: %w", req.GetTarget(), req.GetPath(), err)
+	case st.GetCode() == wire.Code_REDIRECT:
+		return &codedErr{syscall.EINVAL, fmt.Sprintf("the parent of %s belongs to ministry %d, not %d: unassign gives a subtree back to its parent's ministry",
+			req.GetPath(), st.GetMinistry(), req.GetTarget())}
+	case st.GetCode() != wire.Code_OK:
+		return &codedErr{syscall.EINVAL, fmt.Sprintf("ministry %d does not hold the parent of %s (%s)", req.GetTarget(), req.GetPath(), st.GetMessage())}
 	}
 	return nil
+}
+
+// errnoOf is an ERRNO status as an error (EIO for other codes).
+func errnoOf(st *wire.Status) error {
+	if e := syscall.Errno(st.GetErrno()); st.GetCode() == wire.Code_ERRNO && e != 0 {
+		return &codedErr{e, st.GetMessage()}
+	}
+	return &codedErr{syscall.EIO, fmt.Sprintf("%v: %s", st.GetCode(), st.GetMessage())}
+}
+
+// statusAt sends a linearizable read to g's leader and returns the
+// answer's status: OK, REDIRECT (another ministry holds the inode) or
+// ERRNO.
+func (n *Node) statusAt(ctx context.Context, g ids.GroupID, req *wire.ReadRequest) (*wire.Status, error) {
+	req.ClusterId, req.Group, req.Consistency = n.ClusterID(), uint64(g), wire.ReadConsistency_LINEARIZABLE
+	var got *wire.Status
+	err := n.callLeader(ctx, g, func(ctx context.Context, cl wire.MetaClient) (*wire.Status, error) {
+		resp, err := cl.Read(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		got = resp.GetStatus()
+		if got.GetCode() == wire.Code_REDIRECT {
+			return &wire.Status{}, nil // an answer: the search ends
+		}
+		return got, nil
+	})
+	return got, err
 }
 
 // errnoStatus is an ERRNO status for err: its own errno, or def.

@@ -27,6 +27,7 @@ type mapView struct {
 	members    []*wire.Member
 	ministries []*wire.Ministry
 	moves      []*wire.Move
+	ranges     []*wire.InodeRange
 	// taken is when a copy fetched from another node was read (zero for
 	// the node's own replica of group 0).
 	taken time.Time
@@ -65,6 +66,9 @@ func readMapLocal(r engine.Reader) (*mapView, error) {
 		return nil, err
 	}
 	if v.moves, err = clustermap.Moves(r); err != nil {
+		return nil, err
+	}
+	if v.ranges, err = clustermap.InodeRanges(r); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -122,7 +126,8 @@ func (n *Node) fetchMap(ctx context.Context) error {
 			continue
 		}
 		n.maps.mu.Lock()
-		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), taken: n.cfg.Clock.Now(), info: info}
+		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), ranges: info.GetInodeRanges(),
+			taken: n.cfg.Clock.Now(), info: info}
 		n.maps.refetch = false
 		n.maps.mu.Unlock()
 		return nil

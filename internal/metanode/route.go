@@ -96,6 +96,17 @@ func (n *Node) elsewhere(g ids.GroupID, ino ids.Ino) ids.GroupID {
 		}
 		return 0
 	case !n.host.HasGroup(ids.PresidentGroup):
+		// Created by another ministry, from the copy of the map's
+		// inode ranges.
+		n.maps.mu.Lock()
+		defer n.maps.mu.Unlock()
+		if v := n.maps.view; v != nil {
+			for _, rg := range v.ranges {
+				if uint64(ino) >= rg.GetStart() && uint64(ino) < rg.GetEnd() && rg.GetMinistry() != uint64(g) {
+					return ids.GroupID(rg.GetMinistry())
+				}
+			}
+		}
 		return 0
 	}
 	// Created by another ministry, from the inode range it was granted.

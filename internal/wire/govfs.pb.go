@@ -5617,7 +5617,11 @@ type ClusterInfoResponse struct {
 	// Liveness and load of the metadata nodes, from their heartbeats to
 	// the president's members (soft state): in answers of a president
 	// member only.
-	NodeLoads     []*NodeLoad `protobuf:"bytes,11,rep,name=node_loads,json=nodeLoads,proto3" json:"node_loads,omitempty"`
+	NodeLoads []*NodeLoad `protobuf:"bytes,11,rep,name=node_loads,json=nodeLoads,proto3" json:"node_loads,omitempty"`
+	// The inode number ranges the president granted, and to which
+	// ministry (a node without a president replica redirects an inode it
+	// does not hold from its copy).
+	InodeRanges   []*InodeRange `protobuf:"bytes,12,rep,name=inode_ranges,json=inodeRanges,proto3" json:"inode_ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5729,6 +5733,74 @@ func (x *ClusterInfoResponse) GetNodeLoads() []*NodeLoad {
 	return nil
 }
 
+func (x *ClusterInfoResponse) GetInodeRanges() []*InodeRange {
+	if x != nil {
+		return x.InodeRanges
+	}
+	return nil
+}
+
+// InodeRange is a grant of inode numbers [start, end) to a ministry.
+type InodeRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Ministry      uint64                 `protobuf:"varint,3,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InodeRange) Reset() {
+	*x = InodeRange{}
+	mi := &file_govfs_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InodeRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InodeRange) ProtoMessage() {}
+
+func (x *InodeRange) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
+func (*InodeRange) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *InodeRange) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *InodeRange) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *InodeRange) GetMinistry() uint64 {
+	if x != nil {
+		return x.Ministry
+	}
+	return 0
+}
+
 // GroupLoad is one hosted group as a metadata node reports it.
 type GroupLoad struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5745,7 +5817,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5757,7 +5829,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5770,7 +5842,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -5819,7 +5891,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5831,7 +5903,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5844,7 +5916,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -5893,7 +5965,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5905,7 +5977,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5918,7 +5990,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -5954,7 +6026,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5966,7 +6038,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5979,7 +6051,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6032,7 +6104,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6044,7 +6116,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6057,7 +6129,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 type GroupStatus struct {
@@ -6077,7 +6149,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6089,7 +6161,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6102,7 +6174,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -6187,7 +6259,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6199,7 +6271,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6212,7 +6284,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -6306,7 +6378,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6318,7 +6390,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6331,7 +6403,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -6405,7 +6477,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6489,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6502,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -6482,7 +6554,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6494,7 +6566,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6507,7 +6579,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6624,7 +6696,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6636,7 +6708,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6649,7 +6721,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -6790,7 +6862,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6802,7 +6874,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6815,7 +6887,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -6908,7 +6980,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6920,7 +6992,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6933,7 +7005,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7017,7 +7089,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7029,7 +7101,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7042,7 +7114,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -7132,7 +7204,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7144,7 +7216,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7157,7 +7229,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -7186,7 +7258,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7198,7 +7270,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7211,7 +7283,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -7247,7 +7319,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7259,7 +7331,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7272,7 +7344,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -7311,7 +7383,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7323,7 +7395,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7336,7 +7408,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 type PingResponse struct {
@@ -7347,7 +7419,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7359,7 +7431,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7372,7 +7444,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -7389,7 +7461,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7401,7 +7473,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7414,7 +7486,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -7456,7 +7528,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7468,7 +7540,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7481,7 +7553,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -7507,7 +7579,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +7591,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +7604,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -7560,7 +7632,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7572,7 +7644,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7585,7 +7657,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -7647,7 +7719,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7659,7 +7731,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7672,7 +7744,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KV) GetKey() []byte {
@@ -8075,7 +8147,7 @@ const file_govfs_proto_rawDesc = "" +
 	"inlineData\x12%\n" +
 	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\x12 \n" +
 	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xf6\x03\n" +
+	"\x12ClusterInfoRequest\"\xb1\x04\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -8094,7 +8166,13 @@ const file_govfs_proto_rawDesc = "" +
 	"map_age_ms\x18\n" +
 	" \x01(\x03R\bmapAgeMs\x123\n" +
 	"\n" +
-	"node_loads\x18\v \x03(\v2\x14.govfs.wire.NodeLoadR\tnodeLoads\"k\n" +
+	"node_loads\x18\v \x03(\v2\x14.govfs.wire.NodeLoadR\tnodeLoads\x129\n" +
+	"\finode_ranges\x18\f \x03(\v2\x16.govfs.wire.InodeRangeR\vinodeRanges\"P\n" +
+	"\n" +
+	"InodeRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x1a\n" +
+	"\bministry\x18\x03 \x01(\x04R\bministry\"k\n" +
 	"\tGroupLoad\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1a\n" +
@@ -8345,7 +8423,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -8417,31 +8495,32 @@ var file_govfs_proto_goTypes = []any{
 	(*ReadResponse)(nil),           // 67: govfs.wire.ReadResponse
 	(*ClusterInfoRequest)(nil),     // 68: govfs.wire.ClusterInfoRequest
 	(*ClusterInfoResponse)(nil),    // 69: govfs.wire.ClusterInfoResponse
-	(*GroupLoad)(nil),              // 70: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 71: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 72: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 73: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 74: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 75: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 76: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 77: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 78: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 79: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 80: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 81: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 82: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 83: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 84: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 85: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 86: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 87: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 88: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 89: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 90: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 91: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 92: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 93: govfs.wire.KV
-	nil,                            // 94: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*InodeRange)(nil),             // 70: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 71: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 72: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 73: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 74: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 75: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 76: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 77: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 78: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 79: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 80: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 81: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 82: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 83: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 84: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 85: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 86: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 87: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 88: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 89: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 90: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 91: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 92: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 93: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 94: govfs.wire.KV
+	nil,                            // 95: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -8494,7 +8573,7 @@ var file_govfs_proto_depIdxs = []int32{
 	41,  // 47: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 48: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 49: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	93,  // 50: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	94,  // 50: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
 	66,  // 51: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 52: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	7,   // 53: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
@@ -8516,71 +8595,72 @@ var file_govfs_proto_depIdxs = []int32{
 	8,   // 69: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
 	66,  // 70: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
 	25,  // 71: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	93,  // 72: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	94,  // 72: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
 	7,   // 73: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
 	39,  // 74: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
 	40,  // 75: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
 	33,  // 76: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
 	31,  // 77: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
 	42,  // 78: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	73,  // 79: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	70,  // 80: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 81: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	70,  // 82: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 83: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	75,  // 84: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 85: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	79,  // 86: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 87: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 88: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 89: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	94,  // 90: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 91: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 92: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 93: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	81,  // 94: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 95: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 96: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	81,  // 97: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	81,  // 98: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 99: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 100: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 101: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 102: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 103: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 104: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	90,  // 105: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 106: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	93,  // 107: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	52,  // 108: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	54,  // 109: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	68,  // 110: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	74,  // 111: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	77,  // 112: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	80,  // 113: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	87,  // 114: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	83,  // 115: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	85,  // 116: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	71,  // 117: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	89,  // 118: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	92,  // 119: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	53,  // 120: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	67,  // 121: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	69,  // 122: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	76,  // 123: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	78,  // 124: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	82,  // 125: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	88,  // 126: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	84,  // 127: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	86,  // 128: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	72,  // 129: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	91,  // 130: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	91,  // 131: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	120, // [120:132] is the sub-list for method output_type
-	108, // [108:120] is the sub-list for method input_type
-	108, // [108:108] is the sub-list for extension type_name
-	108, // [108:108] is the sub-list for extension extendee
-	0,   // [0:108] is the sub-list for field type_name
+	74,  // 79: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	70,  // 80: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	71,  // 81: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 82: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	71,  // 83: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 84: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	76,  // 85: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 86: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	80,  // 87: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 88: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 89: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 90: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	95,  // 91: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 92: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 93: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 94: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	82,  // 95: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 96: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 97: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	82,  // 98: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	82,  // 99: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 100: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 101: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 102: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 103: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 104: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 105: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	91,  // 106: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 107: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	94,  // 108: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	52,  // 109: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	54,  // 110: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	68,  // 111: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	75,  // 112: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	78,  // 113: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	81,  // 114: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	88,  // 115: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	84,  // 116: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	86,  // 117: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	72,  // 118: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	90,  // 119: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	93,  // 120: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	53,  // 121: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	67,  // 122: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	69,  // 123: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	77,  // 124: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	79,  // 125: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	83,  // 126: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	89,  // 127: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	85,  // 128: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	87,  // 129: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	73,  // 130: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	92,  // 131: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	92,  // 132: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	121, // [121:133] is the sub-list for method output_type
+	109, // [109:121] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -8639,7 +8719,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   88,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
