@@ -455,6 +455,9 @@ func (h *Host) Read(g ids.GroupID, fn func(r engine.Reader, applied uint64) erro
 	base := engine.Prefixed{RW: engine.ReadOnly{Reader: h.cfg.Engine}, Prefix: engine.StatePrefix(uint64(g))}
 	r.stateMu.RLock()
 	defer r.stateMu.RUnlock()
+	if r.gone.Load() {
+		return ErrUnknownGroup
+	}
 	return fn(r.cache.Reader(base), r.applied.Load())
 }
 

@@ -27,6 +27,9 @@ type Host struct {
 
 	mu     sync.RWMutex
 	groups map[ids.GroupID]*replica
+	// removals are groups to drop between two rounds of the loop
+	// (RemoveGroup), with where to report the outcome.
+	removals []removal
 
 	wake    chan struct{}
 	stop    chan struct{}
@@ -79,6 +82,18 @@ func NewHost(cfg Config) (*Host, error) {
 // state on disk and peers is non-empty, it is bootstrapped with those
 // voters (every initial member must bootstrap with the same list).
 func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) error {
+	return h.addGroup(g, sm, peers, false)
+}
+
+// JoinGroup hosts group g, which runs elsewhere, as a new member: with
+// no state here, it waits for the leader to send the log or a snapshot
+// (the leader adds it with ChangeMember). A replica with state on disk
+// starts from it, as with AddGroup.
+func (h *Host) JoinGroup(g ids.GroupID, sm StateMachine) error {
+	return h.addGroup(g, sm, nil, true)
+}
+
+func (h *Host) addGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID, join bool) error {
 	ld, err := loadGroup(h.cfg.Engine, uint64(g))
 	if err != nil {
 		return fmt.Errorf("multiraft: load group %v: %w", g, err)
@@ -106,7 +121,7 @@ func (h *Host) AddGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID) erro
 	if err != nil {
 		return fmt.Errorf("multiraft: start group %v: %w", g, err)
 	}
-	if !ld.exists {
+	if !ld.exists && !join {
 		if len(peers) == 0 {
 			return fmt.Errorf("multiraft: group %v has no state on this node and no bootstrap peers", g)
 		}
@@ -269,6 +284,9 @@ func (h *Host) run() {
 			}
 		}
 		n, err := h.processReady()
+		if err == nil {
+			err = h.doRemovals()
+		}
 		if err != nil {
 			h.setFatal(err)
 		}
@@ -550,6 +568,7 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 		res applyResult
 	}
 	var results []done
+	confChanged := false
 	last := ents[len(ents)-1].GetIndex()
 	for _, e := range ents {
 		switch e.GetType() {
@@ -587,6 +606,7 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 			cs := r.mu.rn.ApplyConfChange(cc)
 			r.mu.cs = cs
 			r.mu.Unlock()
+			confChanged = true
 			cb, err := proto.Marshal(cs)
 			if err != nil {
 				return err
@@ -618,14 +638,17 @@ func (h *Host) apply(r *replica, ents []*pb.Entry) error {
 	r.mu.Unlock()
 	r.stateMu.Unlock()
 	h.metrics.applied.Add(float64(len(ents)))
-	return h.maybeCompact(r, last)
+	return h.maybeCompact(r, last, confChanged)
 }
 
 // maybeCompact takes a snapshot at the applied index and truncates the log
-// once SnapshotEvery entries have been applied since the last one.
-func (h *Host) maybeCompact(r *replica, applied uint64) error {
+// once SnapshotEvery entries have been applied since the last one, or at
+// once after a configuration change: raft refuses a snapshot whose
+// configuration does not name its recipient, so a member just added
+// could not catch up from an older one.
+func (h *Host) maybeCompact(r *replica, applied uint64, force bool) error {
 	r.mu.Lock()
-	due := applied-r.mu.snapIndex >= h.cfg.SnapshotEvery
+	due := applied-r.mu.snapIndex >= h.cfg.SnapshotEvery || (force && applied > r.mu.snapIndex)
 	cs := r.mu.cs
 	r.mu.Unlock()
 	if !due {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -296,5 +297,93 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 			t.Fatal(errors.New("restarted node never became readable"))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMembershipChangeReplacesAMember moves group 1 from {1,2,3} to
+// {2,3,4}: node 4 joins empty and is added as a learner, catches up (by
+// snapshot: the log was truncated), is promoted; node 1 is removed and
+// drops its replica and key range. Every acknowledged request is on the
+// new members, and the group keeps committing with node 1 gone.
+func TestMembershipChangeReplacesAMember(t *testing.T) {
+	c := newCluster(t, 20)
+	for s := uint64(1); s <= 100; s++ {
+		if _, err := c.propose(1, 11, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.dirs[4] = t.TempDir()
+	c.start(4) // hosts groups 0 and 1 bootstrapped with {1,2,3}: drop 1 again, then join
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.hosts[4].RemoveGroup(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.hosts[4].JoinGroup(1, logSM{}); err != nil {
+		t.Fatal(err)
+	}
+	change := func(ch multiraft.MemberChange, node ids.NodeID, done func(v, l []ids.NodeID) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			l := c.leader(1, 1, 2, 3, 4)
+			v, ls, err := c.hosts[l].ConfState(1)
+			if err == nil && done(v, ls) {
+				return
+			}
+			if err := c.hosts[l].ChangeMember(1, ch, node); err != nil {
+				t.Logf("%v %v: %v", ch, node, err)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%v of node %v not applied: voters %v learners %v", ch, node, v, ls)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	change(multiraft.AddLearner, 4, func(v, l []ids.NodeID) bool { return slices.Contains(l, 4) })
+	// Caught up: node 4 applied what the leader has.
+	deadline := time.Now().Add(20 * time.Second)
+	for c.hosts[4].Applied(1) < c.hosts[c.leader(1)].Applied(1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("learner at %d, leader at %d", c.hosts[4].Applied(1), c.hosts[c.leader(1)].Applied(1))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	change(multiraft.Promote, 4, func(v, l []ids.NodeID) bool { return slices.Contains(v, 4) && len(l) == 0 })
+	if c.leader(1) == 1 {
+		if err := c.hosts[1].TransferLeader(1, 2); err != nil {
+			t.Fatal(err)
+		}
+		c.leader(1, 2)
+	}
+	change(multiraft.RemoveMember, 1, func(v, l []ids.NodeID) bool { return !slices.Contains(v, 1) })
+	if err := c.hosts[1].RemoveGroup(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c.hosts[1].HasGroup(1) {
+		t.Fatal("node 1 still hosts group 1")
+	}
+	left := 0
+	p := engine.GroupPrefix(1)
+	_ = c.engs[1].Scan(p, engine.PrefixEnd(p), func(k, v []byte) bool { left++; return true })
+	if left != 0 {
+		t.Fatalf("node 1 kept %d keys of group 1 after removing it", left)
+	}
+	// {2,3,4} commits without node 1, even with node 1 stopped.
+	c.kill(1)
+	for s := uint64(101); s <= 120; s++ {
+		if _, err := c.propose(1, 11, s, 2, 3, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.waitAll(1, c.hosts[c.leader(1, 2, 3, 4)].Applied(1))
+	for _, id := range []ids.NodeID{2, 3, 4} {
+		for s := 1; s <= 120; s++ {
+			k := binary.BigEndian.AppendUint64(append(engine.StatePrefix(1), 'r'), 11)
+			k = binary.BigEndian.AppendUint64(k, uint64(s))
+			if v, _ := c.engs[id].Get(k); v == nil {
+				t.Fatalf("node %v: acknowledged request %d missing", id, s)
+			}
+		}
 	}
 }

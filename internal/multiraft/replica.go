@@ -43,6 +43,8 @@ type replica struct {
 	readLead        atomic.Uint64
 	readIsLeader    atomic.Bool
 	readLastContact atomic.Int64
+	// gone: RemoveGroup deleted the replica's keys (set under stateMu).
+	gone atomic.Bool
 	// lastPersisted is the last log index on disk and prevHS the last
 	// persisted hard state; owned by the Ready loop.
 	lastPersisted uint64
