@@ -29,6 +29,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gcGrace := fs.Duration("gc-grace", metanode.DefaultGCGrace, "how long a chunk copy must stay unreferenced before it is deleted (clients may cache released chunk lists that long)")
 	gcMaxDeletes := fs.Int("gc-max-deletes", metanode.DefaultGCMaxDeletes, "at most this many chunk copies deleted per collection round")
 	gcDeleteRate := fs.Int("gc-delete-rate", metanode.DefaultGCDeleteRate, "at most this many chunk copies deleted per second")
+	replaceDead := fs.Duration("replace-dead-after", metanode.DefaultReplaceDeadAfter, "replace a ministry member that sent no heartbeat for this long with a live node (as the president's leader; 0 or negative: never)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "time to live of byte-range leases granted by this node as a minister; a new minister grants none for one TTL (the same on every node)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,6 +81,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --lease-ttl %v must be positive", *leaseTTL)
 	}
 	cfg.LeaseTTL = *leaseTTL
+	cfg.ReplaceDeadAfter = *replaceDead
+	if *replaceDead <= 0 {
+		cfg.ReplaceDeadAfter = -1
+	}
 	cfg.GCInterval, cfg.GCGrace, cfg.GCMaxDeletes, cfg.GCDeleteRate = *gcInterval, *gcGrace, *gcMaxDeletes, *gcDeleteRate
 	n, err := metanode.Start(ctx, cfg)
 	if err != nil {

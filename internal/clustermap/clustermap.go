@@ -216,6 +216,8 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return moveState(rw, cmd.GetNowNs(), op.MoveState)
 	case *wire.Command_JoinNode:
 		return joinNode(rw, op.JoinNode)
+	case *wire.Command_SetMembers:
+		return setMembers(rw, op.SetMembers)
 	default:
 		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
 	}

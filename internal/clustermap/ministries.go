@@ -271,8 +271,43 @@ func createMinistry(rw engine.ReadWriter, members []uint64) (uint64, *wire.Resul
 		return 0, nil, err
 	}
 	// In the order given: the first member is the one chosen to lead.
-	m := &wire.Ministry{Group: id, Members: slices.Clone(members), Epoch: 1}
+	m := &wire.Ministry{Group: id, Members: slices.Clone(members), Founders: slices.Clone(members), Epoch: 1}
 	return id, nil, putMsg(rw, ministryKey(id), m)
+}
+
+// Founders returns the voters ministry m was created with.
+func Founders(m *wire.Ministry) []uint64 {
+	if len(m.GetFounders()) > 0 {
+		return m.GetFounders()
+	}
+	return m.GetMembers()
+}
+
+// setMembers records the voters the president wants for a ministry.
+func setMembers(rw engine.ReadWriter, op *wire.SetMembersOp) (*wire.Result, error) {
+	if op.GetMinistry() == uint64(ids.PresidentGroup) {
+		return errResult(syscall.EINVAL, "the president group's members are the --peers of formation; membership changes apply to ministries"), nil
+	}
+	if err := writeOutLegacy(rw); err != nil {
+		return nil, err
+	}
+	m, err := GetMinistry(rw, op.GetMinistry())
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return errResult(syscall.ENOENT, "ministry %d does not exist (see govfs admin ministries)", op.GetMinistry()), nil
+	}
+	if !slices.Equal(m.GetMembers(), op.GetPrior()) {
+		return errResult(syscall.EAGAIN, "ministry %d's members are %v, not %v: they changed meanwhile; decide again", op.GetMinistry(), m.GetMembers(), op.GetPrior()), nil
+	}
+	if res := checkMembers(rw, op.GetMembers()); res != nil {
+		return res, nil
+	}
+	m = proto.Clone(m).(*wire.Ministry)
+	m.Founders = Founders(m)
+	m.Members = slices.Clone(op.GetMembers())
+	return &wire.Result{}, putMsg(rw, ministryKey(m.GetGroup()), m)
 }
 
 func joinNode(rw engine.ReadWriter, op *wire.JoinNodeOp) (*wire.Result, error) {

@@ -56,6 +56,12 @@ type Config struct {
 	// same value.
 	LeaseTTL time.Duration
 
+	// ReplaceDeadAfter is how long a ministry member may send no
+	// heartbeat before the president's leader replaces it with a live
+	// node (DefaultReplaceDeadAfter when 0; negative: never). See
+	// members.go.
+	ReplaceDeadAfter time.Duration
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -68,7 +74,8 @@ type Config struct {
 // DefaultConfig returns defaults.
 func DefaultConfig() Config {
 	return Config{TickInterval: 100 * time.Millisecond, Logger: slog.Default(), Clock: clock.Real{}, BatchDelay: -1,
-		GCInterval: DefaultGCInterval, GCGrace: DefaultGCGrace, GCMaxDeletes: DefaultGCMaxDeletes, GCDeleteRate: DefaultGCDeleteRate}
+		GCInterval: DefaultGCInterval, GCGrace: DefaultGCGrace, GCMaxDeletes: DefaultGCMaxDeletes, GCDeleteRate: DefaultGCDeleteRate,
+		ReplaceDeadAfter: DefaultReplaceDeadAfter}
 }
 
 // ParsePeers parses "1=127.0.0.1:7001,2=...".

@@ -21,6 +21,10 @@ type identity struct {
 	// Groups are the ministries this node was given a replica of after
 	// formation (the president's map assigned them).
 	Groups []hostedGroup `json:"groups,omitempty"`
+	// Dropped are ministries this node left (membership change): their
+	// replica and key range were deleted, and they are not started again
+	// unless the map gives them back (then empty, never bootstrapped).
+	Dropped []uint64 `json:"dropped,omitempty"`
 }
 
 // hostedGroup is a ministry replica the node started, with the voters
@@ -29,6 +33,9 @@ type identity struct {
 type hostedGroup struct {
 	Group   uint64   `json:"group"`
 	Members []uint64 `json:"members"`
+	// Joined: the replica was started empty (the node was added to a
+	// running ministry); it is never bootstrapped.
+	Joined bool `json:"joined,omitempty"`
 }
 
 func loadIdentity(e *engine.Engine) (*identity, error) {

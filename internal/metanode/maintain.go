@@ -76,15 +76,26 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	if err := n.fetchMap(ctx); err != nil {
 		n.log.Debug("cluster map", "err", err)
 	}
-	if err := n.syncMap(n.mapView()); err != nil {
+	v := n.mapView()
+	if err := n.syncMap(ctx, v); err != nil {
 		n.log.Warn("cluster map", "err", err)
 	}
 	n.moves.tick(n, leadsPresident)
 	var errs []error
+	if leadsPresident && v != nil {
+		if err := n.replaceDeadMembers(ctx, v); err != nil {
+			errs = append(errs, fmt.Errorf("replace dead ministry members: %w", err))
+		}
+	}
 	for _, g := range n.hostedMinistries() {
 		if _, me := n.host.Leader(g); me {
 			if err := n.ministerDuties(ctx, g); err != nil {
 				errs = append(errs, fmt.Errorf("%v: %w", g, err))
+			}
+			if m := v.ministryOrNil(g); m != nil {
+				if err := n.reconcileMembers(g, m); err != nil {
+					errs = append(errs, fmt.Errorf("%v: members: %w", g, err))
+				}
 			}
 		}
 	}

@@ -114,7 +114,7 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		}
 		return nil
 	case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced,
-		*wire.Command_MoveState, *wire.Command_JoinNode:
+		*wire.Command_MoveState, *wire.Command_JoinNode, *wire.Command_SetMembers:
 		if g != ids.PresidentGroup {
 			return fmt.Errorf("%T goes to the president group (0)", cmd.GetOp())
 		}
@@ -158,7 +158,7 @@ func validateBatch(g ids.GroupID, cmd *wire.Command) error {
 				return fmt.Errorf("batch command %d: a batched create needs a reserved inode number (CreateOp.ino)", i)
 			}
 		case *wire.Command_AllocInodes, *wire.Command_RegisterChunkServer, *wire.Command_AllocChunkHandles, *wire.Command_MemberSynced,
-			*wire.Command_MoveState, *wire.Command_JoinNode, *wire.Command_BeginMove, *wire.Command_CreateMinistry:
+			*wire.Command_MoveState, *wire.Command_JoinNode, *wire.Command_BeginMove, *wire.Command_CreateMinistry, *wire.Command_SetMembers:
 			return fmt.Errorf("batch command %d: %T goes to the president group, never in a batch", i, sub.GetOp())
 		case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport,
 			*wire.Command_FreezeEntries:
@@ -527,6 +527,9 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 			Commit: st.Commit, Applied: st.Applied, Role: st.Role, FirstIndex: st.FirstIndex}
 		for _, v := range st.Voters {
 			gs.Voters = append(gs.Voters, uint64(v))
+		}
+		for _, l := range st.Learners {
+			gs.Learners = append(gs.Learners, uint64(l))
 		}
 		resp.Groups = append(resp.Groups, gs)
 	}

@@ -36,6 +36,14 @@ type mapView struct {
 	info *wire.ClusterInfoResponse
 }
 
+// ministryOrNil is ministry on a view that may be nil (not known yet).
+func (v *mapView) ministryOrNil(g ids.GroupID) *wire.Ministry {
+	if v == nil {
+		return nil
+	}
+	return v.ministry(g)
+}
+
 func (v *mapView) ministry(g ids.GroupID) *wire.Ministry {
 	for _, m := range v.ministries {
 		if m.GetGroup() == uint64(g) {
@@ -167,7 +175,7 @@ func (n *Node) addrOf(id ids.NodeID) string {
 
 // syncMap brings the address book and the hosted ministries in line
 // with the map.
-func (n *Node) syncMap(v *mapView) error {
+func (n *Node) syncMap(ctx context.Context, v *mapView) error {
 	if v == nil {
 		return nil
 	}
@@ -189,13 +197,23 @@ func (n *Node) syncMap(v *mapView) error {
 			cur.SetAddrs(addrs)
 		}
 	}
+	var errs []error
 	for _, m := range v.ministries {
 		g := ids.GroupID(m.GetGroup())
-		if g == ids.PresidentGroup || !slices.Contains(m.GetMembers(), uint64(n.cfg.ID)) {
+		if g == ids.PresidentGroup {
+			continue
+		}
+		if !slices.Contains(m.GetMembers(), uint64(n.cfg.ID)) {
+			// A replica the map no longer gives this node (members.go).
+			if n.host.HasGroup(g) {
+				if err := n.dropIfRemoved(ctx, g, m); err != nil {
+					errs = append(errs, err)
+				}
+			}
 			continue
 		}
 		if !n.host.HasGroup(g) {
-			if err := n.hostMinistry(g, m.GetMembers()); err != nil {
+			if err := n.hostMinistryFor(m); err != nil {
 				return err
 			}
 		}
@@ -219,7 +237,7 @@ func (n *Node) syncMap(v *mapView) error {
 			_ = n.host.TransferLeader(g, preferred)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // hostMinistry starts this node's replica of ministry g, created with

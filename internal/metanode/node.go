@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"net/http"
 	"net/http/pprof"
 	"sync"
@@ -55,6 +56,13 @@ type Node struct {
 	// lastCampaign: when this node last stood for election in a ministry
 	// it was chosen to lead (maintain loop only).
 	lastCampaign map[ids.GroupID]time.Time
+	// Membership changes (members.go; maintain loop only): when this
+	// node last changed a group's configuration as its leader, last
+	// checked whether it may drop a group it left, last warned that no
+	// node can replace a dead member.
+	lastMemberChange map[ids.GroupID]time.Time
+	lastDropCheck    map[ids.GroupID]time.Time
+	lastNoSpare      time.Time
 
 	// Commands this node sends to other nodes' groups (moves, grants).
 	reqClient   uint64
@@ -99,7 +107,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log = log.With("node", uint64(cfg.ID)) // a joining node learns its id below
 	}
 	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
-		lastCampaign: map[ids.GroupID]time.Time{}, started: cfg.Clock.Now()}
+		lastCampaign: map[ids.GroupID]time.Time{}, started: cfg.Clock.Now(),
+		lastMemberChange: map[ids.GroupID]time.Time{}, lastDropCheck: map[ids.GroupID]time.Time{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -176,12 +185,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if err := host.AddGroup(ids.PresidentGroup, clustermap.Map{}, peers); err != nil {
 			return nil, err
 		}
-		if err := host.AddGroup(ids.RootMinistry, ministrySM{}, peers); err != nil {
-			return nil, err
+		// The root ministry, unless this node left it (membership
+		// change) or hosts it again as a new member (below).
+		rootElsewhere := slices.Contains(stored.Dropped, uint64(ids.RootMinistry)) ||
+			slices.ContainsFunc(stored.Groups, func(hg hostedGroup) bool { return hg.Group == uint64(ids.RootMinistry) })
+		if !rootElsewhere {
+			if err := host.AddGroup(ids.RootMinistry, ministrySM{}, peers); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, hg := range stored.Groups {
-		if err := host.AddGroup(ids.GroupID(hg.Group), ministrySM{}, nodeIDs(hg.Members)); err != nil {
+		var err error
+		if hg.Joined {
+			err = host.JoinGroup(ids.GroupID(hg.Group), ministrySM{})
+		} else {
+			err = host.AddGroup(ids.GroupID(hg.Group), ministrySM{}, nodeIDs(hg.Members))
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -393,6 +393,7 @@ type GroupStatus struct {
 	Applied    uint64
 	FirstIndex uint64
 	Voters     []ids.NodeID
+	Learners   []ids.NodeID
 }
 
 // Status reports every hosted group.
@@ -401,9 +402,12 @@ func (h *Host) Status() []GroupStatus {
 	for _, r := range h.allReplicas() {
 		r.mu.Lock()
 		st := r.mu.rn.BasicStatus()
-		var voters []ids.NodeID
+		var voters, learners []ids.NodeID
 		for _, v := range r.mu.cs.GetVoters() {
 			voters = append(voters, ids.NodeID(v))
+		}
+		for _, l := range r.mu.cs.GetLearners() {
+			learners = append(learners, ids.NodeID(l))
 		}
 		r.mu.Unlock()
 		first, _ := r.ms.FirstIndex()
@@ -416,6 +420,7 @@ func (h *Host) Status() []GroupStatus {
 			Applied:    r.applied.Load(),
 			FirstIndex: first,
 			Voters:     voters,
+			Learners:   learners,
 		})
 	}
 	return out

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/testcluster"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+// TestDeadMinistryMemberReplaced: a member of a delegated ministry is
+// killed; after --replace-dead-after the president gives its place to a
+// live node, which joins empty and catches up; a second member can then
+// die without the ministry losing its quorum (it would have without the
+// replacement). The dead node, back, leaves the group and deletes its
+// replica. Every acknowledged write is there with its bytes.
+func TestDeadMinistryMemberReplaced(t *testing.T) {
+	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5,
+		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--replace-dead-after", "3s", "--snapshot-every", "200"}})
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	if _, err := cl.Mkdir(ctx, "/r", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv, err := cl.Assign(ctx, "/r", client.AssignOptions{New: true, Nodes: []uint64{3, 4, 5}})
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign /r: %v %v", mv, err)
+	}
+	g := mv.GetTarget()
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := fmt.Sprintf("/r/f%d", i)
+			if err := put(ctx, cl, p, p); err != nil {
+				t.Errorf("create %s: %v", p, err)
+				return
+			}
+			mu.Lock()
+			acked = append(acked, p)
+			mu.Unlock()
+		}
+	})
+	waitUntil(t, 30*time.Second, "300 creates in /r", func() bool { return count() >= 300 })
+
+	c.Kill(4) // node 5
+	killed := time.Now()
+	var members []uint64
+	waitUntil(t, 60*time.Second, "node 5 replaced in the map", func() bool {
+		info, err := cl.ClusterMap(ctx)
+		if err != nil {
+			return false
+		}
+		members = ministryOf(info, g).GetMembers()
+		return len(members) == 3 && !slices.Contains(members, 5)
+	})
+	added := members[2]
+	t.Logf("node 5 replaced by node %d %v after it was killed: members %v", added, time.Since(killed).Round(100*time.Millisecond), members)
+	pool := rpc.NewPool()
+	defer pool.Close()
+	groupAt := func(i int) *wire.GroupStatus {
+		cc, err := pool.Get(c.Addrs()[i])
+		if err != nil {
+			return nil
+		}
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		defer scancel()
+		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+		if err != nil {
+			return nil
+		}
+		for _, gs := range st.GetGroups() {
+			if gs.GetGroup() == g {
+				return gs
+			}
+		}
+		return nil
+	}
+	waitUntil(t, 60*time.Second, fmt.Sprintf("node %d to vote in ministry %d", added, g), func() bool {
+		gs := groupAt(int(added) - 1)
+		return gs != nil && slices.Equal(sortedCopy(gs.GetVoters()), sortedCopy(members)) && gs.GetApplied() > 0
+	})
+	t.Logf("voters of ministry %d now %v", g, members)
+
+	// A second original member dies: {3, new} of 3 still commit.
+	c.Kill(3) // node 4
+	n0 := count()
+	waitUntil(t, 60*time.Second, "creates after a second member died", func() bool { return count() >= n0+100 })
+
+	// The first dead node comes back: it is out of the group and drops
+	// its replica.
+	if err := c.Start(4); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 60*time.Second, "node 5 to drop its replica", func() bool {
+		cc, err := pool.Get(c.Addrs()[4])
+		if err != nil {
+			return false
+		}
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		defer scancel()
+		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+		return err == nil && !slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == g })
+	})
+	if err := c.Start(3); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	wg.Wait()
+	check := newClient(t, c.Addrs(), 60*time.Second)
+	for _, p := range acked {
+		if b, err := get(ctx, check, p); err != nil || b != p {
+			t.Fatalf("acknowledged %s: %q, %v", p, b, err)
+		}
+	}
+	t.Logf("%d acknowledged creates all present", len(acked))
+}
+
+func sortedCopy(l []uint64) []uint64 {
+	out := slices.Clone(l)
+	slices.Sort(out)
+	return out
+}
+
+// waitUntil polls cond every 50 ms until it holds or limit passes.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
