@@ -304,15 +304,27 @@ func (h *Host) Receive(msgs []GroupMessage) {
 	h.signal()
 }
 
-// ReceiveSnapshot stages a streamed snapshot's data and steps its MsgSnap.
-func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(fn func(k, v []byte))) error {
+// ReceiveSnapshot writes a streamed snapshot's data to the group's
+// staging area as kvs produces it (memory: one page), then steps its
+// MsgSnap; the data is installed when raft hands the snapshot back in a
+// Ready. kvs calls add for every key (relative to the state prefix) and
+// value, and returns the stream's error.
+func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(add func(k, v []byte) error) error) error {
 	r := h.replica(g)
 	if r == nil {
 		return ErrUnknownGroup
 	}
-	ps := &pendingSnapshot{index: msg.GetSnapshot().GetMetadata().GetIndex()}
-	kvs(func(k, v []byte) { ps.kvs = append(ps.kvs, kv{k, v}) })
+	ps := &pendingSnapshot{index: msg.GetSnapshot().GetMetadata().GetIndex(), seq: r.stageSeq.Add(1)}
+	stage, err := h.stageSnapshot(g, ps.index, ps.seq, kvs)
+	if err != nil {
+		return fmt.Errorf("multiraft: stage snapshot %d of group %v: %w", ps.index, g, err)
+	}
+	ps.stage = stage
+	var dropped [][]byte
 	r.mu.Lock()
+	if old := r.mu.pendingSnaps[ps.index]; old != nil {
+		dropped = append(dropped, old.stage)
+	}
 	// Keep at most the two newest: raft installs the newest it accepts.
 	r.mu.pendingSnaps[ps.index] = ps
 	for len(r.mu.pendingSnaps) > 2 {
@@ -320,12 +332,16 @@ func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(fn func(
 		for i := range r.mu.pendingSnaps {
 			oldest = min(oldest, i)
 		}
+		dropped = append(dropped, r.mu.pendingSnaps[oldest].stage)
 		delete(r.mu.pendingSnaps, oldest)
 	}
 	r.readLastContact.Store(h.cfg.Clock.Now().UnixNano())
-	err := r.mu.rn.Step(msg)
+	err = r.mu.rn.Step(msg)
 	r.mu.Unlock()
 	h.signal()
+	for _, p := range dropped {
+		h.dropStaged(p)
+	}
 	if err != nil {
 		return fmt.Errorf("multiraft: step snapshot: %w", err)
 	}

@@ -49,6 +49,9 @@ type TestingKnobs struct {
 	// BeforePersist is called before the batch of a Ready round is
 	// committed; returning an error fails the node as a disk error would.
 	BeforePersist func() error
+	// BeforeInstallPage is called before each full page of a snapshot
+	// install is committed; an error fails the node mid-install.
+	BeforeInstallPage func(page int) error
 }
 
 // Config configures a Host.

@@ -94,6 +94,12 @@ func (h *Host) JoinGroup(g ids.GroupID, sm StateMachine) error {
 }
 
 func (h *Host) addGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID, join bool) error {
+	if h.HasGroup(g) {
+		return fmt.Errorf("multiraft: group %v already hosted", g)
+	}
+	if err := h.finishInstall(uint64(g)); err != nil {
+		return fmt.Errorf("multiraft: finish snapshot install of group %v: %w", g, err)
+	}
 	ld, err := loadGroup(h.cfg.Engine, uint64(g))
 	if err != nil {
 		return fmt.Errorf("multiraft: load group %v: %w", g, err)
@@ -295,9 +301,12 @@ func (h *Host) run() {
 }
 
 type readyWork struct {
-	r       *replica
-	rd      raft.Ready
-	snapKVs []kv
+	r  *replica
+	rd raft.Ready
+	// snap is the staged data of the snapshot rd carries, if any;
+	// superseded, the staging areas of older ones.
+	snap       *pendingSnapshot
+	superseded [][]byte
 	// leader: the group was led by this node when the Ready was taken;
 	// its messages may go out before its entries are persisted (Raft
 	// thesis §10.2.1, as etcd does): a leader's own unpersisted entries
@@ -325,8 +334,13 @@ func (h *Host) processReady() (int, error) {
 					r.mu.Unlock()
 					return entries, fmt.Errorf("group %v: snapshot %d to apply but its data was not received", r.id, idx)
 				}
-				w.snapKVs = ps.kvs
-				for i := range r.mu.pendingSnaps {
+				w.snap = ps
+				for i, p := range r.mu.pendingSnaps {
+					if i < idx {
+						// Raft will not take an older one now; its
+						// staging goes with the install's final batch.
+						w.superseded = append(w.superseded, p.stage)
+					}
 					if i <= idx {
 						delete(r.mu.pendingSnaps, i)
 					}
@@ -349,7 +363,7 @@ func (h *Host) processReady() (int, error) {
 	wb := h.cfg.Engine.NewWriteBatch()
 	needSync := false
 	for _, w := range work {
-		if err := persistReady(wb, uint64(w.r.id), &w.rd, w.snapKVs, &w.r.lastPersisted); err != nil {
+		if err := persistReady(wb, uint64(w.r.id), &w.rd, w.snap, w.superseded, &w.r.lastPersisted); err != nil {
 			wb.Close()
 			return entries, fmt.Errorf("group %v: persist: %w", w.r.id, err)
 		}
@@ -369,15 +383,9 @@ func (h *Host) processReady() (int, error) {
 			return entries, err
 		}
 	}
-	// A snapshot replaces a group's state range in this batch: hold its
-	// readers off until the cache is cleared and the applied index moved.
+	// A snapshot replaces a group's state range: hold its readers off
+	// until the cache is cleared and the applied index moved.
 	var installing []*replica
-	for _, w := range work {
-		if !raft.IsEmptySnap(w.rd.Snapshot) {
-			w.r.stateMu.Lock()
-			installing = append(installing, w.r)
-		}
-	}
 	unlockInstalling := func() {
 		for _, r := range installing {
 			r.stateMu.Unlock()
@@ -385,6 +393,23 @@ func (h *Host) processReady() (int, error) {
 		installing = nil
 	}
 	defer unlockInstalling() // error paths
+	for _, w := range work {
+		if !raft.IsEmptySnap(w.rd.Snapshot) {
+			w.r.stateMu.Lock()
+			installing = append(installing, w.r)
+			// The staged keys go over the state range in pages before
+			// the batch below records the snapshot (finishInstall ends
+			// the job after a crash).
+			m := &installMarker{meta: w.rd.Snapshot.GetMetadata(), hs: w.rd.HardState, stage: w.snap.stage}
+			if m.hs == nil {
+				m.hs = &pb.HardState{}
+			}
+			if err := h.copyStaged(uint64(w.r.id), m); err != nil {
+				wb.Close()
+				return entries, fmt.Errorf("group %v: install snapshot: %w", w.r.id, err)
+			}
+		}
+	}
 	if !wb.Empty() {
 		t0 := h.cfg.Clock.Now()
 		if err := wb.Commit(needSync); err != nil {

@@ -12,7 +12,10 @@ type metrics struct {
 	fsync          prometheus.Histogram
 	applied        prometheus.Counter
 	snapshotsTaken prometheus.Counter
-	snapshotsSent  prometheus.Counter
+	// snapshotPagesStaged counts the pages of received snapshots written
+	// to the staging area (each at most about stagePage bytes).
+	snapshotPagesStaged prometheus.Counter
+	snapshotsSent       prometheus.Counter
 
 	mu         sync.Mutex
 	appendMsgs uint64
@@ -36,12 +39,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Latency of the synced batch commit of a Ready round.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14),
 		}),
-		applied:        prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_entries_applied_total", Help: "Entries applied."}),
-		snapshotsTaken: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_taken_total", Help: "Snapshots taken (log compactions)."}),
-		snapshotsSent:  prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_sent_total", Help: "Snapshots streamed to followers."}),
+		applied:             prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_entries_applied_total", Help: "Entries applied."}),
+		snapshotsTaken:      prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_taken_total", Help: "Snapshots taken (log compactions)."}),
+		snapshotPagesStaged: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshot_pages_staged_total", Help: "Pages (about 1 MiB each) of received snapshots written to disk before install."}),
+		snapshotsSent:       prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_sent_total", Help: "Snapshots streamed to followers."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.appendEntries, m.readyGroups, m.fsync, m.applied, m.snapshotsTaken, m.snapshotsSent)
+		reg.MustRegister(m.appendEntries, m.readyGroups, m.fsync, m.applied, m.snapshotsTaken, m.snapshotsSent, m.snapshotPagesStaged)
 	}
 	return m
 }

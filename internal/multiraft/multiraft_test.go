@@ -47,14 +47,22 @@ type cluster struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	snapEvery uint64
+	// sm is the state machine of every group (logSM when nil); knobs,
+	// the failure hooks of a node's next start.
+	sm    multiraft.StateMachine
+	knobs map[ids.NodeID]*multiraft.TestingKnobs
 }
 
 var peers = []ids.NodeID{1, 2, 3}
 
 func newCluster(t *testing.T, snapEvery uint64) *cluster {
+	return newClusterOf(t, snapEvery, nil)
+}
+
+func newClusterOf(t *testing.T, snapEvery uint64, sm multiraft.StateMachine) *cluster {
 	c := &cluster{t: t, clk: clock.NewManual(time.Unix(1000, 0)), net: raftsim.NewNetwork(1),
 		dirs: map[ids.NodeID]string{}, hosts: map[ids.NodeID]*multiraft.Host{}, engs: map[ids.NodeID]*engine.Engine{},
-		stop: make(chan struct{}), snapEvery: snapEvery}
+		stop: make(chan struct{}), snapEvery: snapEvery, sm: sm, knobs: map[ids.NodeID]*multiraft.TestingKnobs{}}
 	for _, id := range peers {
 		c.dirs[id] = t.TempDir()
 		c.start(id)
@@ -90,12 +98,17 @@ func (c *cluster) start(id ids.NodeID) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.SnapshotEvery = c.snapEvery
 	cfg.KeepEntries = 10
+	cfg.Knobs = c.knobs[id]
 	h, err := multiraft.NewHost(cfg)
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	var sm multiraft.StateMachine = logSM{}
+	if c.sm != nil {
+		sm = c.sm
+	}
 	for _, g := range []ids.GroupID{0, 1} {
-		if err := h.AddGroup(g, logSM{}, peers); err != nil {
+		if err := h.AddGroup(g, sm, peers); err != nil {
 			c.t.Fatal(err)
 		}
 	}

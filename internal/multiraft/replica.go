@@ -43,6 +43,9 @@ type replica struct {
 	readLead        atomic.Uint64
 	readIsLeader    atomic.Bool
 	readLastContact atomic.Int64
+	// stageSeq numbers received snapshots so that two streams of the same
+	// snapshot stage apart.
+	stageSeq atomic.Uint64
 	// gone: RemoveGroup deleted the replica's keys (set under stateMu).
 	gone atomic.Bool
 	// lastPersisted is the last log index on disk and prevHS the last
@@ -72,9 +75,10 @@ type replica struct {
 	}
 }
 
+// pendingSnapshot is a received snapshot staged on disk under stage.
 type pendingSnapshot struct {
-	index uint64
-	kvs   []kv
+	index, seq uint64
+	stage      []byte
 }
 
 // appliedNotify returns a channel closed at the next apply.

@@ -119,33 +119,19 @@ func loadGroup(r engine.Reader, g uint64) (*loadedGroup, error) {
 // persistReady writes what rd asks to be made durable into wb.
 // lastPersisted is the highest log index written so far for the group; it
 // is updated.
-func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv, lastPersisted *uint64) error {
+func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snap *pendingSnapshot, superseded [][]byte, lastPersisted *uint64) error {
 	if !raft.IsEmptySnap(rd.Snapshot) {
-		sp := engine.StatePrefix(g)
-		if err := wb.DeleteRange(sp, engine.PrefixEnd(sp)); err != nil {
+		// The state range itself was copied from snap's staging area
+		// (copyStaged) before this batch commits.
+		if err := finishInstallWrites(wb, g, rd.Snapshot.GetMetadata(), snap.stage); err != nil {
 			return err
 		}
-		for _, p := range snapKVs {
-			if err := wb.Set(append(engine.StatePrefix(g), p.k...), p.v); err != nil {
+		for _, p := range superseded {
+			if err := wb.DeleteRange(p, engine.PrefixEnd(p)); err != nil {
 				return err
 			}
 		}
-		if err := wb.DeleteRange(engine.LogKey(g, 0), engine.LogKey(g, ^uint64(0))); err != nil {
-			return err
-		}
-		md := rd.Snapshot.GetMetadata()
-		mb, err := proto.Marshal(md)
-		if err != nil {
-			return err
-		}
-		cb, err := proto.Marshal(md.GetConfState())
-		if err != nil {
-			return err
-		}
-		_ = wb.Set(engine.GroupKey(g, keySnapMeta), mb)
-		_ = wb.Set(engine.GroupKey(g, keyConfState), cb)
-		_ = wb.Set(appliedKey(g), u64(md.GetIndex()))
-		*lastPersisted = md.GetIndex()
+		*lastPersisted = rd.Snapshot.GetMetadata().GetIndex()
 	}
 	if len(rd.Entries) > 0 {
 		for _, e := range rd.Entries {
@@ -181,5 +167,3 @@ func persistReady(wb *engine.Batch, g uint64, rd *raft.Ready, snapKVs []kv, last
 	}
 	return nil
 }
-
-type kv struct{ k, v []byte }

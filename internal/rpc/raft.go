@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -331,29 +332,35 @@ func (s *RaftService) SendSnapshot(stream wire.Raft_SendSnapshotServer) error {
 	if m.GetFrom() != hdr.GetFrom() || m.GetTo() != hdr.GetTo() {
 		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "snapshot endpoints do not match its header"}})
 	}
-	var kvs []*wire.KV
-	for {
-		c, err := stream.Recv()
-		if err == io.EOF {
-			return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: "snapshot stream ended early"}})
-		}
-		if err != nil {
-			return err
-		}
-		kvs = append(kvs, c.GetKvs()...)
-		if c.GetDone() {
-			break
-		}
-	}
 	h := t.getHost()
 	if h == nil {
 		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_UNAVAILABLE, Message: "starting"}})
 	}
-	err = h.ReceiveSnapshot(ids.GroupID(hdr.GetGroup()), m, func(fn func(k, v []byte)) {
-		for _, p := range kvs {
-			fn(p.GetKey(), p.GetValue())
+	// Each chunk is staged on disk as it arrives: the receiver holds one
+	// chunk, whatever the group's size.
+	errEarlyEnd := errors.New("snapshot stream ended early")
+	err = h.ReceiveSnapshot(ids.GroupID(hdr.GetGroup()), m, func(add func(k, v []byte) error) error {
+		for {
+			c, err := stream.Recv()
+			if err == io.EOF {
+				return errEarlyEnd
+			}
+			if err != nil {
+				return err
+			}
+			for _, p := range c.GetKvs() {
+				if err := add(p.GetKey(), p.GetValue()); err != nil {
+					return err
+				}
+			}
+			if c.GetDone() {
+				return nil
+			}
 		}
 	})
+	if errors.Is(err, errEarlyEnd) {
+		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INVALID, Message: errEarlyEnd.Error()}})
+	}
 	if err != nil {
 		return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{Code: wire.Code_INTERNAL, Message: err.Error()}})
 	}

@@ -131,21 +131,23 @@ func (t *transport) SendSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Message, 
 	t.n.wg.Add(1)
 	go func() {
 		defer t.n.wg.Done()
-		type kv struct{ k, v []byte }
-		var kvs []kv
-		err := src.Scan(func(k, v []byte) bool {
-			kvs = append(kvs, kv{append([]byte(nil), k...), append([]byte(nil), v...)})
-			return true
-		})
-		src.Release()
 		ok := false
-		if h := t.n.route(t.from, to); h != nil && err == nil {
-			ok = h.ReceiveSnapshot(g, m, func(fn func(k, v []byte)) {
-				for _, p := range kvs {
-					fn(p.k, p.v)
+		if h := t.n.route(t.from, to); h != nil {
+			// Streamed as over the network: the receiver stages each
+			// key as it comes.
+			ok = h.ReceiveSnapshot(g, m, func(add func(k, v []byte) error) error {
+				var addErr error
+				err := src.Scan(func(k, v []byte) bool {
+					addErr = add(k, v)
+					return addErr == nil
+				})
+				if err == nil {
+					err = addErr
 				}
+				return err
 			}) == nil
 		}
+		src.Release()
 		if sender != nil {
 			sender.ReportSnapshot(g, to, ok)
 		}
