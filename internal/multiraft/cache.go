@@ -30,21 +30,25 @@ import (
 //     any apply that committed in between has bumped gen, and an apply
 //     that commits after the fill folds its writes over it.
 //
-// Only present keys are cached.
+// Only present keys are cached. The cache is bounded in entries and in
+// bytes (keys and values): counted in entries only, 65,536 values of
+// 64 KiB of inline data would have held 4 GiB per group.
 type stateCache struct {
-	gen    atomic.Uint64
-	seed   maphash.Seed
-	shards [16]cacheShard
-	max    int // per shard
+	gen      atomic.Uint64
+	seed     maphash.Seed
+	shards   [16]cacheShard
+	max      int // entries per shard
+	maxBytes int // bytes per shard
 }
 
 type cacheShard struct {
-	mu sync.Mutex
-	m  map[string][]byte
+	mu    sync.Mutex
+	m     map[string][]byte
+	bytes int
 }
 
-func newStateCache(max int) *stateCache {
-	c := &stateCache{seed: maphash.MakeSeed(), max: max/16 + 1}
+func newStateCache(max, maxBytes int) *stateCache {
+	c := &stateCache{seed: maphash.MakeSeed(), max: max/16 + 1, maxBytes: maxBytes/16 + 1}
 	for i := range c.shards {
 		c.shards[i].m = map[string][]byte{}
 	}
@@ -63,23 +67,30 @@ func (c *stateCache) get(k string) ([]byte, bool) {
 	return v, ok
 }
 
-// set stores (v != nil) or forgets (v == nil) k.
-func (s *cacheShard) setLocked(k string, v []byte, max int) {
-	if v == nil {
+// set stores (v != nil) or forgets (v == nil) k; a value too big for the
+// shard is forgotten instead (an older one must not stay).
+func (s *cacheShard) setLocked(k string, v []byte, max, maxBytes int) {
+	if old, ok := s.m[k]; ok {
+		s.bytes -= len(k) + len(old)
 		delete(s.m, k)
+	}
+	size := len(k) + len(v)
+	if v == nil || size > maxBytes/4 {
 		return
 	}
-	if len(s.m) >= max {
+	if len(s.m) >= max || s.bytes+size > maxBytes {
 		// Bounded the simple way: start over. Hot keys come back at once.
 		clear(s.m)
+		s.bytes = 0
 	}
 	s.m[k] = v
+	s.bytes += size
 }
 
 func (c *stateCache) set(k string, v []byte) {
 	s := c.shard(k)
 	s.mu.Lock()
-	s.setLocked(k, v, c.max)
+	s.setLocked(k, v, c.max, c.maxBytes)
 	s.mu.Unlock()
 }
 
@@ -89,7 +100,7 @@ func (c *stateCache) fill(k string, v []byte, gen uint64) {
 	s := c.shard(k)
 	s.mu.Lock()
 	if c.gen.Load() == gen {
-		s.setLocked(k, v, c.max)
+		s.setLocked(k, v, c.max, c.maxBytes)
 	}
 	s.mu.Unlock()
 }
@@ -100,6 +111,7 @@ func (c *stateCache) clear() {
 		s := &c.shards[i]
 		s.mu.Lock()
 		clear(s.m)
+		s.bytes = 0
 		s.mu.Unlock()
 	}
 }

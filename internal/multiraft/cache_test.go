@@ -12,7 +12,7 @@ func TestApplyViewCacheStaysEqualToStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	c := newStateCache(4)
+	c := newStateCache(4, 1<<20)
 	prefix := engine.StatePrefix(1)
 	round := func(fn func(v *applyView)) {
 		b := e.NewBatch()
@@ -73,7 +73,7 @@ func TestApplyViewCacheStaysEqualToStore(t *testing.T) {
 
 // A reader's fill that raced an apply must not install the older value.
 func TestCacheFillLosesToConcurrentApply(t *testing.T) {
-	c := newStateCache(64)
+	c := newStateCache(64, 1<<20)
 	gen := c.gen.Load() // reader samples gen, then reads "old" from Pebble
 	// An apply commits "new" for the key and folds it in.
 	c.gen.Add(1)
@@ -87,5 +87,38 @@ func TestCacheFillLosesToConcurrentApply(t *testing.T) {
 	c.fill("j", []byte("v"), gen)
 	if v, ok := c.get("j"); !ok || string(v) != "v" {
 		t.Fatalf("fill without a race not kept: %q %v", v, ok)
+	}
+}
+
+// TestStateCacheBoundedInBytes: values count against a byte budget; one
+// too big for it is not cached, and replaces (forgets) an older cached
+// value of its key rather than leaving it to be read.
+func TestStateCacheBoundedInBytes(t *testing.T) {
+	c := newStateCache(1<<20, 16<<10) // 1 KiB per shard
+	c.set("k", []byte("small"))
+	if v, ok := c.get("k"); !ok || string(v) != "small" {
+		t.Fatalf("small value not cached: %q %v", v, ok)
+	}
+	c.set("k", make([]byte, 600)) // above a quarter of the shard
+	if v, ok := c.get("k"); ok {
+		t.Fatalf("a value too big for the cache was served from it (%d bytes)", len(v))
+	}
+	for i := range 10000 {
+		c.set(string(rune('a'+i%26))+string(rune(i)), make([]byte, 100))
+	}
+	total := 0
+	for i := range c.shards {
+		s := &c.shards[i]
+		n := 0
+		for k, v := range s.m {
+			n += len(k) + len(v)
+		}
+		if n != s.bytes || n > c.maxBytes {
+			t.Fatalf("shard %d holds %d bytes, counted %d, bound %d", i, n, s.bytes, c.maxBytes)
+		}
+		total += n
+	}
+	if total == 0 {
+		t.Fatal("nothing cached")
 	}
 }

@@ -78,6 +78,14 @@ func NewHost(cfg Config) (*Host, error) {
 	return h, nil
 }
 
+// The applied-state cache of each group: the hot keys of a busy ministry
+// (inodes, entries, dedup records: ~250 bytes each) fit; a value above a
+// quarter of a shard's share (512 KiB) is not cached.
+const (
+	stateCacheEntries = 1 << 16
+	stateCacheBytes   = 32 << 20
+)
+
 // AddGroup hosts group g with state machine sm. When the group has no
 // state on disk and peers is non-empty, it is bootstrapped with those
 // voters (every initial member must bootstrap with the same list).
@@ -139,7 +147,7 @@ func (h *Host) addGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID, join
 			return fmt.Errorf("multiraft: bootstrap group %v: %w", g, err)
 		}
 	}
-	r := &replica{id: g, sm: sm, ms: ld.ms, cache: newStateCache(1 << 16)}
+	r := &replica{id: g, sm: sm, ms: ld.ms, cache: newStateCache(stateCacheEntries, stateCacheBytes)}
 	r.prevHS, _, _ = ld.ms.InitialState()
 	r.lastPersisted, _ = ld.ms.LastIndex()
 	r.mu.rn = rn
@@ -288,6 +296,14 @@ func (h *Host) run() {
 			if d := h.cfg.BatchDelay; d > 0 && lastEntries >= 2 && time.Since(lastRound) < 4*d {
 				time.Sleep(d)
 			}
+		}
+		select {
+		case <-h.fatalCh:
+			// select picks among ready cases at random: a tick or a
+			// wake may come after the failure. A failed round's Ready
+			// was never advanced; another would make raft panic.
+			continue
+		default:
 		}
 		n, err := h.processReady()
 		if err == nil {

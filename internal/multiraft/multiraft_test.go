@@ -38,7 +38,7 @@ func (logSM) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire
 }
 
 type cluster struct {
-	t         *testing.T
+	t         testing.TB
 	clk       *clock.Manual
 	net       *raftsim.Network
 	dirs      map[ids.NodeID]string
@@ -51,6 +51,8 @@ type cluster struct {
 	// the failure hooks of a node's next start.
 	sm    multiraft.StateMachine
 	knobs map[ids.NodeID]*multiraft.TestingKnobs
+	// cacheBytes sizes the engines' block caches (0: the default).
+	cacheBytes int64
 }
 
 var peers = []ids.NodeID{1, 2, 3}
@@ -59,7 +61,7 @@ func newCluster(t *testing.T, snapEvery uint64) *cluster {
 	return newClusterOf(t, snapEvery, nil)
 }
 
-func newClusterOf(t *testing.T, snapEvery uint64, sm multiraft.StateMachine) *cluster {
+func newClusterOf(t testing.TB, snapEvery uint64, sm multiraft.StateMachine) *cluster {
 	c := &cluster{t: t, clk: clock.NewManual(time.Unix(1000, 0)), net: raftsim.NewNetwork(1),
 		dirs: map[ids.NodeID]string{}, hosts: map[ids.NodeID]*multiraft.Host{}, engs: map[ids.NodeID]*engine.Engine{},
 		stop: make(chan struct{}), snapEvery: snapEvery, sm: sm, knobs: map[ids.NodeID]*multiraft.TestingKnobs{}}
@@ -85,7 +87,7 @@ func newClusterOf(t *testing.T, snapEvery uint64, sm multiraft.StateMachine) *cl
 }
 
 func (c *cluster) start(id ids.NodeID) {
-	e, err := engine.Open(c.dirs[id], engine.Options{})
+	e, err := engine.Open(c.dirs[id], engine.Options{CacheBytes: c.cacheBytes})
 	if err != nil {
 		c.t.Fatal(err)
 	}

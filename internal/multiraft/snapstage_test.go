@@ -2,37 +2,14 @@ package multiraft_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/multiraft"
-	"github.com/govfs/govfs/internal/wire"
 )
-
-// padSM stores, for every request, 64 KiB derived from its client and seq,
-// so that a few hundred requests make a snapshot of many pages.
-type padSM struct{}
-
-const padSize = 64 << 10
-
-func padValue(client, seq uint64) []byte {
-	seed := fmt.Sprintf("%d/%d;", client, seq)
-	return bytes.Repeat([]byte(seed), padSize/len(seed)+1)[:padSize]
-}
-
-func (padSM) Apply(rw engine.ReadWriter, index uint64, cmd *wire.Command) (*wire.Result, error) {
-	k := binary.BigEndian.AppendUint64([]byte("r"), cmd.GetReq().GetClientId())
-	k = binary.BigEndian.AppendUint64(k, cmd.GetReq().GetSeq())
-	if err := rw.Set(k, padValue(cmd.GetReq().GetClientId(), cmd.GetReq().GetSeq())); err != nil {
-		return nil, err
-	}
-	return &wire.Result{Start: index}, nil
-}
 
 // stateOf returns group g's state keys and values on node id.
 func (c *cluster) stateOf(id ids.NodeID, g uint64) map[string][]byte {
