@@ -218,6 +218,8 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return joinNode(rw, op.JoinNode)
 	case *wire.Command_SetMembers:
 		return setMembers(rw, op.SetMembers)
+	case *wire.Command_DissolveMinistry:
+		return dissolveMinistry(rw, op.DissolveMinistry)
 	default:
 		return &wire.Result{Errno: uint32(syscall.EINVAL), Message: fmt.Sprintf("operation %T is not a president operation", op)}, nil
 	}

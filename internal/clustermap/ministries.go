@@ -11,6 +11,8 @@ package clustermap
 //	"I" <end>        inode range [start, end) granted to a ministry:
 //	                 start u64, ministry u64 (keyed by end so that the
 //	                 first key above an ino finds its range)
+//	"D" <group id>   a dissolved ministry (empty value): its members drop
+//	                 their replicas; group ids are never reused
 //	"nextmin"        u64, the next ministry group id
 //	"nextmove"       u64, the next move id
 //
@@ -44,10 +46,11 @@ var (
 	keyNextMove     = []byte("nextmove")
 )
 
-func nodeKey(id uint64) []byte     { return binary.BigEndian.AppendUint64([]byte("N"), id) }
-func ministryKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte("M"), id) }
-func moveKey(id uint64) []byte     { return binary.BigEndian.AppendUint64([]byte("V"), id) }
-func rangeKey(end uint64) []byte   { return binary.BigEndian.AppendUint64([]byte("I"), end) }
+func nodeKey(id uint64) []byte      { return binary.BigEndian.AppendUint64([]byte("N"), id) }
+func ministryKey(id uint64) []byte  { return binary.BigEndian.AppendUint64([]byte("M"), id) }
+func moveKey(id uint64) []byte      { return binary.BigEndian.AppendUint64([]byte("V"), id) }
+func rangeKey(end uint64) []byte    { return binary.BigEndian.AppendUint64([]byte("I"), end) }
+func dissolvedKey(id uint64) []byte { return binary.BigEndian.AppendUint64([]byte("D"), id) }
 
 func getMsg[T proto.Message](r engine.Reader, key []byte, m T) (bool, error) {
 	b, err := r.Get(key)
@@ -394,7 +397,7 @@ func beginMove(rw engine.ReadWriter, nowNs int64, op *wire.BeginMoveOp) (*wire.R
 	if err := writeOutLegacy(rw); err != nil {
 		return nil, err
 	}
-	target := op.GetTarget()
+	target, created := op.GetTarget(), false
 	switch {
 	case target == 0 && op.GetUnassign():
 		return errResult(syscall.EINVAL, "unassign needs the parent's ministry as the target"), nil
@@ -404,6 +407,7 @@ func beginMove(rw engine.ReadWriter, nowNs int64, op *wire.BeginMoveOp) (*wire.R
 			return res, err
 		}
 		target = id
+		created = true
 	default:
 		t, err := GetMinistry(rw, target)
 		if err != nil {
@@ -421,7 +425,7 @@ func beginMove(rw engine.ReadWriter, nowNs int64, op *wire.BeginMoveOp) (*wire.R
 		return nil, err
 	}
 	mv := &wire.Move{Id: id, Ino: op.GetIno(), Parent: op.GetParent(), Name: bytes.Clone(op.GetName()), Path: op.GetPath(),
-		Source: op.GetSource(), Target: target, State: wire.MoveState_MOVE_COPYING, BegunNs: nowNs, Unassign: op.GetUnassign()}
+		Source: op.GetSource(), Target: target, State: wire.MoveState_MOVE_COPYING, BegunNs: nowNs, Unassign: op.GetUnassign(), NewMinistry: created}
 	if err := putMsg(rw, moveKey(id), mv); err != nil {
 		return nil, err
 	}
@@ -484,6 +488,7 @@ func moveState(rw engine.ReadWriter, nowNs int64, op *wire.MoveStateOp) (*wire.R
 		src = proto.Clone(src).(*wire.Ministry)
 		dst = proto.Clone(dst).(*wire.Ministry)
 		src.Subtrees = slices.DeleteFunc(src.Subtrees, func(s *wire.Subtree) bool { return s.GetIno() == mv.GetIno() })
+		dst.Held = true
 		if !mv.GetUnassign() {
 			dst.Subtrees = append(dst.Subtrees, &wire.Subtree{Ino: mv.GetIno(), Path: mv.GetPath(), Parent: mv.GetParent(), Name: mv.GetName()})
 		}
@@ -505,4 +510,55 @@ func moveState(rw engine.ReadWriter, nowNs int64, op *wire.MoveStateOp) (*wire.R
 		return nil, err
 	}
 	return &wire.Result{}, nil
+}
+
+// dissolveMinistry removes a ministry that never held a subtree from the
+// map; a repeat is a no-op.
+func dissolveMinistry(rw engine.ReadWriter, op *wire.DissolveMinistryOp) (*wire.Result, error) {
+	g := op.GetMinistry()
+	if v, err := rw.Get(dissolvedKey(g)); err != nil {
+		return nil, err
+	} else if v != nil {
+		return &wire.Result{}, nil
+	}
+	m, err := GetMinistry(rw, g)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case m == nil:
+		return errResult(syscall.ENOENT, "ministry %d does not exist (see govfs admin ministries)", g), nil
+	case g == uint64(ids.RootMinistry) || g == uint64(ids.PresidentGroup):
+		return errResult(syscall.EBUSY, "ministry %d is the root ministry and is never dissolved", g), nil
+	case len(m.GetSubtrees()) > 0:
+		return errResult(syscall.EBUSY, "ministry %d holds %s; unassign its subtrees first", g, m.GetSubtrees()[0].GetPath()), nil
+	case m.GetHeld():
+		return errResult(syscall.EBUSY, "ministry %d held a subtree once (its forwarding records and inode ranges are still used)", g), nil
+	}
+	moves, err := Moves(rw)
+	if err != nil {
+		return nil, err
+	}
+	for _, mv := range moves {
+		if Active(mv) && (mv.GetSource() == g || mv.GetTarget() == g) {
+			return errResult(syscall.EBUSY, "ministry %d is in move %d of %s; wait for it to end", g, mv.GetId(), mv.GetPath()), nil
+		}
+	}
+	if err := rw.Delete(ministryKey(g)); err != nil {
+		return nil, err
+	}
+	if err := rw.Set(dissolvedKey(g), []byte{1}); err != nil {
+		return nil, err
+	}
+	return &wire.Result{}, nil
+}
+
+// Dissolved returns the ids of the ministries dissolved so far.
+func Dissolved(r engine.Reader) ([]uint64, error) {
+	var out []uint64
+	err := r.Scan([]byte("D"), []byte("E"), func(k, _ []byte) bool {
+		out = append(out, binary.BigEndian.Uint64(k[1:]))
+		return true
+	})
+	return out, err
 }

@@ -153,3 +153,25 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// nodesHosting returns the addresses (of addrs) whose node hosts a replica
+// of group g, by asking each for its status; a node that does not answer
+// counts as hosting it (nothing is known).
+func nodesHosting(ctx context.Context, addrs []string, g uint64) []string {
+	var out []string
+	for _, a := range addrs {
+		cc, err := rpc.Dial(a)
+		if err != nil {
+			out = append(out, a)
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+		cancel()
+		cc.Close()
+		if err != nil || slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == g }) {
+			out = append(out, a)
+		}
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -77,6 +78,15 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 			}
 		}
 	}
+	// The ministry made for the aborted assign is dissolved: gone from
+	// the map, and no node keeps a replica of it.
+	waitUntil(t, 30*time.Second, fmt.Sprintf("ministry %d dissolved and dropped by every node", mv.GetTarget()), func() bool {
+		info, err := cl.ClusterMap(ctx)
+		if err != nil || ministryOf(info, mv.GetTarget()) != nil || !slices.Contains(info.GetDissolved(), mv.GetTarget()) {
+			return false
+		}
+		return len(nodesHosting(ctx, c.Addrs(), mv.GetTarget())) == 0
+	})
 	must(put(ctx, cl, "/data/d0/after-abort", "after-abort")) // writable again
 	want["/data/d0/after-abort"] = "after-abort"
 	must(cl.Remove(ctx, "/other/outside-link"))

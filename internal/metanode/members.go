@@ -153,6 +153,12 @@ func (n *Node) dropIfRemoved(ctx context.Context, g ids.GroupID, m *wire.Ministr
 	if err != nil || !out {
 		return err
 	}
+	return n.dropReplica(ctx, g, "left ministry: replica dropped and its key range deleted")
+}
+
+// dropReplica deletes this node's replica of g and its key range, and
+// records that g is not to be started again.
+func (n *Node) dropReplica(ctx context.Context, g ids.GroupID, why string) error {
 	n.hostMu.Lock()
 	defer n.hostMu.Unlock()
 	n.ident.Groups = slices.DeleteFunc(n.ident.Groups, func(h hostedGroup) bool { return h.Group == uint64(g) })
@@ -166,7 +172,7 @@ func (n *Node) dropIfRemoved(ctx context.Context, g ids.GroupID, m *wire.Ministr
 	if err := n.host.RemoveGroup(ctx, g); err != nil {
 		return fmt.Errorf("drop ministry %v: %w", g, err)
 	}
-	n.log.Info("left ministry: replica dropped and its key range deleted", "group", uint64(g))
+	n.log.Info(why, "group", uint64(g))
 	return nil
 }
 

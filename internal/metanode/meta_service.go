@@ -459,7 +459,7 @@ func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoReques
 	}
 	// Copies: the view may be the shared cached one.
 	resp.Members, resp.Ministries, resp.Moves = slices.Clone(v.members), slices.Clone(v.ministries), slices.Clone(v.moves)
-	resp.InodeRanges = slices.Clone(v.ranges)
+	resp.InodeRanges, resp.Dissolved = slices.Clone(v.ranges), slices.Clone(v.dissolved)
 	if !v.taken.IsZero() {
 		resp.MapAgeMs = max(1, s.n.cfg.Clock.Now().Sub(v.taken).Milliseconds())
 	}

@@ -28,6 +28,7 @@ type mapView struct {
 	ministries []*wire.Ministry
 	moves      []*wire.Move
 	ranges     []*wire.InodeRange
+	dissolved  []uint64
 	// taken is when a copy fetched from another node was read (zero for
 	// the node's own replica of group 0).
 	taken time.Time
@@ -77,6 +78,9 @@ func readMapLocal(r engine.Reader) (*mapView, error) {
 		return nil, err
 	}
 	if v.ranges, err = clustermap.InodeRanges(r); err != nil {
+		return nil, err
+	}
+	if v.dissolved, err = clustermap.Dissolved(r); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -135,7 +139,7 @@ func (n *Node) fetchMap(ctx context.Context) error {
 		}
 		n.maps.mu.Lock()
 		n.maps.view = &mapView{members: info.GetMembers(), ministries: info.GetMinistries(), moves: info.GetMoves(), ranges: info.GetInodeRanges(),
-			taken: n.cfg.Clock.Now(), info: info}
+			dissolved: info.GetDissolved(), taken: n.cfg.Clock.Now(), info: info}
 		n.maps.refetch = false
 		n.maps.mu.Unlock()
 		return nil
@@ -198,6 +202,13 @@ func (n *Node) syncMap(ctx context.Context, v *mapView) error {
 		}
 	}
 	var errs []error
+	for _, g := range v.dissolved {
+		if n.host.HasGroup(ids.GroupID(g)) {
+			if err := n.dropReplica(ctx, ids.GroupID(g), "ministry dissolved: replica dropped and its key range deleted"); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	for _, m := range v.ministries {
 		g := ids.GroupID(m.GetGroup())
 		if g == ids.PresidentGroup {

@@ -368,7 +368,32 @@ func (n *Node) cleanupAborted(ctx context.Context, mv *wire.Move) error {
 	if err := n.pagedStep(ctx, mv.GetSource(), "unfreeze "+mv.GetPath(), 0, abort(false)); err != nil {
 		return err
 	}
+	if mv.GetNewMinistry() {
+		// The ministry was made for this move and never held anything:
+		// dissolve it (its members drop their replicas with the partial
+		// copy) instead of leaving an empty group running.
+		if dissolved, err := n.dissolveMinistry(ctx, mv); err != nil || dissolved {
+			return err
+		}
+	}
 	return n.pagedStep(ctx, mv.GetTarget(), "drop the partial copy of "+mv.GetPath(), 0, abort(true))
+}
+
+// dissolveMinistry removes the target an aborted `assign --new` created
+// from the map; false when the president refuses (a ministry meanwhile
+// given something keeps running, and only the partial copy goes).
+func (n *Node) dissolveMinistry(ctx context.Context, mv *wire.Move) (bool, error) {
+	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_DissolveMinistry{DissolveMinistry: &wire.DissolveMinistryOp{Ministry: mv.GetTarget()}}})
+	if err != nil {
+		return false, fmt.Errorf("dissolve ministry %d after move %d aborted: %w", mv.GetTarget(), mv.GetId(), err)
+	}
+	if res.GetErrno() != 0 {
+		n.log.Info("ministry kept after its move aborted", "ministry", mv.GetTarget(), "move", mv.GetId(), "why", res.GetMessage())
+		return false, nil
+	}
+	n.log.Info("ministry dissolved: its move aborted before it held anything", "ministry", mv.GetTarget(), "move", mv.GetId())
+	return true, nil
 }
 
 // pagedStep sends the paged move step cmd(from) until it answers that it

@@ -993,6 +993,7 @@ type Command struct {
 	//	*Command_MoveState
 	//	*Command_JoinNode
 	//	*Command_SetMembers
+	//	*Command_DissolveMinistry
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1353,6 +1354,15 @@ func (x *Command) GetSetMembers() *SetMembersOp {
 	return nil
 }
 
+func (x *Command) GetDissolveMinistry() *DissolveMinistryOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DissolveMinistry); ok {
+			return x.DissolveMinistry
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1491,6 +1501,10 @@ type Command_SetMembers struct {
 	SetMembers *SetMembersOp `protobuf:"bytes,42,opt,name=set_members,json=setMembers,proto3,oneof"`
 }
 
+type Command_DissolveMinistry struct {
+	DissolveMinistry *DissolveMinistryOp `protobuf:"bytes,43,opt,name=dissolve_ministry,json=dissolveMinistry,proto3,oneof"`
+}
+
 func (*Command_Create) isCommand_Op() {}
 
 func (*Command_Link) isCommand_Op() {}
@@ -1556,6 +1570,8 @@ func (*Command_MoveState) isCommand_Op() {}
 func (*Command_JoinNode) isCommand_Op() {}
 
 func (*Command_SetMembers) isCommand_Op() {}
+
+func (*Command_DissolveMinistry) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -3355,7 +3371,10 @@ type Ministry struct {
 	// its replica with this list; any other node given a replica later
 	// starts it empty and receives the log or a snapshot. Empty in maps
 	// older than membership changes: `members` then.
-	Founders      []uint64 `protobuf:"varint,9,rep,packed,name=founders,proto3" json:"founders,omitempty"`
+	Founders []uint64 `protobuf:"varint,9,rep,packed,name=founders,proto3" json:"founders,omitempty"`
+	// A move into the ministry was committed: it has held inodes, so it is
+	// never dissolved (forwarding records and inode ranges name it).
+	Held          bool `protobuf:"varint,10,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3453,6 +3472,13 @@ func (x *Ministry) GetFounders() []uint64 {
 	return nil
 }
 
+func (x *Ministry) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
 // Subtree is a directory a ministry owns with everything below it (minus
 // subtrees delegated further). `path` is the path at assignment time
 // (informational: a later rename of an ancestor does not change it).
@@ -3545,7 +3571,9 @@ type Move struct {
 	// The move gives the subtree back to the ministry of its parent
 	// (unassign): the target clears the referral instead of the source
 	// setting one.
-	Unassign      bool `protobuf:"varint,12,opt,name=unassign,proto3" json:"unassign,omitempty"`
+	Unassign bool `protobuf:"varint,12,opt,name=unassign,proto3" json:"unassign,omitempty"`
+	// The move created its target (assign --new): an abort dissolves it.
+	NewMinistry   bool `protobuf:"varint,13,opt,name=new_ministry,json=newMinistry,proto3" json:"new_ministry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3664,6 +3692,13 @@ func (x *Move) GetUnassign() bool {
 	return false
 }
 
+func (x *Move) GetNewMinistry() bool {
+	if x != nil {
+		return x.NewMinistry
+	}
+	return false
+}
+
 // SetMembersOp changes the voters the president wants for a ministry
 // (replacing a dead or drained node), provided they are still `prior`
 // (a compare-and-set: two decisions from one view do not both apply).
@@ -3727,6 +3762,55 @@ func (x *SetMembersOp) GetPrior() []uint64 {
 	return nil
 }
 
+// DissolveMinistryOp removes from the map a ministry that never held a
+// subtree (the target of an aborted `assign --new`); its members then
+// drop their replicas and key ranges. Refused (EBUSY) for the root
+// ministry, one with subtrees, one that held inodes once (`held`), and
+// one a move under way names.
+type DissolveMinistryOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ministry      uint64                 `protobuf:"varint,1,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DissolveMinistryOp) Reset() {
+	*x = DissolveMinistryOp{}
+	mi := &file_govfs_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DissolveMinistryOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DissolveMinistryOp) ProtoMessage() {}
+
+func (x *DissolveMinistryOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DissolveMinistryOp.ProtoReflect.Descriptor instead.
+func (*DissolveMinistryOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DissolveMinistryOp) GetMinistry() uint64 {
+	if x != nil {
+		return x.Ministry
+	}
+	return 0
+}
+
 // CreateMinistryOp creates a ministry (a new group id) on `members`.
 type CreateMinistryOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3737,7 +3821,7 @@ type CreateMinistryOp struct {
 
 func (x *CreateMinistryOp) Reset() {
 	*x = CreateMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3749,7 +3833,7 @@ func (x *CreateMinistryOp) String() string {
 func (*CreateMinistryOp) ProtoMessage() {}
 
 func (x *CreateMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3762,7 +3846,7 @@ func (x *CreateMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMinistryOp.ProtoReflect.Descriptor instead.
 func (*CreateMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateMinistryOp) GetMembers() []uint64 {
@@ -3792,7 +3876,7 @@ type BeginMoveOp struct {
 
 func (x *BeginMoveOp) Reset() {
 	*x = BeginMoveOp{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3804,7 +3888,7 @@ func (x *BeginMoveOp) String() string {
 func (*BeginMoveOp) ProtoMessage() {}
 
 func (x *BeginMoveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3817,7 +3901,7 @@ func (x *BeginMoveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginMoveOp.ProtoReflect.Descriptor instead.
 func (*BeginMoveOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BeginMoveOp) GetIno() uint64 {
@@ -3889,7 +3973,7 @@ type MoveStateOp struct {
 
 func (x *MoveStateOp) Reset() {
 	*x = MoveStateOp{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +3985,7 @@ func (x *MoveStateOp) String() string {
 func (*MoveStateOp) ProtoMessage() {}
 
 func (x *MoveStateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +3998,7 @@ func (x *MoveStateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStateOp.ProtoReflect.Descriptor instead.
 func (*MoveStateOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MoveStateOp) GetId() uint64 {
@@ -3950,7 +4034,7 @@ type JoinNodeOp struct {
 
 func (x *JoinNodeOp) Reset() {
 	*x = JoinNodeOp{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4046,7 @@ func (x *JoinNodeOp) String() string {
 func (*JoinNodeOp) ProtoMessage() {}
 
 func (x *JoinNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4059,7 @@ func (x *JoinNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeOp.ProtoReflect.Descriptor instead.
 func (*JoinNodeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *JoinNodeOp) GetAddr() string {
@@ -4003,7 +4087,7 @@ type ExportSubtreeOp struct {
 
 func (x *ExportSubtreeOp) Reset() {
 	*x = ExportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4015,7 +4099,7 @@ func (x *ExportSubtreeOp) String() string {
 func (*ExportSubtreeOp) ProtoMessage() {}
 
 func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4028,7 +4112,7 @@ func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ExportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExportSubtreeOp) GetMove() uint64 {
@@ -4092,7 +4176,7 @@ type ImportSubtreeOp struct {
 
 func (x *ImportSubtreeOp) Reset() {
 	*x = ImportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4104,7 +4188,7 @@ func (x *ImportSubtreeOp) String() string {
 func (*ImportSubtreeOp) ProtoMessage() {}
 
 func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4117,7 +4201,7 @@ func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ImportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ImportSubtreeOp) GetMove() uint64 {
@@ -4195,7 +4279,7 @@ type FinishExportOp struct {
 
 func (x *FinishExportOp) Reset() {
 	*x = FinishExportOp{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4291,7 @@ func (x *FinishExportOp) String() string {
 func (*FinishExportOp) ProtoMessage() {}
 
 func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4304,7 @@ func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishExportOp.ProtoReflect.Descriptor instead.
 func (*FinishExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FinishExportOp) GetMove() uint64 {
@@ -4281,7 +4365,7 @@ type AbortExportOp struct {
 
 func (x *AbortExportOp) Reset() {
 	*x = AbortExportOp{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +4377,7 @@ func (x *AbortExportOp) String() string {
 func (*AbortExportOp) ProtoMessage() {}
 
 func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +4390,7 @@ func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortExportOp.ProtoReflect.Descriptor instead.
 func (*AbortExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AbortExportOp) GetMove() uint64 {
@@ -4355,7 +4439,7 @@ type FreezeEntriesOp struct {
 
 func (x *FreezeEntriesOp) Reset() {
 	*x = FreezeEntriesOp{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4367,7 +4451,7 @@ func (x *FreezeEntriesOp) String() string {
 func (*FreezeEntriesOp) ProtoMessage() {}
 
 func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4380,7 +4464,7 @@ func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeEntriesOp.ProtoReflect.Descriptor instead.
 func (*FreezeEntriesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FreezeEntriesOp) GetMove() uint64 {
@@ -4427,7 +4511,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4439,7 +4523,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4452,7 +4536,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -4494,7 +4578,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4590,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4603,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -4571,7 +4655,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4583,7 +4667,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4596,7 +4680,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -4798,7 +4882,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4810,7 +4894,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4823,7 +4907,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -4872,7 +4956,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +4968,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +4981,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -4937,7 +5021,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4949,7 +5033,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4962,7 +5046,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -4996,7 +5080,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5092,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5105,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -5047,7 +5131,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5059,7 +5143,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5072,7 +5156,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -5095,7 +5179,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5191,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5204,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -5154,7 +5238,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5166,7 +5250,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5179,7 +5263,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -5205,7 +5289,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5301,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5314,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -5249,7 +5333,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5261,7 +5345,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5274,7 +5358,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5300,7 +5384,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5312,7 +5396,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5325,7 +5409,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5364,7 +5448,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5460,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5473,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5433,7 +5517,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5445,7 +5529,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5458,7 +5542,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5529,7 +5613,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5541,7 +5625,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5554,7 +5638,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -5663,7 +5747,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5675,7 +5759,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5688,7 +5772,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 type ClusterInfoResponse struct {
@@ -5715,14 +5799,17 @@ type ClusterInfoResponse struct {
 	// The inode number ranges the president granted, and to which
 	// ministry (a node without a president replica redirects an inode it
 	// does not hold from its copy).
-	InodeRanges   []*InodeRange `protobuf:"bytes,12,rep,name=inode_ranges,json=inodeRanges,proto3" json:"inode_ranges,omitempty"`
+	InodeRanges []*InodeRange `protobuf:"bytes,12,rep,name=inode_ranges,json=inodeRanges,proto3" json:"inode_ranges,omitempty"`
+	// Ministries dissolved (DissolveMinistryOp): a node hosting one drops
+	// its replica.
+	Dissolved     []uint64 `protobuf:"varint,13,rep,packed,name=dissolved,proto3" json:"dissolved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5734,7 +5821,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5747,7 +5834,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -5834,6 +5921,13 @@ func (x *ClusterInfoResponse) GetInodeRanges() []*InodeRange {
 	return nil
 }
 
+func (x *ClusterInfoResponse) GetDissolved() []uint64 {
+	if x != nil {
+		return x.Dissolved
+	}
+	return nil
+}
+
 // InodeRange is a grant of inode numbers [start, end) to a ministry.
 type InodeRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -5846,7 +5940,7 @@ type InodeRange struct {
 
 func (x *InodeRange) Reset() {
 	*x = InodeRange{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5858,7 +5952,7 @@ func (x *InodeRange) String() string {
 func (*InodeRange) ProtoMessage() {}
 
 func (x *InodeRange) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5871,7 +5965,7 @@ func (x *InodeRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
 func (*InodeRange) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *InodeRange) GetStart() uint64 {
@@ -5911,7 +6005,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5923,7 +6017,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5936,7 +6030,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -5985,7 +6079,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5997,7 +6091,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6010,7 +6104,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -6059,7 +6153,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6071,7 +6165,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6084,7 +6178,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -6120,7 +6214,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6132,7 +6226,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6145,7 +6239,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6198,7 +6292,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6210,7 +6304,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6223,7 +6317,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 type GroupStatus struct {
@@ -6244,7 +6338,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6256,7 +6350,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6269,7 +6363,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -6361,7 +6455,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6373,7 +6467,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6386,7 +6480,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -6480,7 +6574,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6492,7 +6586,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6505,7 +6599,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -6579,7 +6673,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6591,7 +6685,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6604,7 +6698,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -6656,7 +6750,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6668,7 +6762,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6681,7 +6775,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6798,7 +6892,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6810,7 +6904,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6823,7 +6917,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -6964,7 +7058,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6976,7 +7070,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6989,7 +7083,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7082,7 +7176,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7094,7 +7188,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7107,7 +7201,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7191,7 +7285,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7203,7 +7297,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7216,7 +7310,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -7306,7 +7400,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7318,7 +7412,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7331,7 +7425,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -7360,7 +7454,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7372,7 +7466,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7385,7 +7479,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -7421,7 +7515,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7433,7 +7527,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7446,7 +7540,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -7485,7 +7579,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7591,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7604,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 type PingResponse struct {
@@ -7521,7 +7615,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7533,7 +7627,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7546,7 +7640,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -7563,7 +7657,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7575,7 +7669,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7588,7 +7682,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -7630,7 +7724,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7642,7 +7736,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7655,7 +7749,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -7681,7 +7775,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7693,7 +7787,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7706,7 +7800,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -7734,7 +7828,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7746,7 +7840,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7759,7 +7853,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -7821,7 +7915,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7833,7 +7927,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7846,7 +7940,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KV) GetKey() []byte {
@@ -7906,7 +8000,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\x8f\x11\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xde\x11\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -7948,7 +8042,8 @@ const file_govfs_proto_rawDesc = "" +
 	"move_state\x18' \x01(\v2\x17.govfs.wire.MoveStateOpH\x00R\tmoveState\x125\n" +
 	"\tjoin_node\x18( \x01(\v2\x16.govfs.wire.JoinNodeOpH\x00R\bjoinNode\x12;\n" +
 	"\vset_members\x18* \x01(\v2\x18.govfs.wire.SetMembersOpH\x00R\n" +
-	"setMembersB\x04\n" +
+	"setMembers\x12M\n" +
+	"\x11dissolve_ministry\x18+ \x01(\v2\x1e.govfs.wire.DissolveMinistryOpH\x00R\x10dissolveMinistryB\x04\n" +
 	"\x02op\"\xf6\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -8074,7 +8169,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04more\x18\t \x01(\bR\x04more\",\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x89\x02\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x9d\x02\n" +
 	"\bMinistry\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x19\n" +
 	"\broot_ino\x18\x02 \x01(\x04R\arootIno\x12\x1b\n" +
@@ -8084,12 +8179,14 @@ const file_govfs_proto_rawDesc = "" +
 	"\bsubtrees\x18\x06 \x03(\v2\x13.govfs.wire.SubtreeR\bsubtrees\x12\x16\n" +
 	"\x06leader\x18\a \x01(\x04R\x06leader\x12\x1a\n" +
 	"\tops_per_s\x18\b \x01(\x01R\aopsPerS\x12\x1a\n" +
-	"\bfounders\x18\t \x03(\x04R\bfounders\"[\n" +
+	"\bfounders\x18\t \x03(\x04R\bfounders\x12\x12\n" +
+	"\x04held\x18\n" +
+	" \x01(\bR\x04held\"[\n" +
 	"\aSubtree\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
 	"\x06parent\x18\x03 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\fR\x04name\"\xad\x02\n" +
+	"\x04name\x18\x04 \x01(\fR\x04name\"\xd0\x02\n" +
 	"\x04Move\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
@@ -8103,11 +8200,14 @@ const file_govfs_proto_rawDesc = "" +
 	"\bbegun_ns\x18\n" +
 	" \x01(\x03R\abegunNs\x12\x19\n" +
 	"\bended_ns\x18\v \x01(\x03R\aendedNs\x12\x1a\n" +
-	"\bunassign\x18\f \x01(\bR\bunassign\"Z\n" +
+	"\bunassign\x18\f \x01(\bR\bunassign\x12!\n" +
+	"\fnew_ministry\x18\r \x01(\bR\vnewMinistry\"Z\n" +
 	"\fSetMembersOp\x12\x1a\n" +
 	"\bministry\x18\x01 \x01(\x04R\bministry\x12\x18\n" +
 	"\amembers\x18\x02 \x03(\x04R\amembers\x12\x14\n" +
-	"\x05prior\x18\x03 \x03(\x04R\x05prior\",\n" +
+	"\x05prior\x18\x03 \x03(\x04R\x05prior\"0\n" +
+	"\x12DissolveMinistryOp\x12\x1a\n" +
+	"\bministry\x18\x01 \x01(\x04R\bministry\",\n" +
 	"\x10CreateMinistryOp\x12\x18\n" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\"\xc5\x01\n" +
 	"\vBeginMoveOp\x12\x10\n" +
@@ -8256,7 +8356,7 @@ const file_govfs_proto_rawDesc = "" +
 	"inlineData\x12%\n" +
 	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\x12 \n" +
 	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xb1\x04\n" +
+	"\x12ClusterInfoRequest\"\xcf\x04\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -8276,7 +8376,8 @@ const file_govfs_proto_rawDesc = "" +
 	" \x01(\x03R\bmapAgeMs\x123\n" +
 	"\n" +
 	"node_loads\x18\v \x03(\v2\x14.govfs.wire.NodeLoadR\tnodeLoads\x129\n" +
-	"\finode_ranges\x18\f \x03(\v2\x16.govfs.wire.InodeRangeR\vinodeRanges\"P\n" +
+	"\finode_ranges\x18\f \x03(\v2\x16.govfs.wire.InodeRangeR\vinodeRanges\x12\x1c\n" +
+	"\tdissolved\x18\r \x03(\x04R\tdissolved\"P\n" +
 	"\n" +
 	"InodeRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
@@ -8534,7 +8635,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -8580,59 +8681,60 @@ var file_govfs_proto_goTypes = []any{
 	(*Subtree)(nil),                // 41: govfs.wire.Subtree
 	(*Move)(nil),                   // 42: govfs.wire.Move
 	(*SetMembersOp)(nil),           // 43: govfs.wire.SetMembersOp
-	(*CreateMinistryOp)(nil),       // 44: govfs.wire.CreateMinistryOp
-	(*BeginMoveOp)(nil),            // 45: govfs.wire.BeginMoveOp
-	(*MoveStateOp)(nil),            // 46: govfs.wire.MoveStateOp
-	(*JoinNodeOp)(nil),             // 47: govfs.wire.JoinNodeOp
-	(*ExportSubtreeOp)(nil),        // 48: govfs.wire.ExportSubtreeOp
-	(*ImportSubtreeOp)(nil),        // 49: govfs.wire.ImportSubtreeOp
-	(*FinishExportOp)(nil),         // 50: govfs.wire.FinishExportOp
-	(*AbortExportOp)(nil),          // 51: govfs.wire.AbortExportOp
-	(*FreezeEntriesOp)(nil),        // 52: govfs.wire.FreezeEntriesOp
-	(*MutateRequest)(nil),          // 53: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 54: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 55: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 56: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 57: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 58: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 59: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 60: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 61: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 62: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 63: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 64: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 65: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 66: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 67: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 68: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 69: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 70: govfs.wire.ClusterInfoResponse
-	(*InodeRange)(nil),             // 71: govfs.wire.InodeRange
-	(*GroupLoad)(nil),              // 72: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 73: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 74: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 75: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 76: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 77: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 78: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 79: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 80: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 81: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 82: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 83: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 84: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 85: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 86: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 87: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 88: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 89: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 90: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 91: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 92: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 93: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 94: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 95: govfs.wire.KV
-	nil,                            // 96: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*DissolveMinistryOp)(nil),     // 44: govfs.wire.DissolveMinistryOp
+	(*CreateMinistryOp)(nil),       // 45: govfs.wire.CreateMinistryOp
+	(*BeginMoveOp)(nil),            // 46: govfs.wire.BeginMoveOp
+	(*MoveStateOp)(nil),            // 47: govfs.wire.MoveStateOp
+	(*JoinNodeOp)(nil),             // 48: govfs.wire.JoinNodeOp
+	(*ExportSubtreeOp)(nil),        // 49: govfs.wire.ExportSubtreeOp
+	(*ImportSubtreeOp)(nil),        // 50: govfs.wire.ImportSubtreeOp
+	(*FinishExportOp)(nil),         // 51: govfs.wire.FinishExportOp
+	(*AbortExportOp)(nil),          // 52: govfs.wire.AbortExportOp
+	(*FreezeEntriesOp)(nil),        // 53: govfs.wire.FreezeEntriesOp
+	(*MutateRequest)(nil),          // 54: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 55: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 56: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 57: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 58: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 59: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 60: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 61: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 62: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 63: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 64: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 65: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 66: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 67: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 68: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 69: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 70: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 71: govfs.wire.ClusterInfoResponse
+	(*InodeRange)(nil),             // 72: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 73: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 74: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 75: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 76: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 77: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 78: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 79: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 80: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 81: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 82: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 83: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 84: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 85: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 86: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 87: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 88: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 89: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 90: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 91: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 92: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 93: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 94: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 95: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 96: govfs.wire.KV
+	nil,                            // 97: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -8650,17 +8752,17 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	56,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	57,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	57,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	58,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
 	17,  // 20: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
-	48,  // 21: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
-	49,  // 22: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
-	50,  // 23: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
-	51,  // 24: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
-	52,  // 25: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
+	49,  // 21: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
+	50,  // 22: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
+	51,  // 23: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
+	52,  // 24: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
+	53,  // 25: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
 	29,  // 26: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
 	30,  // 27: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
 	32,  // 28: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
@@ -8668,112 +8770,113 @@ var file_govfs_proto_depIdxs = []int32{
 	37,  // 30: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
 	34,  // 31: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
 	35,  // 32: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	44,  // 33: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
-	45,  // 34: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
-	46,  // 35: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
-	47,  // 36: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
+	45,  // 33: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
+	46,  // 34: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
+	47,  // 35: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
+	48,  // 36: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
 	43,  // 37: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
-	1,   // 38: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	12,  // 39: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	13,  // 40: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	25,  // 41: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	25,  // 42: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	39,  // 43: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	31,  // 44: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	8,   // 45: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	25,  // 46: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	38,  // 47: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	41,  // 48: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
-	3,   // 49: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
-	3,   // 50: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	95,  // 51: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	67,  // 52: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
-	13,  // 53: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 54: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	38,  // 55: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 56: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	59,  // 57: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	60,  // 58: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	61,  // 59: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	62,  // 60: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	63,  // 61: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	64,  // 62: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	58,  // 63: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	66,  // 64: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	65,  // 65: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 66: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 67: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 68: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 69: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 70: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	67,  // 71: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 72: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	95,  // 73: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 74: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	39,  // 75: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	40,  // 76: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 77: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 78: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	42,  // 79: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	75,  // 80: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	71,  // 81: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	72,  // 82: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 83: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	72,  // 84: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 85: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	77,  // 86: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 87: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	81,  // 88: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 89: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 90: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 91: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	96,  // 92: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 93: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 94: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 95: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	83,  // 96: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 97: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 98: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	83,  // 99: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	83,  // 100: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 101: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 102: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 103: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 104: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 105: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 106: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	92,  // 107: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 108: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	95,  // 109: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	53,  // 110: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	55,  // 111: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	69,  // 112: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	76,  // 113: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	79,  // 114: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	82,  // 115: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	89,  // 116: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	85,  // 117: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	87,  // 118: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	73,  // 119: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	91,  // 120: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	94,  // 121: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	54,  // 122: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	68,  // 123: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	70,  // 124: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	78,  // 125: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	80,  // 126: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	84,  // 127: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	90,  // 128: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	86,  // 129: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	88,  // 130: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	74,  // 131: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	93,  // 132: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	93,  // 133: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	122, // [122:134] is the sub-list for method output_type
-	110, // [110:122] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	44,  // 38: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
+	1,   // 39: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 40: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 41: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 42: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 43: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	39,  // 44: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 45: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	8,   // 46: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 47: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	38,  // 48: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	41,  // 49: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 50: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 51: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	96,  // 52: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	68,  // 53: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	13,  // 54: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 55: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	38,  // 56: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 57: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	60,  // 58: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	61,  // 59: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	62,  // 60: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	63,  // 61: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	64,  // 62: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	65,  // 63: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	59,  // 64: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	67,  // 65: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	66,  // 66: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 67: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 68: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 69: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 70: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 71: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	68,  // 72: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 73: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	96,  // 74: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 75: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	39,  // 76: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	40,  // 77: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 78: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 79: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	42,  // 80: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	76,  // 81: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	72,  // 82: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	73,  // 83: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 84: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	73,  // 85: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 86: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	78,  // 87: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 88: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	82,  // 89: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 90: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 91: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 92: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	97,  // 93: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 94: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 95: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 96: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	84,  // 97: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 98: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 99: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	84,  // 100: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	84,  // 101: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	11,  // 102: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 103: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 104: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 105: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 106: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 107: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	93,  // 108: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 109: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	96,  // 110: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	54,  // 111: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	56,  // 112: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	70,  // 113: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	77,  // 114: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	80,  // 115: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	83,  // 116: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	90,  // 117: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	86,  // 118: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	88,  // 119: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	74,  // 120: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	92,  // 121: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	95,  // 122: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	55,  // 123: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	69,  // 124: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	71,  // 125: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	79,  // 126: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	81,  // 127: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	85,  // 128: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	91,  // 129: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	87,  // 130: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	89,  // 131: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	75,  // 132: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	94,  // 133: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	94,  // 134: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	123, // [123:135] is the sub-list for method output_type
+	111, // [111:123] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -8815,8 +8918,9 @@ func file_govfs_proto_init() {
 		(*Command_MoveState)(nil),
 		(*Command_JoinNode)(nil),
 		(*Command_SetMembers)(nil),
+		(*Command_DissolveMinistry)(nil),
 	}
-	file_govfs_proto_msgTypes[48].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[49].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -8833,7 +8937,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   90,
+			NumMessages:   91,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
