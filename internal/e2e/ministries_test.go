@@ -224,6 +224,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	}
 
 	checkAssignRefusals(ctx, t, c, cl, target)
+	checkMapNotModified(ctx, t, c)
 
 	// An existing ministry takes a second subtree, and gives it back.
 	// The request is sent twice with one request id, as a client whose
@@ -536,5 +537,40 @@ func checkAssignRefusals(ctx context.Context, t *testing.T, c *testcluster.ProcC
 	if len(after.GetMoves()) != len(before.GetMoves()) || len(after.GetMinistries()) != len(before.GetMinistries()) {
 		t.Fatalf("refused assigns changed the map: %d moves, %d ministries before; %d, %d after",
 			len(before.GetMoves()), len(before.GetMinistries()), len(after.GetMoves()), len(after.GetMinistries()))
+	}
+}
+
+// checkMapNotModified: a president member answers a ClusterInfo naming
+// the map index it is at with not_modified and no map (how idle nodes
+// poll), and a stale index with the whole map.
+func checkMapNotModified(ctx context.Context, t *testing.T, c *testcluster.ProcCluster) {
+	t.Helper()
+	cc, err := rpc.Dial(c.Addrs()[0]) // a founder: a president member
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	mc := wire.NewMetaClient(cc)
+	for try := 0; ; try++ {
+		full, err := mc.ClusterInfo(ctx, &wire.ClusterInfoRequest{})
+		if err != nil || full.GetMapIndex() == 0 || len(full.GetMembers()) == 0 {
+			t.Fatalf("ClusterInfo of a president member: %v, %v (want the map and its index)", full, err)
+		}
+		same, err := mc.ClusterInfo(ctx, &wire.ClusterInfoRequest{KnownIndex: full.GetMapIndex()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same.GetMapIndex() != full.GetMapIndex() && try < 20 {
+			continue // the map changed in between (an inode grant)
+		}
+		if !same.GetNotModified() || len(same.GetMembers()) != 0 || len(same.GetMinistries()) != 0 {
+			t.Fatalf("ClusterInfo with the current index %d: not_modified %v, %d members: want not_modified and no map",
+				full.GetMapIndex(), same.GetNotModified(), len(same.GetMembers()))
+		}
+		old, err := mc.ClusterInfo(ctx, &wire.ClusterInfoRequest{KnownIndex: full.GetMapIndex() - 1})
+		if err != nil || old.GetNotModified() || len(old.GetMembers()) == 0 {
+			t.Fatalf("ClusterInfo with an older index: %v, %v (want the whole map)", old, err)
+		}
+		return
 	}
 }

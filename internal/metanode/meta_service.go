@@ -450,9 +450,19 @@ func (s *metaService) members() []*wire.Member {
 	return out
 }
 
-func (s *metaService) ClusterInfo(ctx context.Context, _ *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
+func (s *metaService) ClusterInfo(ctx context.Context, req *wire.ClusterInfoRequest) (*wire.ClusterInfoResponse, error) {
 	resp := &wire.ClusterInfoResponse{Status: &wire.Status{}, ClusterId: s.n.ClusterID(), NodeId: uint64(s.n.cfg.ID)}
-	v := s.n.mapView()
+	var v *mapView
+	if s.n.host.HasGroup(ids.PresidentGroup) {
+		v, resp.MapIndex = s.n.localMap()
+		if v != nil && req.GetKnownIndex() != 0 && req.GetKnownIndex() == resp.MapIndex {
+			resp.NotModified = true
+			return resp, nil
+		}
+	}
+	if v == nil {
+		v = s.n.mapView()
+	}
 	if v == nil {
 		resp.Status = statusOf(wire.Code_UNAVAILABLE, "node %v does not know the cluster map yet (still starting)", s.n.cfg.ID)
 		return resp, nil

@@ -59,6 +59,12 @@ func (v *mapView) ministry(g ids.GroupID) *wire.Ministry {
 type mapCache struct {
 	mu   sync.Mutex
 	view *mapView
+	// local is the view last read from this node's own replica of group
+	// 0, at group 0's applied index localAt: read again only when the
+	// map changed (heartbeats and map fetches ask for it many times a
+	// second, and each read scans every table).
+	local   *mapView
+	localAt uint64
 	// refetch: a request named an epoch newer than view's; the next
 	// fetchMap fetches even if view is recent.
 	refetch bool
@@ -90,18 +96,42 @@ func readMapLocal(r engine.Reader) (*mapView, error) {
 // node has one, else the copy last fetched (nil before the first).
 func (n *Node) mapView() *mapView {
 	if n.host.HasGroup(ids.PresidentGroup) {
-		var v *mapView
-		if err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
-			var err error
-			v, err = readMapLocal(r)
-			return err
-		}); err == nil && v != nil && len(v.members) > 0 {
+		if v, _ := n.localMap(); v != nil {
 			return v
 		}
 	}
 	n.maps.mu.Lock()
 	defer n.maps.mu.Unlock()
 	return n.maps.view
+}
+
+// localMap reads the map from this node's replica of group 0 (nil when
+// unreadable or not formed yet) and the applied index it was read at.
+// The view is shared: callers must not modify it.
+func (n *Node) localMap() (*mapView, uint64) {
+	idx := n.host.Applied(ids.PresidentGroup)
+	n.maps.mu.Lock()
+	if v := n.maps.local; v != nil && n.maps.localAt == idx {
+		n.maps.mu.Unlock()
+		return v, idx
+	}
+	n.maps.mu.Unlock()
+	var v *mapView
+	var at uint64
+	if err := n.host.Read(ids.PresidentGroup, func(r engine.Reader, applied uint64) error {
+		var err error
+		at = applied
+		v, err = readMapLocal(r)
+		return err
+	}); err != nil || v == nil || len(v.members) == 0 {
+		return nil, 0
+	}
+	n.maps.mu.Lock()
+	if at >= n.maps.localAt {
+		n.maps.local, n.maps.localAt = v, at
+	}
+	n.maps.mu.Unlock()
+	return v, at
 }
 
 // fetchMap refreshes the copy of the map from a node that hosts group 0.
@@ -127,14 +157,41 @@ func (n *Node) fetchMap(ctx context.Context) error {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{})
+		n.maps.mu.Lock()
+		var known uint64
+		if v := n.maps.view; v != nil {
+			known = v.info.GetMapIndex()
+		}
+		n.maps.mu.Unlock()
+		info, err := wire.NewMetaClient(cc).ClusterInfo(cctx, &wire.ClusterInfoRequest{KnownIndex: known})
 		cancel()
 		if err != nil {
 			last = err
 			continue
 		}
+		if info.GetNotModified() && info.GetStatus().GetCode() == wire.Code_OK {
+			n.maps.mu.Lock()
+			if v := n.maps.view; v != nil && v.info.GetMapIndex() == info.GetMapIndex() {
+				// The same map: only its age is new.
+				c := *v
+				c.taken = n.cfg.Clock.Now()
+				n.maps.view = &c
+				n.maps.refetch = false
+				n.maps.mu.Unlock()
+				return nil
+			}
+			n.maps.mu.Unlock()
+			last = fmt.Errorf("%s: answered not modified for a map this node does not hold", addrs[i])
+			continue
+		}
 		if info.GetStatus().GetCode() != wire.Code_OK || info.GetMapAgeMs() != 0 || len(info.GetMembers()) == 0 {
 			last = fmt.Errorf("%s: no map (%s)", addrs[i], info.GetStatus().GetMessage())
+			continue
+		}
+		if info.GetMapIndex() < known {
+			// A lagging replica: never go back to an older map (a
+			// dissolved ministry would be hosted again).
+			last = fmt.Errorf("%s: its map (index %d) is older than this node's (%d)", addrs[i], info.GetMapIndex(), known)
 			continue
 		}
 		n.maps.mu.Lock()

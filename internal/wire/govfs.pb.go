@@ -5740,7 +5740,11 @@ func (x *ReadResponse) GetKvs() []*KV {
 }
 
 type ClusterInfoRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The map_index of the copy the asker holds: a president member whose
+	// replica is at that index answers not_modified (nothing else), which
+	// keeps the polling of idle nodes cheap.
+	KnownIndex    uint64 `protobuf:"varint,1,opt,name=known_index,json=knownIndex,proto3" json:"known_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5775,6 +5779,13 @@ func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
 	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
+func (x *ClusterInfoRequest) GetKnownIndex() uint64 {
+	if x != nil {
+		return x.KnownIndex
+	}
+	return 0
+}
+
 type ClusterInfoResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Status     *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -5802,7 +5813,12 @@ type ClusterInfoResponse struct {
 	InodeRanges []*InodeRange `protobuf:"bytes,12,rep,name=inode_ranges,json=inodeRanges,proto3" json:"inode_ranges,omitempty"`
 	// Ministries dissolved (DissolveMinistryOp): a node hosting one drops
 	// its replica.
-	Dissolved     []uint64 `protobuf:"varint,13,rep,packed,name=dissolved,proto3" json:"dissolved,omitempty"`
+	Dissolved []uint64 `protobuf:"varint,13,rep,packed,name=dissolved,proto3" json:"dissolved,omitempty"`
+	// The applied index of group 0 the answer was read at (president
+	// members only); not_modified: it equals the request's known_index and
+	// the map fields are left empty.
+	MapIndex      uint64 `protobuf:"varint,14,opt,name=map_index,json=mapIndex,proto3" json:"map_index,omitempty"`
+	NotModified   bool   `protobuf:"varint,15,opt,name=not_modified,json=notModified,proto3" json:"not_modified,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5926,6 +5942,20 @@ func (x *ClusterInfoResponse) GetDissolved() []uint64 {
 		return x.Dissolved
 	}
 	return nil
+}
+
+func (x *ClusterInfoResponse) GetMapIndex() uint64 {
+	if x != nil {
+		return x.MapIndex
+	}
+	return 0
+}
+
+func (x *ClusterInfoResponse) GetNotModified() bool {
+	if x != nil {
+		return x.NotModified
+	}
+	return false
 }
 
 // InodeRange is a grant of inode numbers [start, end) to a ministry.
@@ -8355,8 +8385,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\vinline_data\x18\f \x01(\fR\n" +
 	"inlineData\x12%\n" +
 	"\x0echunks_omitted\x18\r \x01(\bR\rchunksOmitted\x12 \n" +
-	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"\x14\n" +
-	"\x12ClusterInfoRequest\"\xcf\x04\n" +
+	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"5\n" +
+	"\x12ClusterInfoRequest\x12\x1f\n" +
+	"\vknown_index\x18\x01 \x01(\x04R\n" +
+	"knownIndex\"\x8f\x05\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -8377,7 +8409,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"node_loads\x18\v \x03(\v2\x14.govfs.wire.NodeLoadR\tnodeLoads\x129\n" +
 	"\finode_ranges\x18\f \x03(\v2\x16.govfs.wire.InodeRangeR\vinodeRanges\x12\x1c\n" +
-	"\tdissolved\x18\r \x03(\x04R\tdissolved\"P\n" +
+	"\tdissolved\x18\r \x03(\x04R\tdissolved\x12\x1b\n" +
+	"\tmap_index\x18\x0e \x01(\x04R\bmapIndex\x12!\n" +
+	"\fnot_modified\x18\x0f \x01(\bR\vnotModified\"P\n" +
 	"\n" +
 	"InodeRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
