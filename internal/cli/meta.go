@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gcMaxDeletes := fs.Int("gc-max-deletes", metanode.DefaultGCMaxDeletes, "at most this many chunk copies deleted per collection round")
 	gcDeleteRate := fs.Int("gc-delete-rate", metanode.DefaultGCDeleteRate, "at most this many chunk copies deleted per second")
 	replaceDead := fs.Duration("replace-dead-after", metanode.DefaultReplaceDeadAfter, "replace a ministry member that sent no heartbeat for this long with a live node (as the president's leader; 0 or negative: never)")
+	movePauses := fs.String("testing-move-pause", "", "for failure tests only: STEP=DURATION,... makes this node, as the president's leader, wait at that step of every subtree move (steps: "+strings.Join(metanode.MovePauseSteps, ", ")+")")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "time to live of byte-range leases granted by this node as a minister; a new minister grants none for one TTL (the same on every node)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -67,6 +69,9 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --batch-delay %v must not be negative", *batchDelay)
 	}
 	cfg.BatchDelay = *batchDelay
+	if cfg.MovePauses, err = parseMovePauses(*movePauses); err != nil {
+		return fmt.Errorf("meta: --testing-move-pause: %w", err)
+	}
 	if *snapEvery == 0 {
 		return fmt.Errorf("meta: --snapshot-every must be positive")
 	}
@@ -99,4 +104,24 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		n.Stop()
 		return fmt.Errorf("meta: node stopped: %w", err)
 	}
+}
+
+// parseMovePauses parses STEP=DURATION,... (--testing-move-pause).
+func parseMovePauses(s string) (map[string]time.Duration, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]time.Duration{}
+	for _, part := range strings.Split(s, ",") {
+		step, d, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || !slices.Contains(metanode.MovePauseSteps, step) {
+			return nil, fmt.Errorf("%q: give STEP=DURATION with STEP one of %s", part, strings.Join(metanode.MovePauseSteps, ", "))
+		}
+		v, err := time.ParseDuration(d)
+		if err != nil || v <= 0 || v > 10*time.Minute {
+			return nil, fmt.Errorf("%q: the duration must be positive and at most 10m", part)
+		}
+		out[step] = v
+	}
+	return out, nil
 }

@@ -287,3 +287,121 @@ func TestMoveSurvivesKills(t *testing.T) {
 		}
 	}
 }
+
+// TestMoveKillsAtEachStep kills -9, at each step of a move (held there by
+// --testing-move-pause on every node), the process whose loss that step
+// must survive: the target's minister while the subtree is copied, the
+// president's leader and the source's minister once the move is
+// COMMITTED, and the target's minister after the source already sends
+// clients to it but before its copy is open. Every move ends DONE, the
+// subtree is wholly at the target, and every file is there once with its
+// bytes and takes writes.
+func TestMoveKillsAtEachStep(t *testing.T) {
+	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Tick: 50 * time.Millisecond,
+		ExtraArgs: []string{"--testing-move-pause", "copied=1500ms,committed=1500ms,opening=1500ms"}})
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	type scenario struct {
+		path, what string
+		// at: the move state to wait for, then how long to wait more.
+		at    wire.MoveState
+		after time.Duration
+		// victim: the process to kill, given the move.
+		victim func(mv *wire.Move) int
+	}
+	scenarios := []scenario{
+		{"/k1", "the target's minister while the subtree is copied", wire.MoveState_MOVE_COPYING, 300 * time.Millisecond,
+			func(mv *wire.Move) int { return groupLeader(t, c, mv.GetTarget()) }},
+		{"/k2", "the president's leader once COMMITTED", wire.MoveState_MOVE_COMMITTED, 0,
+			func(*wire.Move) int { return groupLeader(t, c, 0) }},
+		{"/k3", "the source's minister once COMMITTED", wire.MoveState_MOVE_COMMITTED, 0,
+			func(mv *wire.Move) int { return groupLeader(t, c, mv.GetSource()) }},
+		// The committed pause (1.5 s), then the source's first finish
+		// page: the opening pause has begun.
+		{"/k4", "the target's minister before its copy opens", wire.MoveState_MOVE_COMMITTED, 2 * time.Second,
+			func(mv *wire.Move) int { return groupLeader(t, c, mv.GetTarget()) }},
+	}
+	want := map[string]string{}
+	for _, s := range scenarios {
+		if _, err := cl.Mkdir(ctx, s.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for k := range 4 {
+			d := fmt.Sprintf("%s/d%d", s.path, k)
+			if _, err := cl.Mkdir(ctx, d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for j := range 50 {
+				p := fmt.Sprintf("%s/f%d", d, j)
+				if err := put(ctx, cl, p, p); err != nil {
+					t.Fatal(err)
+				}
+				want[p] = p
+			}
+		}
+	}
+	for _, s := range scenarios {
+		go func() { _, _ = cl.Assign(ctx, s.path, client.AssignOptions{New: true}) }()
+		var mv *wire.Move
+		waitUntil(t, 60*time.Second, fmt.Sprintf("the move of %s to reach %v", s.path, s.at), func() bool {
+			info, err := cl.ClusterMap(ctx)
+			if err != nil {
+				return false
+			}
+			for _, m := range info.GetMoves() {
+				if m.GetPath() == s.path && !m.GetUnassign() {
+					mv = m
+				}
+			}
+			return mv != nil && mv.GetState() == s.at
+		})
+		time.Sleep(s.after)
+		v := s.victim(mv)
+		info, err := cl.ClusterMap(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range info.GetMoves() {
+			if m.GetId() == mv.GetId() && m.GetState() != s.at {
+				t.Fatalf("move of %s is %v before the kill, want %v: the pauses are too short for this machine", s.path, m.GetState(), s.at)
+			}
+		}
+		c.Kill(v)
+		t.Logf("move %d of %s: killed node %d, %s", mv.GetId(), s.path, v+1, s.what)
+		done, err := cl.WaitMove(ctx, mv.GetId())
+		if err != nil {
+			t.Fatalf("move %d of %s: %v", mv.GetId(), s.path, err)
+		}
+		if done.GetState() != wire.MoveState_MOVE_DONE {
+			t.Fatalf("move of %s after killing %s: %v %s; want DONE", s.path, s.what, done.GetState(), done.GetError())
+		}
+		if err := c.Start(v); err != nil {
+			t.Fatalf("restart node %d: %v", v+1, err)
+		}
+		info, err = cl.ClusterMap(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := ministryOf(info, mv.GetTarget()).GetSubtrees(); len(st) != 1 || st[0].GetPath() != s.path {
+			t.Fatalf("after the move of %s the target ministry %d holds %v", s.path, mv.GetTarget(), st)
+		}
+	}
+	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	for p, v := range want {
+		if b, err := get(ctx, fresh, p); err != nil || b != v {
+			t.Fatalf("%s = %q, %v after the kills", p, b, err)
+		}
+	}
+	for _, s := range scenarios {
+		for k := range 4 {
+			d := fmt.Sprintf("%s/d%d", s.path, k)
+			if ents, err := fresh.Readdir(ctx, d); err != nil || len(ents) != 50 {
+				t.Fatalf("%s has %d entries (%v), want 50 (nothing twice, nothing lost)", d, len(ents), err)
+			}
+		}
+		if err := put(ctx, fresh, s.path+"/d0/after", "after"); err != nil {
+			t.Fatalf("write in %s after the move: %v", s.path, err)
+		}
+	}
+}

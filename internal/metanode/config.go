@@ -62,6 +62,11 @@ type Config struct {
 	// members.go.
 	ReplaceDeadAfter time.Duration
 
+	// MovePauses makes the president's leader wait this long at the named
+	// step of every subtree move (MovePauseSteps), so that an end-to-end
+	// test can kill a process at that step; empty in production.
+	MovePauses map[string]time.Duration
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -177,3 +182,9 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// MovePauseSteps are the steps of a move Config.MovePauses can name:
+// copied (frozen and copied, before COMMITTED is recorded), committed
+// (recorded, before the source is told), opening (the source sends
+// clients to the target, whose copy is not open yet).
+var MovePauseSteps = []string{"copied", "committed", "opening"}

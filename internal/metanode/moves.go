@@ -156,7 +156,9 @@ func (n *Node) runMove(ctx context.Context, id uint64) error {
 		case wire.MoveState_MOVE_COPYING:
 			err = n.moveCopy(ctx, mv)
 		case wire.MoveState_MOVE_COMMITTED:
-			err = n.moveFinish(ctx, mv)
+			if err = n.movePause(ctx, mv, "committed"); err == nil {
+				err = n.moveFinish(ctx, mv)
+			}
 		default:
 			return nil
 		}
@@ -221,7 +223,26 @@ func (n *Node) moveCopy(ctx context.Context, mv *wire.Move) error {
 	case err != nil:
 		return err
 	}
+	if err := n.movePause(ctx, mv, "copied"); err != nil {
+		return err
+	}
 	return n.setMoveState(ctx, mv, wire.MoveState_MOVE_COMMITTED, "")
+}
+
+// movePause waits at a named step when a test asked for it
+// (Config.MovePauses).
+func (n *Node) movePause(ctx context.Context, mv *wire.Move, step string) error {
+	d := n.cfg.MovePauses[step]
+	if d <= 0 {
+		return nil
+	}
+	n.log.Warn("testing: move paused", "move", mv.GetId(), "step", step, "for", d)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // step proposes a move step to ministry g; a refusal is a moveRefused.
@@ -425,6 +446,9 @@ func (n *Node) moveFinish(ctx context.Context, mv *wire.Move) error {
 	}
 	res, err := n.step(ctx, mv.GetSource(), "finish "+mv.GetPath(), finish(0))
 	if err != nil {
+		return err
+	}
+	if err := n.movePause(ctx, mv, "opening"); err != nil {
 		return err
 	}
 	if err := n.pagedStep(ctx, mv.GetTarget(), "open "+mv.GetPath(), 0, func(from uint64) *wire.Command {
