@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,20 +110,45 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	waitUntil(t, 60*time.Second, "creates after a second member died", func() bool { return count() >= n0+100 })
 
 	// The first dead node comes back: it is out of the group and drops
-	// its replica.
+	// its replica. Meanwhile it must not serve what it holds: a file
+	// created after it died is never answered ENOENT by it.
+	mu.Lock()
+	late := acked[len(acked)-1]
+	mu.Unlock()
+	rootIno, err := cl.Stat(ctx, "/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And it must not vote: the group's term does not move while it is
+	// back (PreVote; its campaigns reach members that hear a leader).
+	before := groupAt(int(members[0]) - 1)
 	if err := c.Start(4); err != nil {
 		t.Fatal(err)
 	}
+	staleChecks := 0
 	waitUntil(t, 60*time.Second, "node 5 to drop its replica", func() bool {
 		cc, err := pool.Get(c.Addrs()[4])
 		if err != nil {
 			return false
+		}
+		for _, cons := range []wire.ReadConsistency{wire.ReadConsistency_SESSION, wire.ReadConsistency_LINEARIZABLE} {
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			r, err := wire.NewMetaClient(cc).Read(rctx, &wire.ReadRequest{Group: g, Consistency: cons,
+				Op: &wire.ReadRequest_Lookup{Lookup: &wire.LookupReq{Parent: rootIno.GetIno(), Name: []byte(path.Base(late))}}})
+			rcancel()
+			if err == nil && r.GetStatus().GetCode() == wire.Code_ERRNO && syscall.Errno(r.GetStatus().GetErrno()) == syscall.ENOENT {
+				t.Fatalf("node 5, back after it was replaced, answered %v lookup of %s with ENOENT: stale state served", cons, late)
+			}
+			staleChecks++
 		}
 		sctx, scancel := context.WithTimeout(ctx, time.Second)
 		defer scancel()
 		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
 		return err == nil && !slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == g })
 	})
+	if after := groupAt(int(members[0]) - 1); before == nil || after == nil || after.GetTerm() != before.GetTerm() {
+		t.Fatalf("ministry %d's term moved while the replaced node was back: %v -> %v", g, before, after)
+	}
 	if err := c.Start(3); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +160,7 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 			t.Fatalf("acknowledged %s: %q, %v", p, b, err)
 		}
 	}
-	t.Logf("%d acknowledged creates all present", len(acked))
+	t.Logf("%d acknowledged creates all present; %d reads at the returned node, none stale", len(acked), staleChecks)
 }
 
 func sortedCopy(l []uint64) []uint64 {
