@@ -574,3 +574,37 @@ func checkMapNotModified(ctx context.Context, t *testing.T, c *testcluster.ProcC
 		return
 	}
 }
+
+// TestNewMinistriesSpreadTheirMinisters: on three nodes every ministry has
+// the same members, so the one chosen to lead decides where the work
+// goes: two new ministries get the two nodes that do not lead the root
+// ministry, and their ministers end up there.
+func TestNewMinistriesSpreadTheirMinisters(t *testing.T) {
+	c := startCluster(t)
+	cl := newClient(t, c.Addrs(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	rootLeader := uint64(groupLeader(t, c, 1) + 1)
+	leaders := map[uint64]bool{rootLeader: true}
+	for _, p := range []string{"/a", "/b"} {
+		if _, err := cl.Mkdir(ctx, p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mv, err := cl.Assign(ctx, p, client.AssignOptions{New: true})
+		if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+			t.Fatalf("assign %s: %v %v", p, mv, err)
+		}
+		info, err := cl.ClusterMap(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ministryOf(info, mv.GetTarget()).GetMembers()[0]
+		if leaders[first] {
+			t.Fatalf("ministry %d for %s is to be led by node %d, which already leads one (leaders so far %v)", mv.GetTarget(), p, first, leaders)
+		}
+		leaders[first] = true
+		waitUntil(t, 30*time.Second, fmt.Sprintf("node %d to lead ministry %d", first, mv.GetTarget()), func() bool {
+			return uint64(groupLeader(t, c, mv.GetTarget())+1) == first
+		})
+	}
+}

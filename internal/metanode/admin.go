@@ -198,7 +198,27 @@ func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, err
 		}
 		return a < b
 	})
-	return cands[:defaultMinistryMembers], nil
+	chosen := cands[:defaultMinistryMembers]
+	// The first member is the one that will lead: of the chosen, the one
+	// leading the fewest ministries. By hosting load alone, ties go to
+	// the lowest id, and on three nodes every new ministry would be led
+	// by node 1 (its CPU doing every minister's work).
+	leads := map[uint64]int{}
+	for _, m := range v.ministries {
+		lead, _ := n.host.Leader(ids.GroupID(m.GetGroup()))
+		if lead == 0 && len(m.GetMembers()) > 0 {
+			lead = ids.NodeID(m.GetMembers()[0])
+		}
+		leads[uint64(lead)]++
+	}
+	first := 0
+	for i, id := range chosen {
+		if leads[id] < leads[chosen[first]] {
+			first = i
+		}
+	}
+	chosen[0], chosen[first] = chosen[first], chosen[0]
+	return chosen, nil
 }
 
 // liveNodes says which metadata nodes are alive: from their heartbeats
