@@ -20,35 +20,6 @@ import (
 	"github.com/govfs/govfs/internal/wire"
 )
 
-// routeInos returns the inode a request is routed by (the directory of
-// an entry operation, the inode otherwise) and, for rename and link, the
-// second directory or inode that must live in the same ministry.
-func routeInos(cmd *wire.Command) (route, other ids.Ino) {
-	switch op := cmd.GetOp().(type) {
-	case *wire.Command_Create:
-		return ids.Ino(op.Create.GetParent()), 0
-	case *wire.Command_Link:
-		return ids.Ino(op.Link.GetNewParent()), ids.Ino(op.Link.GetIno())
-	case *wire.Command_Unlink:
-		return ids.Ino(op.Unlink.GetParent()), 0
-	case *wire.Command_Rename:
-		return ids.Ino(op.Rename.GetParent()), ids.Ino(op.Rename.GetNewParent())
-	case *wire.Command_Setattr:
-		return ids.Ino(op.Setattr.GetIno()), 0
-	case *wire.Command_SetXattr:
-		return ids.Ino(op.SetXattr.GetIno()), 0
-	case *wire.Command_RemoveXattr:
-		return ids.Ino(op.RemoveXattr.GetIno()), 0
-	case *wire.Command_SetChunk:
-		return ids.Ino(op.SetChunk.GetIno()), 0
-	case *wire.Command_WriteInline:
-		return ids.Ino(op.WriteInline.GetIno()), 0
-	case *wire.Command_DropInline:
-		return ids.Ino(op.DropInline.GetIno()), 0
-	}
-	return 0, 0
-}
-
 func readRouteIno(req *wire.ReadRequest) ids.Ino {
 	switch op := req.GetOp().(type) {
 	case *wire.ReadRequest_Lookup:
@@ -143,7 +114,7 @@ func (n *Node) routeMutation(g ids.GroupID, cmd *wire.Command, res *wire.Result)
 	default:
 		return nil
 	}
-	route, other := routeInos(cmd)
+	route, other := namespace.RouteInos(cmd)
 	if to := n.elsewhere(g, route); to != 0 {
 		return n.redirectStatus(route, g, to)
 	}

@@ -47,6 +47,14 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A command that failed because its inode is not here (moved away,
+	// or never here) is not remembered: the service redirects the client
+	// to where the inode is, and the same request may come back here
+	// once the inode moves back, when it must apply (and the copy of
+	// the other ministry's answer for it must not find a stale one).
+	if absent, err := routeAbsent(rw, cmd, res); err != nil || absent {
+		return res, err
+	}
 	if err := dedupFinish(rw, req, res); err != nil {
 		return nil, err
 	}
@@ -485,4 +493,52 @@ func removeXattr(t *tx, op *wire.RemoveXattrOp) (*wire.Result, error) {
 	t.del(xattrKey(ino, op.Name))
 	t.touch(in)
 	return attrResult(in), nil
+}
+
+// RouteInos returns the inode a request is routed by (the directory of
+// an entry operation, the inode otherwise) and, for rename and link, the
+// second directory or inode that must live in the same ministry.
+func RouteInos(cmd *wire.Command) (route, other ids.Ino) {
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Create:
+		return ids.Ino(op.Create.GetParent()), 0
+	case *wire.Command_Link:
+		return ids.Ino(op.Link.GetNewParent()), ids.Ino(op.Link.GetIno())
+	case *wire.Command_Unlink:
+		return ids.Ino(op.Unlink.GetParent()), 0
+	case *wire.Command_Rename:
+		return ids.Ino(op.Rename.GetParent()), ids.Ino(op.Rename.GetNewParent())
+	case *wire.Command_Setattr:
+		return ids.Ino(op.Setattr.GetIno()), 0
+	case *wire.Command_SetXattr:
+		return ids.Ino(op.SetXattr.GetIno()), 0
+	case *wire.Command_RemoveXattr:
+		return ids.Ino(op.RemoveXattr.GetIno()), 0
+	case *wire.Command_SetChunk:
+		return ids.Ino(op.SetChunk.GetIno()), 0
+	case *wire.Command_WriteInline:
+		return ids.Ino(op.WriteInline.GetIno()), 0
+	case *wire.Command_DropInline:
+		return ids.Ino(op.DropInline.GetIno()), 0
+	}
+	return 0, 0
+}
+
+// routeAbsent says whether res is an ENOENT or ESTALE and the inode that
+// routes cmd (RouteInos) is not held here.
+func routeAbsent(r engine.Reader, cmd *wire.Command, res *wire.Result) (bool, error) {
+	switch syscall.Errno(res.GetErrno()) {
+	case syscall.ENOENT, syscall.ESTALE:
+	default:
+		return false, nil
+	}
+	route, _ := RouteInos(cmd)
+	if route == 0 {
+		return false, nil
+	}
+	v, err := r.Get(inodeKey(route))
+	if err != nil {
+		return false, fmt.Errorf("namespace: get inode %v: %w", route, err)
+	}
+	return v == nil, nil
 }

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/internal/engine"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -175,5 +176,43 @@ func TestDeterministic(t *testing.T) {
 	}
 	if a, b := run(), run(); a != b {
 		t.Fatalf("states differ:\n%s\n---\n%s", a, b)
+	}
+}
+
+// TestFailureForAnInodeNotHereIsNotRemembered: a request that failed
+// only because its directory is not held here (it moved away) is not
+// remembered: once the directory is back, the same request applies
+// instead of answering the stale ENOENT (found by the nemesis test
+// across moves). A failure with the directory here is remembered.
+func TestFailureForAnInodeNotHereIsNotRemembered(t *testing.T) {
+	v := newEnv(t)
+	d := ids.Ino(v.ok(mkop(root, "d", wire.FileType_DIRECTORY)).Attr.Ino)
+	saved, err := v.rw.Get(inodeKey(d))
+	if err != nil || saved == nil {
+		t.Fatalf("inode record of %v: %v", d, err)
+	}
+	// The directory leaves (as a move's finish deletes it here).
+	if err := v.rw.Delete(inodeKey(d)); err != nil {
+		t.Fatal(err)
+	}
+	if r := v.cmd(mkop(d, "f", wire.FileType_REGULAR), req(9, 1, 1)); syscall.Errno(r.Errno) != syscall.ENOENT {
+		t.Fatalf("create in a directory not here = %v, want ENOENT", r)
+	}
+	if hasResult(t, v.rw, 9, 1) {
+		t.Fatal("the ENOENT of a request whose directory is not here was remembered")
+	}
+	// It comes back (a move back imports it): the same request applies.
+	if err := v.rw.Set(inodeKey(d), saved); err != nil {
+		t.Fatal(err)
+	}
+	if r := v.cmd(mkop(d, "f", wire.FileType_REGULAR), req(9, 1, 1)); r.Errno != 0 {
+		t.Fatalf("the same request once the directory is back = %v, want it applied", r)
+	}
+	// With the directory here, a failure stands and is remembered.
+	if r := v.cmd(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(d), Name: []byte("nope")}}, req(9, 2, 1)); syscall.Errno(r.Errno) != syscall.ENOENT {
+		t.Fatalf("unlink of a missing name = %v", r)
+	}
+	if !hasResult(t, v.rw, 9, 2) {
+		t.Fatal("an ENOENT for a missing name in a directory held here was not remembered")
 	}
 }

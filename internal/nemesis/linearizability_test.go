@@ -433,9 +433,105 @@ func TestLinearizableUnderNemesis(t *testing.T) {
 	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
 	c := testcluster.NewInProc(t, 3)
 	admin := newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
+	dir := mkdirRetry(t, admin, "lin")
+	checkLinearizable(t, seed, c, admin, dir, nil)
+}
+
+// TestLinearizableAcrossMoves is TestLinearizableUnderNemesis while the
+// directory the workload uses is moved back and forth between the root
+// ministry and another one (assign, unassign) under the same faults:
+// the history must still be linearizable, every node must agree on the
+// final state, and at least one move must have completed during the run.
+func TestLinearizableAcrossMoves(t *testing.T) {
+	seed := testSeed(t)
+	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
+	c := testcluster.NewInProc(t, 3)
+	admin := newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
 	ctx := context.Background()
 	dir := mkdirRetry(t, admin, "lin")
+	// A second ministry, made while every node is up (a new one needs
+	// three live nodes); the mover then uses it by id.
+	mkdirRetry(t, admin, "other")
+	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	mv, err := admin.Assign(octx, "/other", client.AssignOptions{New: true})
+	cancel()
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign /other: %v %v", mv, err)
+	}
+	other := mv.GetTarget()
+	var moves []string
+	mover := func(stop <-chan struct{}) {
+		assigned := false
+		for {
+			select {
+			case <-stop:
+				// Home again for the final per-node checks.
+				for assigned {
+					mctx, mcancel := context.WithTimeout(ctx, 60*time.Second)
+					m, err := admin.Unassign(mctx, "/lin")
+					mcancel()
+					switch {
+					case err == nil && m.GetState() == wire.MoveState_MOVE_DONE:
+						assigned = false
+					case err != nil && errors.Is(err, syscall.EINVAL):
+						assigned = false // already home (a move we did not see end)
+					case err != nil:
+						moves = append(moves, fmt.Sprintf("final unassign: %v", err))
+						time.Sleep(200 * time.Millisecond)
+					}
+				}
+				return
+			default:
+			}
+			mctx, mcancel := context.WithTimeout(ctx, 20*time.Second)
+			var m *wire.Move
+			var err error
+			what := "assign"
+			if assigned {
+				what = "unassign"
+				m, err = admin.Unassign(mctx, "/lin")
+			} else {
+				m, err = admin.Assign(mctx, "/lin", client.AssignOptions{Ministry: other})
+			}
+			mcancel()
+			switch {
+			case err == nil:
+				moves = append(moves, fmt.Sprintf("%s: %v %s", what, m.GetState(), m.GetError()))
+				if m.GetState() == wire.MoveState_MOVE_DONE {
+					assigned = !assigned
+				}
+			case errors.Is(err, syscall.EEXIST) && !assigned, errors.Is(err, syscall.EINVAL) && assigned:
+				// The previous request took effect after all.
+				assigned = !assigned
+				moves = append(moves, fmt.Sprintf("%s: already done (%v)", what, err))
+			default:
+				moves = append(moves, fmt.Sprintf("%s: %v", what, err))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	checkLinearizable(t, seed, c, admin, dir, mover)
+	done := 0
+	var notDone []string
+	for _, m := range moves {
+		if strings.Contains(m, "MOVE_DONE") {
+			done++
+		} else if len(notDone) < 8 {
+			notDone = append(notDone, m)
+		}
+	}
+	t.Logf("%d of %d assigns and unassigns of /lin done during the run; others: %s", done, len(moves), strings.Join(notDone, "; "))
+	if done < 2 {
+		t.Fatalf("only %d moves of /lin completed while the workload ran: the test proved nothing about moves", done)
+	}
+}
 
+// checkLinearizable runs the workload on the names of dir under the
+// nemesis (and, when given, background until the workload stops), then
+// checks the history with porcupine and that every node agrees on the
+// final state. dir must be in the root ministry when background returns.
+func checkLinearizable(t *testing.T, seed int64, c *testcluster.InProc, admin *client.Client, dir ids.Ino, background func(stop <-chan struct{})) {
+	ctx := context.Background()
 	t0 := time.Now()
 	now := func() int64 { return int64(time.Since(t0)) }
 	const pending = math.MinInt64 // Return of an unknown mutation, fixed below
@@ -511,9 +607,18 @@ func TestLinearizableUnderNemesis(t *testing.T) {
 	}
 
 	nem := &nemesis{c: c, rng: rand.New(rand.NewSource(seed)), t0: t0}
+	bgStop, bgDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(bgDone)
+		if background != nil {
+			background(bgStop)
+		}
+	}()
 	nem.run(t0.Add(runFor))
 	close(stop)
 	wg.Wait()
+	close(bgStop)
+	<-bgDone
 	for _, l := range nem.log {
 		t.Log("nemesis:", l)
 	}
