@@ -202,3 +202,69 @@ func nodesHosting(ctx context.Context, addrs []string, g uint64) []string {
 	}
 	return out
 }
+
+// TestJoinedOnlyMinistryRestartsWithoutThePresident: a ministry whose
+// three members all joined later (none of them in --peers) is restarted
+// while no president member is up: its members find each other from the
+// addresses their data directories remember, elect a minister, and
+// every acknowledged write is there once the rest of the cluster is back.
+func TestJoinedOnlyMinistryRestartsWithoutThePresident(t *testing.T) {
+	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 6, Tick: 50 * time.Millisecond})
+	cl := newClient(t, c.Addrs(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if _, err := cl.Mkdir(ctx, "/j", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mv, err := cl.Assign(ctx, "/j", client.AssignOptions{New: true, Nodes: []uint64{4, 5, 6}})
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign /j to nodes 4,5,6: %v %v", mv, err)
+	}
+	g := mv.GetTarget()
+	var acked []string
+	for i := range 50 {
+		p := fmt.Sprintf("/j/f%d", i)
+		if err := put(ctx, cl, p, p); err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, p)
+	}
+	for i := range 6 {
+		c.Kill(i)
+	}
+	for i := 3; i < 6; i++ {
+		if err := c.Start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 30*time.Second, fmt.Sprintf("ministry %d to elect a minister among nodes 4-6 with no president member up", g), func() bool {
+		cc, err := rpc.Dial(c.Addrs()[3])
+		if err != nil {
+			return false
+		}
+		defer cc.Close()
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		defer scancel()
+		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
+		if err != nil {
+			return false
+		}
+		for _, gs := range st.GetGroups() {
+			if gs.GetGroup() == g && gs.GetLeader() >= 4 {
+				return true
+			}
+		}
+		return false
+	})
+	for i := range 3 {
+		if err := c.Start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	for _, p := range acked {
+		if b, err := get(ctx, fresh, p); err != nil || b != p {
+			t.Fatalf("acknowledged %s: %q, %v", p, b, err)
+		}
+	}
+}

@@ -25,6 +25,10 @@ type identity struct {
 	// replica and key range were deleted, and they are not started again
 	// unless the map gives them back (then empty, never bootstrapped).
 	Dropped []uint64 `json:"dropped,omitempty"`
+	// Addrs are the metadata nodes' addresses as the map last listed
+	// them: after a restart of every node, those of a ministry made only
+	// of joined nodes find each other before any president member is up.
+	Addrs map[ids.NodeID]string `json:"addrs,omitempty"`
 }
 
 // hostedGroup is a ministry replica the node started, with the voters

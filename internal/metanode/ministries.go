@@ -258,6 +258,9 @@ func (n *Node) syncMap(ctx context.Context, v *mapView) error {
 			cur.SetAddrs(addrs)
 		}
 	}
+	if err := n.rememberAddrs(v); err != nil {
+		return err
+	}
 	var errs []error
 	for _, g := range v.dissolved {
 		if n.host.HasGroup(ids.GroupID(g)) {
@@ -306,6 +309,32 @@ func (n *Node) syncMap(ctx context.Context, v *mapView) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rememberAddrs records the map's node addresses in the identity when
+// they changed (rarely: a join, an address change).
+func (n *Node) rememberAddrs(v *mapView) error {
+	if len(v.members) == 0 {
+		return nil
+	}
+	n.hostMu.Lock()
+	defer n.hostMu.Unlock()
+	same := len(n.ident.Addrs) == len(v.members)
+	for _, m := range v.members {
+		same = same && n.ident.Addrs[ids.NodeID(m.GetId())] == m.GetAddr()
+	}
+	if same {
+		return nil
+	}
+	addrs := map[ids.NodeID]string{}
+	for _, m := range v.members {
+		addrs[ids.NodeID(m.GetId())] = m.GetAddr()
+	}
+	n.ident.Addrs = addrs
+	if err := saveIdentity(n.eng, n.ident); err != nil {
+		return fmt.Errorf("record the metadata nodes' addresses: %w", err)
+	}
+	return nil
 }
 
 // hostMinistry starts this node's replica of ministry g, created with

@@ -155,7 +155,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.gc = newCollector(n, reg)
-	n.transport = rpc.NewRaftTransport(cfg.ID, cfg.Peers, n.ClusterID, n.log)
+	// The address book: the initial members, then every node the map
+	// listed when this node last saw it.
+	book := map[ids.NodeID]string{}
+	for id, a := range stored.Addrs {
+		book[id] = a
+	}
+	for id, a := range cfg.Peers {
+		book[id] = a
+	}
+	n.transport = rpc.NewRaftTransport(cfg.ID, book, n.ClusterID, n.log)
 	hc := multiraft.DefaultConfig()
 	hc.NodeID = cfg.ID
 	hc.Engine = eng
