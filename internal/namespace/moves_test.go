@@ -321,8 +321,20 @@ func TestAbortedMoveLeavesBothSidesAsTheyWere(t *testing.T) {
 	}
 	paged(src, &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{Move: 3, Ino: uint64(p)}})
 	paged(dst, &wire.Command_AbortExport{AbortExport: &wire.AbortExportOp{Move: 3, Ino: uint64(p), DropCopy: true}})
-	if after := dst.dump(); after != before {
+	// As they were, but for the record of the abort itself.
+	tomb := fmt.Sprintf("%x=01\n", abortedKey(3))
+	if after := dst.dump(); strings.Replace(after, tomb, "", 1) != before || !strings.Contains(after, tomb) {
 		t.Fatalf("the target after the abort:\n%s\nbefore:\n%s", after, before)
+	}
+	// A deposed coordinator's late steps are refused and change nothing:
+	// a copy page at the target, a freeze at the source.
+	dst.fails(&wire.Command_ImportSubtree{ImportSubtree: &wire.ImportSubtreeOp{Move: 3, Ino: uint64(p), Kvs: kvs, Source: 1}}, syscall.EINVAL)
+	src.fails(exportOp(3, p, "p"), syscall.EINVAL)
+	if m, _ := Frozen(src.rw, p); m != 0 {
+		t.Fatalf("a late freeze of an aborted move froze the root again (move %d)", m)
+	}
+	if after := dst.dump(); strings.Replace(after, tomb, "", 1) != before {
+		t.Fatalf("a late copy page changed the target:\n%s", after)
 	}
 	if frozen, _ := AnyFrozen(src.rw); frozen {
 		t.Fatal("frozen records left at the source")
