@@ -268,8 +268,10 @@ func movingResult(r engine.Reader, cmd *wire.Command) (*wire.Result, error) {
 		Message: fmt.Sprintf("inode %v is being moved to another ministry (move %d); retry", ino, mv.Move)}, nil
 }
 
-// stepKeys bounds the keys one paged move step deletes or writes.
-const stepKeys = 4096
+// stepKeys bounds the keys one paged move step deletes or writes: each
+// step is one apply in a log the ministry's clients share, so it stays
+// short (4,096 held them up: see freezePage in metanode/moves.go).
+const stepKeys = 256
 
 // frozenValue is the "z" record of a move.
 func frozenValue(move, other uint64) []byte {
