@@ -63,8 +63,20 @@ type LsConfig struct {
 	Cleanup bool
 }
 
+// Testbed says on what cluster a run was measured: a local one started
+// for it (its metadata nodes and their CPU cap, 0 = none), or a running
+// one given with --meta (MetaNodes 0: not known). It goes into each JSON
+// line so that figures from different set-ups are not compared by
+// mistake.
+type Testbed struct {
+	MetaNodes int     `json:"meta_nodes,omitempty"`
+	NodeCPU   float64 `json:"node_cpu,omitempty"`
+	External  bool    `json:"external_cluster,omitempty"`
+}
+
 // LsReport is one (K, order) run of the ls benchmark.
 type LsReport struct {
+	Testbed
 	Ministries  int     `json:"ministries"`
 	Order       string  `json:"order"`
 	Clients     int     `json:"clients"`

@@ -160,6 +160,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // MetaReport is the result of RunMeta.
 type MetaReport struct {
+	Testbed
 	// Phases are the timed phases in run order.
 	Phases []PhaseResult
 	// MeanEntriesPerAppend is the largest mean number of entries per raft
@@ -218,11 +219,13 @@ func (r *MetaReport) JSON() ([]byte, error) {
 		Clients:              r.Clients,
 		FilesPerClient:       r.FilesPerClient,
 		Ministries:           max(r.Ministries, 1),
+		Testbed:              r.Testbed,
 	})
 }
 
 type jsonReport struct {
-	Workload             string        `json:"workload"`
+	Workload string `json:"workload"`
+	Testbed
 	Phases               orderedPhases `json:"phases"`
 	MeanEntriesPerAppend float64       `json:"mean_entries_per_append"`
 	Clients              int           `json:"clients"`

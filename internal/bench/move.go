@@ -50,6 +50,7 @@ const (
 
 // MoveReport is the move benchmark's result.
 type MoveReport struct {
+	Testbed
 	Files   int    `json:"files"`
 	Dirs    int    `json:"dirs"`
 	Clients int    `json:"clients"`

@@ -242,7 +242,16 @@ func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, stdout, stderr,
 	if err != nil {
 		return nil, fmt.Errorf("bench meta: %w", err)
 	}
+	rep.Testbed = testbedOf(external, a.metaNodes, a.nodeCPU)
 	return rep, nil
+}
+
+// testbedOf describes the cluster a bench ran on, for its JSON line.
+func testbedOf(external bool, metaNodes int, nodeCPU float64) bench.Testbed {
+	if external {
+		return bench.Testbed{External: true}
+	}
+	return bench.Testbed{MetaNodes: metaNodes, NodeCPU: nodeCPU}
 }
 
 // startLocalCluster starts cfg (Binary and Dir filled in here) in a
@@ -335,11 +344,13 @@ func benchMove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer stop()
 		addrs = a
 	}
+	external := len(strings.TrimSpace(*meta)) > 0
 	rep, err := bench.RunMove(ctx, bench.MoveConfig{MetaAddrs: addrs, Files: *files, Dirs: *dirs, Clients: *clients, Conns: *conns,
 		Window: *window, OpTimeout: *timeout}, human)
 	if err != nil {
 		return err
 	}
+	rep.Testbed = testbedOf(external, *metaNodes, *nodeCPU)
 	return printJSON(stdout, rep)
 }
 
@@ -630,6 +641,9 @@ func benchLs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		stop()
 		if err != nil {
 			return err
+		}
+		for _, r := range reps {
+			r.Testbed = testbedOf(len(addrs) > 0, *metaNodes, *nodeCPU)
 		}
 		all = append(all, reps)
 	}
