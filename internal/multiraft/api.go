@@ -320,6 +320,12 @@ func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(add func
 		return fmt.Errorf("multiraft: stage snapshot %d of group %v: %w", ps.index, g, err)
 	}
 	ps.stage = stage
+	if r.gone.Load() {
+		// Removed while it streamed (RemoveGroup deleted the key
+		// range before these pages were written).
+		h.dropStaged(stage)
+		return ErrUnknownGroup
+	}
 	var dropped [][]byte
 	r.mu.Lock()
 	if old := r.mu.pendingSnaps[ps.index]; old != nil {
