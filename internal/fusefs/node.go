@@ -305,9 +305,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // are exact: the kernel applies a lookup's attributes whatever their
 // timeout, and a stale size would move its O_APPEND offset back (found by
 // TestKillMountMidWrite: an append overwrote acknowledged records). So
-// only under the child's read lease, or for a directory, whose size
-// nobody appends at. ask: a regular file, whose attributes
-// knownEntryAttr reads. n.dir.mu held.
+// only under the child's read lease. ask: a regular file, whose
+// attributes knownEntryAttr reads. n.dir.mu held.
 func (n *node) knownEntry(name string, e dirEnt, out *fuse.EntryOut) (in *fs.Inode, ask bool) {
 	in = n.GetChild(name)
 	if in == nil {
@@ -328,15 +327,15 @@ func (n *node) knownEntry(name string, e dirEnt, out *fuse.EntryOut) (in *fs.Ino
 		out.SetAttrTimeout(ch.leaseAttrTimeout(l))
 		return in, false
 	}
-	if a.GetType() != wire.FileType_DIRECTORY {
-		// A file with other names: a queued unlink or rename of one of
-		// them changes its link count, which a read past the queue
-		// would not see (tar and rsync -H look at st_nlink).
-		return nil, a.GetType() == wire.FileType_REGULAR && a.GetNlink() <= 1
-	}
-	ch.setAttr(a, &out.Attr)
-	out.SetAttrTimeout(time.Nanosecond) // maybe stale: the kernel asks before a stat
-	return in, false
+	// A directory is asked for too: the names queued in it move its
+	// mtime when they commit, which the attributes held here from an
+	// earlier answer do not show (rsync -a sets a directory's times when
+	// it makes it, fills it, then compares them: it listed ".d..t......"
+	// for directories answered from here; TestDirMtimeAfterQueuedChanges).
+	// A file with other names: a queued unlink or rename of one of them
+	// changes its link count, which a read past the queue would not see
+	// (tar and rsync -H look at st_nlink).
+	return nil, a.GetType() == wire.FileType_REGULAR && a.GetNlink() <= 1
 }
 
 // knownEntryAttr answers a lookup of regular file name, which the
