@@ -1,20 +1,21 @@
 package fusefs_test
 
 import (
-	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/govfs/govfs/client"
 )
 
-// TestDirMtimeAfterQueuedChanges is what rsync -a does to a directory:
-// make it and set its times at once, fill it (names queued under the
-// directory lease), and later look at its times again to decide whether
-// to set them once more. What the mount reports then must be what the
+// TestDirMtimeAfterQueuedChanges is, first, what rsync -a does to a
+// directory: make it and set its times at once, fill it (names queued
+// under the directory lease), and later look at its times again to
+// decide whether to set them once more. What the mount reports then must be what the
 // cluster has: the filling moved mtime on. rsync -a -n -i listed
 // ".d..t......" for directories whose lookup, once the kernel had
 // forgotten the name, was answered from the attributes the mount held
@@ -67,6 +68,20 @@ func TestDirMtimeAfterQueuedChanges(t *testing.T) {
 		}
 		if !st.ModTime().Equal(cluster) {
 			t.Errorf("mount says %s mtime %v, the cluster %v", name, st.ModTime().UTC(), cluster.UTC())
+		}
+	}
+
+	// cp -a and rsync set a file's times right after close(2), while the
+	// kernel releases the descriptor in the background: the times must
+	// hold, and the release must not turn into EBADF.
+	for i := range 200 {
+		f := filepath.Join(top, "t"+strconv.Itoa(i))
+		must(t, os.WriteFile(f, []byte("some data "+f), 0o600))
+		must(t, os.Chtimes(f, old, old))
+		st, err := os.Stat(f)
+		must(t, err)
+		if !st.ModTime().Equal(old) {
+			t.Fatalf("%s: mtime %v after utimens to %v", f, st.ModTime().UTC(), old)
 		}
 	}
 }

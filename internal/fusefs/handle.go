@@ -42,6 +42,9 @@ type handle struct {
 		// while this one fills (nil if none). Every other push waits for
 		// it first, so extents land in the order they were written.
 		bg *bgPush
+		// released: Release closed the File (set under mu, with the
+		// close, so a sync of the node skips it: see syncAll).
+		released bool
 	}
 }
 
@@ -174,9 +177,27 @@ func (n *node) syncAll(ctx context.Context) syscall.Errno {
 	hs := n.handlesLocked()
 	n.mu.Unlock()
 	for _, h := range hs {
-		if err := h.f.Sync(ctx); err != nil {
-			return n.fsys.errno("sync", err)
+		if e := h.sync(ctx); e != 0 {
+			return e
 		}
+	}
+	return 0
+}
+
+// sync records the handle's overwrites (client.File.Sync), unless the
+// kernel released the handle meanwhile: it does that after close(2) has
+// returned, so a utimensat right after close races it (rsync: "failed to
+// set times ... Bad file descriptor", the closed File's EBADF). A release
+// closes the File under mu, and the close's own sync records what is
+// left before this returns.
+func (h *handle) sync(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.mu.released {
+		return 0
+	}
+	if err := h.f.Sync(ctx); err != nil {
+		return h.n.fsys.errno("sync", err)
 	}
 	return 0
 }
@@ -525,7 +546,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if e != 0 {
 		n.fsys.log.Warn("write lost at release", slog.Uint64("ino", uint64(n.ino)), slog.Any("errno", e))
 	}
+	h.mu.Lock()
 	_ = h.f.Close()
+	h.mu.released = true
+	h.mu.Unlock()
 	n.mu.Lock()
 	delete(n.mu.handles, h)
 	last := len(n.mu.handles) == 0
