@@ -340,6 +340,15 @@ func (r *recorder) do(op func() error) {
 	}
 }
 
+// fail records an error of the phase that is not one of its timed
+// operations.
+func (r *recorder) fail(err error) {
+	r.errs++
+	if r.firstErr == nil {
+		r.firstErr = err
+	}
+}
+
 type metaRun struct {
 	cfg     MetaConfig
 	clients []*client.Client
