@@ -45,6 +45,8 @@ type deferredOp struct {
 	what   string
 	done   DeferredDone
 	ticket uint64
+	// creates: the regular file this op creates (0: none), see creating.
+	creates ids.Ino
 }
 
 type deferredQueue struct {
@@ -62,6 +64,9 @@ type deferredQueue struct {
 	lastTicket uint64
 	doneTo     uint64
 	waiters    []flushWaiter
+	// creating maps a regular file whose queued create is not answered
+	// yet to that create's ticket (Client.creating).
+	creating map[ids.Ino]uint64
 	// resvMu orders taking a reserved number and queueing its create
 	// against a new reservation (which replaces the old one: every create
 	// numbered from the old range must be applied first).
@@ -127,8 +132,60 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 		a.Size = uint64(len(spec.Target))
 	}
 	c.learnChild(ino, group, 0)
-	c.enqueue(&deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done})
+	dop := &deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done}
+	if spec.Type == wire.FileType_REGULAR {
+		dop.creates = ino
+	}
+	c.enqueue(dop)
 	return a, nil
+}
+
+// creating says whether regular file ino was made by MakeNodeDeferred
+// and its create is not answered yet. Until it is, no other client can
+// have seen the file: it reaches it only through the directory, whose
+// lease is recalled from this client first, and the recall sends this
+// queue. So changes of the file itself may queue behind its create, in
+// the same batch, instead of waiting for it and costing a commit each
+// (cp -a: the data of a small file, then fchown, fchmod and utimens):
+// SetattrDeferred, and a File's inline writes.
+func (c *Client) creating(ino ids.Ino) bool {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.creating[ino]
+	return ok
+}
+
+// deferFileCmd queues cmd, a change of regular file ino, behind ino's
+// queued create if that is not answered yet (creating); false: it was
+// not queued, send it the usual way.
+func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done DeferredDone) bool {
+	if !c.creating(ino) {
+		return false
+	}
+	c.enqueue(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done})
+	return true
+}
+
+// SetattrDeferred queues op, which must not change the size, behind the
+// queued create of ino (see creating) and returns the time the ministry
+// will stamp it with (ctime, and *_NOW fields). ok false: ino's create is
+// not queued any more; nothing was queued, send op with Setattr.
+func (c *Client) SetattrDeferred(ino ids.Ino, op *wire.SetattrOp, done DeferredDone) (nowNs int64, ok bool) {
+	if op.GetValid()&uint32(wire.SetattrField_SETATTR_SIZE|wire.SetattrField_SETATTR_SIZE_GROW) != 0 || !c.creating(ino) {
+		return 0, false
+	}
+	o := &wire.SetattrOp{Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
+		Uid: op.GetUid(), Gid: op.GetGid(), AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs()}
+	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
+	if !c.deferFileCmd(ino, cmd, "setattr "+inoPath(uint64(ino)), done) {
+		c.finish(cmd.GetReq().GetSeq())
+		return 0, false
+	}
+	return cmd.NowNs, true
 }
 
 // DeferredUnlink queues the removal of name (a non-directory) from
@@ -215,6 +272,12 @@ func (c *Client) enqueue(op *deferredOp) {
 	q.lastTicket++
 	op.ticket = q.lastTicket
 	q.pending = append(q.pending, op)
+	if op.creates != 0 {
+		if q.creating == nil {
+			q.creating = map[ids.Ino]uint64{}
+		}
+		q.creating[op.creates] = op.ticket
+	}
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -296,6 +359,11 @@ func (c *Client) sendDeferred() {
 			q.outstanding.Add(-int64(len(run)))
 			q.mu.Lock()
 			q.doneTo = run[len(run)-1].ticket
+			for _, op := range run {
+				if op.creates != 0 && q.creating[op.creates] == op.ticket {
+					delete(q.creating, op.creates)
+				}
+			}
 			kept := q.waiters[:0]
 			for _, w := range q.waiters {
 				if w.ticket <= q.doneTo {

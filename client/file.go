@@ -68,6 +68,9 @@ type File struct {
 		// open and not used by a read yet; the first read trusts them
 		// (close-to-open) instead of reading an inline file's bytes again.
 		primed bool
+		// queuedErr: an inline write queued behind the file's create
+		// failed (writeInlineQueued); Sync reports it once.
+		queuedErr error
 	}
 }
 
@@ -189,7 +192,12 @@ func (f *File) Sync(ctx context.Context) error {
 	f.mu.Lock()
 	touched, end, refs := f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs
 	f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs = false, 0, nil
+	queuedErr := f.mu.queuedErr
+	f.mu.queuedErr = nil
 	f.mu.Unlock()
+	if queuedErr != nil {
+		return opErr("sync", f.path, fmt.Errorf("%w: a write queued behind the file's create failed: %w", syscall.EIO, queuedErr))
+	}
 	if !touched {
 		return nil
 	}

@@ -61,6 +61,9 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	if limit == 0 || off+int64(len(p)) > limit || f.cachedSize() > limit {
 		return false, nil
 	}
+	if f.writeInlineQueued(p, off, limit) {
+		return true, nil
+	}
 	f.mu.Lock()
 	known := f.mu.chunks != nil
 	f.mu.Unlock()
@@ -100,6 +103,52 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	f.mu.Unlock()
 	f.noteSize(int64(res.GetAttr().GetSize()), true)
 	return true, nil
+}
+
+// writeInlineQueued queues an inline write behind the file's create if
+// that is still queued (Client.creating): then the file is this File's
+// alone, new, with no chunks and no bytes but those this File wrote
+// inline, and the write joins the create's batch instead of waiting for
+// it. A failure is reported by the next Sync (fsync, close). false:
+// nothing queued.
+func (f *File) writeInlineQueued(p []byte, off, limit int64) bool {
+	f.mu.Lock()
+	fresh := len(f.mu.chunks) == 0 && (f.mu.inline || len(f.mu.inlineData) == 0)
+	f.mu.Unlock()
+	if !fresh || !f.c.creating(f.ino) {
+		return false
+	}
+	data := slices.Clone(p) // the caller may reuse p once this returns
+	cmd := f.c.newCommand(func(cmd *wire.Command) {
+		cmd.Op = &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f.ino), Offset: uint64(off),
+			Data: data, MaxInline: uint64(limit)}}
+	})
+	done := func(_ *wire.Result, err error) {
+		if err != nil {
+			f.mu.Lock()
+			if f.mu.queuedErr == nil {
+				f.mu.queuedErr = err
+			}
+			f.mu.Unlock()
+		}
+	}
+	if !f.c.deferFileCmd(f.ino, cmd, "write "+f.path, done) {
+		f.c.finish(cmd.GetReq().GetSeq())
+		return false
+	}
+	f.mu.Lock()
+	if f.mu.chunks == nil {
+		f.mu.chunks = map[uint64]*wire.ChunkRef{}
+	}
+	buf := slices.Clone(f.mu.inlineData)
+	if end := off + int64(len(p)); int64(len(buf)) < end {
+		buf = append(buf, make([]byte, end-int64(len(buf)))...)
+	}
+	copy(buf[off:], p)
+	f.mu.inline, f.mu.inlineData = true, buf
+	f.mu.size = max(f.mu.size, int64(len(buf)))
+	f.mu.Unlock()
+	return true
 }
 
 // knowInline reads the chunk table (and with it whether the file is

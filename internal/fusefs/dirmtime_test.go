@@ -1,9 +1,11 @@
 package fusefs_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +84,80 @@ func TestDirMtimeAfterQueuedChanges(t *testing.T) {
 		must(t, err)
 		if !st.ModTime().Equal(old) {
 			t.Fatalf("%s: mtime %v after utimens to %v", f, st.ModTime().UTC(), old)
+		}
+	}
+}
+
+// TestCopyAttributesOfNewFiles does to new files what cp -a and tar do:
+// write the bytes, then fchown, fchmod and futimens before close. While
+// the file's create is still queued under the directory lease those
+// changes queue behind it (client.SetattrDeferred); what the mount
+// answers at once must be what the cluster has once the directory is
+// fsynced.
+func TestCopyAttributesOfNewFiles(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	mnt := filepath.Join(t.TempDir(), "m")
+	must(t, os.Mkdir(mnt, 0o755))
+	startMount(t, c, mnt)
+	cl := newClient(t, c.Addrs())
+	dir := filepath.Join(mnt, "copy")
+	must(t, os.Mkdir(dir, 0o755))
+
+	type want struct {
+		data         []byte
+		mode         os.FileMode
+		uid, gid     int
+		atime, mtime time.Time
+	}
+	wants := map[string]want{}
+	for i := range 40 {
+		name := "f" + strconv.Itoa(i)
+		w := want{data: []byte(strings.Repeat("x", i*100) + name), mode: os.FileMode(0o600 + i%3*0o40),
+			uid: 1000 + i, gid: 2000 + i, atime: time.Unix(1500000000+int64(i), 7000), mtime: time.Unix(1400000000+int64(i), 123456000)}
+		if i%5 == 0 {
+			w.data = make([]byte, 20000+i) // past the inline limit: through chunks
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		must(t, err)
+		_, err = f.Write(w.data)
+		must(t, err)
+		must(t, f.Chown(w.uid, w.gid))
+		must(t, f.Chmod(w.mode))
+		must(t, unix.Futimes(int(f.Fd()), []unix.Timeval{unix.NsecToTimeval(w.atime.UnixNano()), unix.NsecToTimeval(w.mtime.UnixNano())}))
+		must(t, f.Close())
+		wants[name] = w
+	}
+	check := func(when string, stat func(name string) (os.FileMode, int, int, int64, time.Time, time.Time)) {
+		t.Helper()
+		for name, w := range wants {
+			mode, uid, gid, size, atime, mtime := stat(name)
+			if mode != w.mode || uid != w.uid || gid != w.gid || size != int64(len(w.data)) || !atime.Equal(w.atime) || !mtime.Equal(w.mtime) {
+				t.Errorf("%s: %s is mode %v uid %d gid %d size %d atime %v mtime %v, want %v %d %d %d %v %v",
+					when, name, mode, uid, gid, size, atime, mtime, w.mode, w.uid, w.gid, len(w.data), w.atime, w.mtime)
+			}
+		}
+	}
+	fromMount := func(name string) (os.FileMode, int, int, int64, time.Time, time.Time) {
+		var st unix.Stat_t
+		must(t, unix.Lstat(filepath.Join(dir, name), &st))
+		return os.FileMode(st.Mode & 0o7777), int(st.Uid), int(st.Gid), st.Size,
+			time.Unix(st.Atim.Unix()), time.Unix(st.Mtim.Unix())
+	}
+	check("mount, at once", fromMount)
+	fsyncDir(t, dir)
+	check("mount, after fsync", fromMount)
+	check("cluster", func(name string) (os.FileMode, int, int, int64, time.Time, time.Time) {
+		a, err := cl.Stat(t.Context(), "/copy/"+name, client.Linearizable())
+		must(t, err)
+		return os.FileMode(a.GetMode() & 0o7777), int(a.GetUid()), int(a.GetGid()), int64(a.GetSize()),
+			time.Unix(0, a.GetAtimeNs()), time.Unix(0, a.GetMtimeNs())
+	})
+	for name, w := range wants {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		must(t, err)
+		if !bytes.Equal(got, w.data) {
+			t.Errorf("%s: read back %d bytes, want the %d written", name, len(got), len(w.data))
 		}
 	}
 }

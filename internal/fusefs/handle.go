@@ -520,6 +520,10 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 		return e
 	}
 	h.n.fsys.c.FlushDeferred(bg(ctx))
+	// An inline write queued behind the file's create that failed.
+	if err := h.f.Sync(ctx); err != nil {
+		return h.n.fsys.errno("fsync", err)
+	}
 	// A queued change of the file's directory that failed (its create,
 	// perhaps) is reported here too, until the directory's fsync takes it.
 	if _, p := h.n.Parent(); p != nil {

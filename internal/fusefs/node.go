@@ -673,6 +673,70 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 
 // ---- attributes ----
 
+// setattrQueued queues op behind the file's create while that is still
+// queued under the directory lease (client.SetattrDeferred: cp -a and
+// tar set owner, mode and times of every file they make, each a commit
+// otherwise) and returns the attributes it gives, made here from those
+// held. A failure is reported as the directory's queued changes' are
+// (its fsync, the file's fsync). nil: not queued, ask the ministry.
+func (n *node) setattrQueued(op *wire.SetattrOp) *wire.Attr {
+	n.mu.Lock()
+	cur := n.mu.attr
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	if cur == nil || cur.GetType() != wire.FileType_REGULAR {
+		return nil
+	}
+	var pn *node
+	if _, p := n.Parent(); p != nil {
+		pn, _ = p.Operations().(*node)
+	}
+	if pn == nil {
+		return nil
+	}
+	done := func(_ *wire.Result, err error) {
+		if err != nil {
+			pn.dir.noteFailure(err)
+		}
+	}
+	now, ok := n.fsys.c.SetattrDeferred(n.ino, op, done)
+	if !ok {
+		return nil
+	}
+	// What namespace's setattr makes of it; the version stays, so the
+	// ministry's own answer, when one comes, replaces this one.
+	a := &wire.Attr{Ino: cur.GetIno(), Type: cur.GetType(), Mode: cur.GetMode(), Uid: cur.GetUid(), Gid: cur.GetGid(),
+		Nlink: cur.GetNlink(), Size: cur.GetSize(), AtimeNs: cur.GetAtimeNs(), MtimeNs: cur.GetMtimeNs(),
+		CtimeNs: now, CrtimeNs: cur.GetCrtimeNs(), Version: cur.GetVersion(), Rdev: cur.GetRdev()}
+	has := func(f wire.SetattrField) bool { return op.GetValid()&uint32(f) != 0 }
+	if has(wire.SetattrField_SETATTR_MODE) {
+		a.Mode = op.GetMode() & 0o7777
+	}
+	if has(wire.SetattrField_SETATTR_UID) {
+		a.Uid = op.GetUid()
+	}
+	if has(wire.SetattrField_SETATTR_GID) {
+		a.Gid = op.GetGid()
+	}
+	switch {
+	case has(wire.SetattrField_SETATTR_ATIME_NOW):
+		a.AtimeNs = now
+	case has(wire.SetattrField_SETATTR_ATIME):
+		a.AtimeNs = op.GetAtimeNs()
+	}
+	switch {
+	case has(wire.SetattrField_SETATTR_MTIME_NOW):
+		a.MtimeNs = now
+	case has(wire.SetattrField_SETATTR_MTIME):
+		a.MtimeNs = op.GetMtimeNs()
+	}
+	for _, h := range hs {
+		// Inline writes queued behind the create grew the file.
+		a.Size = max(a.Size, uint64(h.f.Size()))
+	}
+	return a
+}
+
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx = bg(ctx)
 	var a *wire.Attr
@@ -719,7 +783,10 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			return e
 		}
 	}
-	if op.Valid != 0 {
+	if op.Valid != 0 && a == nil {
+		a = n.setattrQueued(op)
+	}
+	if op.Valid != 0 && a == nil {
 		var err error
 		if a, err = n.fsys.c.Setattr(ctx, n.ino, op); err != nil {
 			return n.fsys.errno("setattr", err)
