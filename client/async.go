@@ -45,8 +45,9 @@ type deferredOp struct {
 	what   string
 	done   DeferredDone
 	ticket uint64
-	// creates: the regular file this op creates (0: none), see creating.
-	creates ids.Ino
+	// creates: the regular file this op creates (0: none), see creating;
+	// changes: the file this op changes, queued behind its create.
+	creates, changes ids.Ino
 }
 
 type deferredQueue struct {
@@ -67,6 +68,9 @@ type deferredQueue struct {
 	// creating maps a regular file whose queued create is not answered
 	// yet to that create's ticket (Client.creating).
 	creating map[ids.Ino]uint64
+	// changing counts the unanswered queued changes of each file
+	// (deferFileCmd).
+	changing map[ids.Ino]int
 	// resvMu orders taking a reserved number and queueing its create
 	// against a new reservation (which replaces the old one: every create
 	// numbered from the old range must be applied first).
@@ -166,8 +170,25 @@ func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done 
 	if !c.creating(ino) {
 		return false
 	}
-	c.enqueue(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done})
-	return true
+	// Checked again under the queue's lock, so that once the create is
+	// answered and no change is queued, none can be queued any more
+	// (QueuedFileChanges stays false).
+	return c.enqueueIf(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino},
+		func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
+}
+
+// QueuedFileChanges says whether the create of regular file ino, or a
+// change of it queued behind the create, is not answered yet: a read
+// past the queue (PastDeferred) would not show them.
+func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, creating := q.creating[ino]
+	return creating || q.changing[ino] > 0
 }
 
 // SetattrDeferred queues op, which must not change the size, behind the
@@ -266,9 +287,20 @@ func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.I
 
 // enqueue queues op and makes sure the sender drains the queue.
 func (c *Client) enqueue(op *deferredOp) {
+	c.enqueueIf(op, nil)
+}
+
+// enqueueIf queues op if cond, called under the queue's lock, says so
+// (nil: always), and says whether it did.
+func (c *Client) enqueueIf(op *deferredOp, cond func(q *deferredQueue) bool) bool {
 	q := &c.deferred
 	q.outstanding.Add(1)
 	q.mu.Lock()
+	if cond != nil && !cond(q) {
+		q.mu.Unlock()
+		q.outstanding.Add(-1)
+		return false
+	}
 	q.lastTicket++
 	op.ticket = q.lastTicket
 	q.pending = append(q.pending, op)
@@ -278,12 +310,19 @@ func (c *Client) enqueue(op *deferredOp) {
 		}
 		q.creating[op.creates] = op.ticket
 	}
+	if op.changes != 0 {
+		if q.changing == nil {
+			q.changing = map[ids.Ino]int{}
+		}
+		q.changing[op.changes]++
+	}
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
 	if start {
 		go c.sendDeferred()
 	}
+	return true
 }
 
 // flushDeferred returns when everything queued before the call has been
@@ -362,6 +401,11 @@ func (c *Client) sendDeferred() {
 			for _, op := range run {
 				if op.creates != 0 && q.creating[op.creates] == op.ticket {
 					delete(q.creating, op.creates)
+				}
+				if op.changes != 0 {
+					if q.changing[op.changes]--; q.changing[op.changes] <= 0 {
+						delete(q.changing, op.changes)
+					}
 				}
 			}
 			kept := q.waiters[:0]
