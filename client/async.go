@@ -153,24 +153,28 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 // (cp -a: the data of a small file, then fchown, fchmod and utimens):
 // SetattrDeferred, and a File's inline writes.
 func (c *Client) creating(ino ids.Ino) bool {
+	creating, _ := c.fileQueue(ino)
+	return creating
+}
+
+// fileQueue says whether ino's create is queued and unanswered, and
+// whether changes of it queued behind the create are.
+func (c *Client) fileQueue(ino ids.Ino) (creating, changing bool) {
 	q := &c.deferred
 	if q.outstanding.Load() == 0 {
-		return false
+		return false, false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	_, ok := q.creating[ino]
-	return ok
+	_, creating = q.creating[ino]
+	return creating, q.changing[ino] > 0
 }
 
 // deferFileCmd queues cmd, a change of regular file ino, behind ino's
 // queued create if that is not answered yet (creating); false: it was
 // not queued, send it the usual way.
 func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done DeferredDone) bool {
-	if !c.creating(ino) {
-		return false
-	}
-	// Checked again under the queue's lock, so that once the create is
+	// Checked under the queue's lock, so that once the create is
 	// answered and no change is queued, none can be queued any more
 	// (QueuedFileChanges stays false).
 	return c.enqueueIf(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino},
@@ -181,14 +185,8 @@ func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done 
 // change of it queued behind the create, is not answered yet: a read
 // past the queue (PastDeferred) would not show them.
 func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
-	q := &c.deferred
-	if q.outstanding.Load() == 0 {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, creating := q.creating[ino]
-	return creating || q.changing[ino] > 0
+	creating, changing := c.fileQueue(ino)
+	return creating || changing
 }
 
 // SetattrDeferred queues op, which must not change the size, behind the
@@ -199,9 +197,7 @@ func (c *Client) SetattrDeferred(ino ids.Ino, op *wire.SetattrOp, done DeferredD
 	if op.GetValid()&uint32(wire.SetattrField_SETATTR_SIZE|wire.SetattrField_SETATTR_SIZE_GROW) != 0 || !c.creating(ino) {
 		return 0, false
 	}
-	o := &wire.SetattrOp{Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
-		Uid: op.GetUid(), Gid: op.GetGid(), AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs()}
-	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
+	cmd := c.setattrCmd(ino, op)
 	if !c.deferFileCmd(ino, cmd, "setattr "+inoPath(uint64(ino)), done) {
 		c.finish(cmd.GetReq().GetSeq())
 		return 0, false

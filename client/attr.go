@@ -32,17 +32,21 @@ func (c *Client) Setattr(ctx context.Context, ino ids.Ino, op *wire.SetattrOp) (
 }
 
 func (c *Client) setattr(ctx context.Context, ino ids.Ino, op *wire.SetattrOp) (*wire.Attr, error) {
+	res, err := c.mutate(ctx, ino, c.setattrCmd(ino, op))
+	if err != nil {
+		return nil, err
+	}
+	return res.GetAttr(), nil
+}
+
+// setattrCmd is the command that applies op to ino.
+func (c *Client) setattrCmd(ino ids.Ino, op *wire.SetattrOp) *wire.Command {
 	o := &wire.SetattrOp{
 		Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
 		Uid: op.GetUid(), Gid: op.GetGid(), Size: op.GetSize(),
 		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(), ChunkSize: op.GetChunkSize(), ExpectChunks: op.GetExpectChunks(),
 	}
-	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
-	res, err := c.mutate(ctx, ino, cmd)
-	if err != nil {
-		return nil, err
-	}
-	return res.GetAttr(), nil
+	return c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
 }
 
 // setattrPath resolves path (without following a final symlink) and
