@@ -45,8 +45,9 @@ func NewInProcConfig(t testing.TB, n int, configure func(*metanode.Config)) *InP
 	// can take one first, so try fresh ports a few times.
 	for attempt := 1; ; attempt++ {
 		peers := map[ids.NodeID]string{}
+		var ports portPicker
 		for i := 1; i <= n; i++ {
-			a, err := freePort()
+			a, err := ports.pick()
 			if err != nil {
 				t.Fatal(err)
 			}

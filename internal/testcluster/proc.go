@@ -78,8 +78,6 @@ type exit struct {
 	err  error
 }
 
-func freePort() (string, error) { return FreeAddr() }
-
 // Ports FreeAddr picks from: below Linux's ephemeral range (32768-60999),
 // which every outgoing connection of every test running at the same time
 // draws its source port from. A port picked there and released could be
@@ -89,16 +87,45 @@ const freeLow, freeHigh = 20000, 32000
 
 // FreeAddr returns a 127.0.0.1 address with a port that was free a moment
 // ago, for a server a test is about to start.
-func FreeAddr() (string, error) {
+func FreeAddr() (string, error) { return new(portPicker).pick() }
+
+// portPicker hands out free ports that are also distinct from every port
+// it handed out before. A cluster picks all its ports before any process
+// binds one, so "free a moment ago" alone lets two of its servers draw the
+// same port: with 36 ports from 12,000 that happens in a few percent of
+// cluster starts (seen as a node that never comes up).
+type portPicker struct {
+	taken map[string]bool
+}
+
+// avoid marks addresses already in use by this cluster (a restarted
+// cluster's layout) so no new server is given one of them.
+func (p *portPicker) avoid(addrs ...string) {
+	if p.taken == nil {
+		p.taken = map[string]bool{}
+	}
+	for _, a := range addrs {
+		p.taken[a] = true
+	}
+}
+
+func (p *portPicker) pick() (string, error) {
+	if p.taken == nil {
+		p.taken = map[string]bool{}
+	}
 	start := rand.IntN(freeHigh - freeLow)
 	for i := range freeHigh - freeLow {
 		port := freeLow + (start+i)%(freeHigh-freeLow)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if p.taken[addr] {
+			continue
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
 		}
-		addr := l.Addr().String()
 		l.Close()
+		p.taken[addr] = true
 		return addr, nil
 	}
 	return "", fmt.Errorf("no free port on 127.0.0.1 between %d and %d", freeLow, freeHigh)
@@ -119,11 +146,17 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
 	}
 	c := &ProcCluster{cfg: cfg}
+	var ports portPicker
+	freePort := ports.pick
 	lp := filepath.Join(cfg.Dir, "cluster.json")
 	if b, err := os.ReadFile(lp); err == nil {
 		if err := json.Unmarshal(b, &c.layout); err != nil {
 			return nil, fmt.Errorf("read %s: %w (remove the directory to start afresh)", lp, err)
 		}
+		ports.avoid(c.layout.Addrs...)
+		ports.avoid(c.layout.HTTP...)
+		ports.avoid(c.layout.ChunkAddrs...)
+		ports.avoid(c.layout.ChunkHTTP...)
 		if len(c.layout.Addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%s describes %d nodes, not %d", lp, len(c.layout.Addrs), cfg.Nodes)
 		}
