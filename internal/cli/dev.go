@@ -19,8 +19,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	dir := fs.String("dir", "./govfs-dev", "directory for the nodes' data and logs")
 	mountDir := fs.String("mount", "", "also mount the cluster with FUSE on this directory (see govfs mount)")
 	metaNodes := fs.Int("meta-nodes", 3, "metadata nodes: the first 3 form the cluster, the others join it idle (for ministries: govfs admin assign)")
+	nodeCPU := fs.Float64("node-cpu", 0, "cap each metadata node at this fraction of one core, each in its own cgroup (needs root; the scale-out testbed, so N small nodes can be profiled on one machine; 0: no cap)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dev: unexpected argument %q (dev takes only flags; see govfs dev --help)", fs.Arg(0))
+	}
+	if *nodeCPU < 0 {
+		return fmt.Errorf("dev: --node-cpu %v must not be negative", *nodeCPU)
 	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
@@ -34,7 +41,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("dev: --meta-nodes %d: give 1 to 64", *metaNodes)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: *metaNodes, HTTP: true, Chunks: 3})
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: *metaNodes, HTTP: true, Chunks: 3, NodeCPU: *nodeCPU})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dev: %w (node logs are in %s)", err, abs)
@@ -42,6 +49,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.Stop()
 	meta := strings.Join(c.Addrs(), ",")
 	fmt.Fprintf(stdout, "GovFS dev cluster is up: %d metadata nodes and 3 chunk servers, data and logs in %s\n", *metaNodes, abs)
+	if *nodeCPU > 0 {
+		fmt.Fprintf(stdout, "  each metadata node is capped at %v of a core (its own cgroup)\n", *nodeCPU)
+	}
 	for i, a := range c.Addrs() {
 		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
 	}
