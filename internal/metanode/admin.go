@@ -156,7 +156,8 @@ func (n *Node) remembered(req *wire.RequestID) (*wire.Result, error) {
 
 // chooseMembers picks the voters of a new ministry: the nodes asked for
 // (each must answer), or the defaultMinistryMembers live nodes hosting
-// the fewest ministries. The first is the one that should lead it.
+// the fewest group replicas (president included). The first is the one
+// that should lead it.
 func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, error) {
 	v := n.mapView()
 	if v == nil {
@@ -175,12 +176,7 @@ func (n *Node) chooseMembers(ctx context.Context, asked []uint64) ([]uint64, err
 		}
 		return asked, nil
 	}
-	load := map[uint64]int{}
-	for _, m := range v.ministries {
-		for _, id := range m.GetMembers() {
-			load[id]++
-		}
-	}
+	load := v.replicaLoad()
 	var cands []uint64
 	for _, m := range v.members {
 		if alive[m.GetId()] {

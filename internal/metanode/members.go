@@ -207,7 +207,7 @@ func (n *Node) outOfGroup(ctx context.Context, g ids.GroupID, m *wire.Ministry) 
 
 // replaceDeadMembers runs on the president's leader: a ministry member
 // silent for ReplaceDeadAfter is replaced by the live node hosting the
-// fewest ministries (one member per ministry per decision).
+// fewest group replicas (one member per ministry per decision).
 func (n *Node) replaceDeadMembers(ctx context.Context, v *mapView) error {
 	after := n.cfg.ReplaceDeadAfter
 	if after == 0 {
@@ -228,12 +228,7 @@ func (n *Node) replaceDeadMembers(ctx context.Context, v *mapView) error {
 			dead[nl.GetNodeId()] = true
 		}
 	}
-	hosting := map[uint64]int{}
-	for _, m := range v.ministries {
-		for _, id := range m.GetMembers() {
-			hosting[id]++
-		}
-	}
+	hosting := v.replicaLoad()
 	for _, m := range v.ministries {
 		i := slices.IndexFunc(m.GetMembers(), func(id uint64) bool { return dead[id] })
 		if i < 0 || m.GetGroup() == uint64(ids.PresidentGroup) {

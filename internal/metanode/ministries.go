@@ -37,6 +37,31 @@ type mapView struct {
 	info *wire.ClusterInfoResponse
 }
 
+// replicaLoad counts the Raft group replicas each metadata node hosts:
+// one per ministry it is a member of, and one for the president group,
+// whose members are the formation peers (the root ministry's founders;
+// the president's membership never changes). The president's replica
+// costs CPU like a ministry's (heartbeats, node liveness, the map), so
+// placing by ministries alone put new ministries beside it on the
+// founders as readily as on idle joiners.
+func (v *mapView) replicaLoad() map[uint64]int {
+	load := map[uint64]int{}
+	for _, m := range v.ministries {
+		if m.GetGroup() == uint64(ids.RootMinistry) {
+			for _, id := range clustermap.Founders(m) {
+				load[id]++
+			}
+		}
+		if m.GetGroup() == uint64(ids.PresidentGroup) {
+			continue // counted from the founders above
+		}
+		for _, id := range m.GetMembers() {
+			load[id]++
+		}
+	}
+	return load
+}
+
 // ministryOrNil is ministry on a view that may be nil (not known yet).
 func (v *mapView) ministryOrNil(g ids.GroupID) *wire.Ministry {
 	if v == nil {
