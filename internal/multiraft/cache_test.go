@@ -1,6 +1,8 @@
 package multiraft
 
 import (
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -120,5 +122,113 @@ func TestStateCacheBoundedInBytes(t *testing.T) {
 	}
 	if total == 0 {
 		t.Fatal("nothing cached")
+	}
+}
+
+// countingReader counts scans that reach the store.
+type countingReader struct {
+	engine.Reader
+	scans *int
+}
+
+func (r countingReader) Scan(lower, upper []byte, fn func(k, v []byte) bool) error {
+	*r.scans++
+	return r.Reader.Scan(lower, upper, fn)
+}
+
+// TestEmptyRangeMemoMatchesStore applies random batches of sets, deletes,
+// range deletes and scans, each scan through the apply view (seeing the
+// batch's own writes) and through a reader between batches, and compares
+// every answer with a scan of the store itself. It also checks that the
+// memo is used: a range scanned empty is not scanned in the store again
+// until something is written into it.
+func TestEmptyRangeMemoMatchesStore(t *testing.T) {
+	e, err := engine.Open(t.TempDir(), engine.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	c := newStateCache(1024, 1<<20)
+	prefix := engine.StatePrefix(7)
+	store := engine.Prefixed{RW: engine.ReadOnly{Reader: e}, Prefix: prefix}
+	scans := 0
+	reader := c.Reader(countingReader{Reader: store, scans: &scans})
+	ranges := [][2]string{{"m", "n"}, {"a", "c"}, {"b", "d"}, {"x", "x\x00"}}
+	keys := []string{"a", "a1", "b", "b9", "c", "m", "m\x00", "ma", "x", "x\x00", "z"}
+	list := func(r engine.Reader, rg [2]string) []string {
+		var out []string
+		if err := r.Scan([]byte(rg[0]), []byte(rg[1]), func(k, _ []byte) bool {
+			out = append(out, string(k))
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	memoHits := 0
+	for round := range 3000 {
+		b := e.NewBatch()
+		v := newApplyView(b, prefix, c)
+		batchStore := engine.Prefixed{RW: b, Prefix: prefix}
+		for range 1 + rng.IntN(6) {
+			switch op := rng.IntN(10); {
+			case op < 4:
+				_ = v.Set([]byte(keys[rng.IntN(len(keys))]), []byte("v"))
+			case op < 7:
+				_ = v.Delete([]byte(keys[rng.IntN(len(keys))]))
+			case op < 8 && rng.IntN(20) == 0:
+				rg := ranges[rng.IntN(len(ranges))]
+				_ = v.DeleteRange([]byte(rg[0]), []byte(rg[1]))
+			default:
+				rg := ranges[rng.IntN(len(ranges))]
+				if got, want := list(v, rg), list(batchStore, rg); !slices.Equal(got, want) {
+					t.Fatalf("round %d: apply view scan of %q = %q, the batch holds %q", round, rg, got, want)
+				}
+			}
+		}
+		if err := b.Commit(false); err != nil {
+			t.Fatal(err)
+		}
+		v.committed()
+		b.Close()
+		for _, rg := range ranges {
+			before := scans
+			got := list(reader, rg)
+			if want := list(store, rg); !slices.Equal(got, want) {
+				t.Fatalf("round %d: reader scan of %q = %q, the store holds %q", round, rg, got, want)
+			}
+			if scans == before {
+				memoHits++
+				if len(got) != 0 {
+					t.Fatalf("round %d: %q answered from the memo with keys %q", round, rg, got)
+				}
+			}
+		}
+	}
+	if memoHits == 0 {
+		t.Fatal("no scan was answered from the memo: the test proved nothing")
+	}
+	t.Logf("%d reader scans answered from the memo", memoHits)
+}
+
+// A reader's empty fill that raced an apply writing into the range must
+// not be remembered.
+func TestEmptyFillLosesToConcurrentApply(t *testing.T) {
+	c := newStateCache(64, 1<<20)
+	rg := scanRange{"m", "n"}
+	gen := c.gen.Load() // the reader samples gen, then scans: empty
+	c.gen.Add(1)        // an apply commits a key in the range
+	c.fillEmpty(rg, gen)
+	if c.knownEmpty(rg) {
+		t.Fatal("a raced empty fill was remembered")
+	}
+	c.fillEmpty(rg, c.gen.Load())
+	if !c.knownEmpty(rg) {
+		t.Fatal("an empty fill without a race was not remembered")
+	}
+	c.clear()
+	if c.knownEmpty(rg) {
+		t.Fatal("clear kept the memo")
 	}
 }
