@@ -1,6 +1,10 @@
 package namespace
 
 import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -214,5 +218,102 @@ func TestFailureForAnInodeNotHereIsNotRemembered(t *testing.T) {
 	}
 	if !hasResult(t, v.rw, 9, 2) {
 		t.Fatal("an ENOENT for a missing name in a directory held here was not remembered")
+	}
+}
+
+// countDeletes counts point deletes of keys under a prefix.
+type countDeletes struct {
+	engine.ReadWriter
+	under []byte
+	n     int
+}
+
+func (c *countDeletes) Delete(key []byte) error {
+	if bytes.HasPrefix(key, c.under) {
+		c.n++
+	}
+	return c.ReadWriter.Delete(key)
+}
+
+// A client's seqs are spread over every ministry it talks to: this one
+// sees one in five. Only the answers it holds are deleted when the
+// client's watermark passes them (no tombstones for seqs it never saw),
+// and none it holds below the watermark is left behind.
+func TestDedupSparseSeqsDeleteOnlyHeldAnswers(t *testing.T) {
+	v := newEnv(t)
+	const client = 9
+	c := &countDeletes{ReadWriter: v.rw, under: resultPrefix(client)}
+	v.rw = c
+	for seq := uint64(5); seq <= 1000; seq += 5 {
+		before := c.n
+		v.cmd(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 100000 + seq, End: 100000 + seq + 1}}, req(client, seq, seq-2))
+		if d := c.n - before; d > 1 {
+			t.Fatalf("seq %d: %d deletes of answers, at most one was held below the watermark", seq, d)
+		}
+	}
+	var left []uint64
+	if err := v.rw.Scan(resultPrefix(client), prefixEnd(resultPrefix(client)), func(k, _ []byte) bool {
+		left = append(left, binary.BigEndian.Uint64(k[9:]))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []uint64{1000}) {
+		t.Fatalf("answers left %v, want only the last (1000)", left)
+	}
+
+	// A record from before tracking (16 bytes) still drops every answer
+	// below the watermark, blindly.
+	const old = 10
+	for seq := uint64(1); seq <= 3; seq++ {
+		v.cmd(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 200000 + seq, End: 200000 + seq + 1}}, req(old, seq, 1))
+	}
+	rec, _, err := loadClient(v.rw, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.tracked, rec.held = false, nil
+	if err := v.rw.Set(clientKey(old), rec.encode()[:16]); err != nil {
+		t.Fatal(err)
+	}
+	v.cmd(&wire.Command_GrantInodes{GrantInodes: &wire.GrantInodesOp{Start: 300000, End: 300001}}, req(old, 9, 9))
+	for seq := uint64(1); seq <= 3; seq++ {
+		if hasResult(t, v.rw, old, seq) {
+			t.Fatalf("untracked record left answer %d below the watermark", seq)
+		}
+	}
+	if !hasResult(t, v.rw, old, 9) {
+		t.Fatal("current answer dropped")
+	}
+}
+
+func TestClientRecordEncoding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		rec := clientRecord{lastUse: rng.Uint64(), watermark: rng.Uint64N(1 << 40), tracked: rng.IntN(4) != 0}
+		if rec.tracked {
+			for range rng.IntN(40) {
+				rec.hold(rec.watermark + rng.Uint64N(3000))
+			}
+		}
+		got, err := decodeClient(rec.encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.lastUse != rec.lastUse || got.watermark != rec.watermark || got.tracked != rec.tracked || !slices.Equal(got.held, rec.held) {
+			t.Fatalf("round trip %+v -> %+v", rec, got)
+		}
+	}
+	// Answers further apart than the window stop the tracking.
+	rec := clientRecord{tracked: true}
+	rec.hold(10)
+	rec.hold(10 + maxHeldSpan)
+	if rec.tracked || rec.held != nil {
+		t.Fatalf("span over the bound still tracked: %+v", rec)
+	}
+	for _, bad := range [][]byte{make([]byte, 15), append(make([]byte, 16), 2), append(make([]byte, 16), 1, 0)} {
+		if _, err := decodeClient(bad); err == nil {
+			t.Errorf("corrupt record %x decoded", bad)
+		}
 	}
 }

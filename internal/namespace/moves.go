@@ -623,10 +623,17 @@ func importResult(t *tx, k, v []byte) error {
 	} else if old != nil {
 		return nil
 	}
+	// The record stops tracking which answers it holds (it deletes
+	// blindly from now on): one command imports many answers of a client
+	// and the tx does not read its own writes, so a held list built here
+	// would keep only the last.
 	if !found {
 		use := timeKey(t.now - t.now%idleQuantumNs)
 		t.set(idleKey(use, client), nil)
-		t.set(clientKey(client), binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, use), 0))
+		t.set(clientKey(client), clientRecord{lastUse: use}.encode())
+	} else if rec.tracked {
+		rec.tracked, rec.held = false, nil
+		t.set(clientKey(client), rec.encode())
 	}
 	t.set(bytes.Clone(k), bytes.Clone(v))
 	return nil
