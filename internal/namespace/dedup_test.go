@@ -3,6 +3,7 @@ package namespace
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"syscall"
@@ -314,6 +315,81 @@ func TestClientRecordEncoding(t *testing.T) {
 	for _, bad := range [][]byte{make([]byte, 15), append(make([]byte, 16), 2), append(make([]byte, 16), 1, 0)} {
 		if _, err := decodeClient(bad); err == nil {
 			t.Errorf("corrupt record %x decoded", bad)
+		}
+	}
+}
+
+// TestDedupModel drives dedupBegin/dedupFinish with requests in random
+// order, retries and acknowledgements, for a client whose record tracks
+// its answers and for one that deletes blindly, against a model: a retry
+// of an answered request gets that answer while it is at or above the
+// watermark, anything below the watermark is refused, and a new request
+// is never taken for a retry.
+func TestDedupModel(t *testing.T) {
+	for _, tracked := range []bool{true, false} {
+		v := newEnv(t)
+		const client = 5
+		rng := rand.New(rand.NewPCG(7, uint64(len(fmt.Sprint(tracked)))))
+		answered := map[uint64]bool{}
+		watermark := uint64(0)
+		next := uint64(1)
+		for step := range 5000 {
+			var seq uint64
+			if len(answered) > 0 && rng.IntN(3) == 0 {
+				seq = next - 1 - rng.Uint64N(min(next-1, 40)) // a retry, maybe of a dropped one
+			} else {
+				seq = next + rng.Uint64N(4) // some seqs go to other ministries
+				next = seq + 1
+			}
+			first := watermark
+			if rng.IntN(2) == 0 && seq > watermark {
+				first += rng.Uint64N(seq - watermark + 1)
+			}
+			r := req(client, seq, first)
+			res, done, err := dedupBegin(v.rw, r, v.now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case seq < watermark:
+				if !done || syscall.Errno(res.GetErrno()) != syscall.EINVAL {
+					t.Fatalf("tracked=%v step %d: seq %d below the watermark %d: %v %v", tracked, step, seq, watermark, res, done)
+				}
+				continue
+			case answered[seq]:
+				if !done || res.GetStart() != seq {
+					t.Fatalf("tracked=%v step %d: retry of answered seq %d: %v %v", tracked, step, seq, res, done)
+				}
+				continue
+			case done:
+				t.Fatalf("tracked=%v step %d: new seq %d taken for a retry: %v", tracked, step, seq, res)
+			}
+			if err := dedupFinish(v.rw, r, &wire.Result{Start: seq}); err != nil {
+				t.Fatal(err)
+			}
+			answered[seq] = true
+			if b := min(max(first, watermark), seq); b > watermark {
+				watermark = b
+			}
+			for s := range answered {
+				if s < watermark {
+					delete(answered, s)
+				}
+			}
+			if step == 0 && !tracked {
+				rec, _, err := loadClient(v.rw, client)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec.tracked, rec.held = false, nil
+				if err := storeClient(v.rw, client, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rec, _, err := loadClient(v.rw, client)
+		if err != nil || rec.tracked != tracked {
+			t.Fatalf("record tracked=%v, want %v (%v)", rec.tracked, tracked, err)
 		}
 	}
 }
