@@ -562,8 +562,12 @@ func (h *Host) send(work []*readyWork, leaders bool) {
 		if w.leader != leaders {
 			continue
 		}
-		for _, m := range w.rd.Messages {
+		for i, m := range w.rd.Messages {
 			to := ids.NodeID(m.GetTo())
+			if supersededCommitOnly(w.rd.Messages, i) {
+				h.metrics.commitOnlySkipped.Inc()
+				continue
+			}
 			switch m.GetType() {
 			case pb.MsgSnap:
 				w.r.mu.Lock()
@@ -597,6 +601,26 @@ func (h *Host) send(work []*readyWork, leaders bool) {
 	for _, to := range tos {
 		h.cfg.Transport.Send(to, per[to])
 	}
+}
+
+// supersededCommitOnly says whether msgs[i] is an entry-less MsgApp (a
+// commit index update or a probe) that a later MsgApp of the same Ready
+// to the same follower supersedes: that one carries at least the same
+// commit index and is checked against the follower's log the same way.
+// A leader learning of a commit while new proposals wait emits both in
+// one Ready; sending only the second saves a message and its MsgAppResp
+// (dropping a message is always safe in Raft; this one is redundant).
+func supersededCommitOnly(msgs []*pb.Message, i int) bool {
+	m := msgs[i]
+	if m.GetType() != pb.MsgApp || len(m.GetEntries()) > 0 {
+		return false
+	}
+	for _, later := range msgs[i+1:] {
+		if later.GetType() == pb.MsgApp && later.GetTo() == m.GetTo() && later.GetCommit() >= m.GetCommit() {
+			return true
+		}
+	}
+	return false
 }
 
 // apply applies committed entries of one group in one batch.

@@ -16,6 +16,10 @@ type metrics struct {
 	// to the staging area (each at most about stagePage bytes).
 	snapshotPagesStaged prometheus.Counter
 	snapshotsSent       prometheus.Counter
+	// commitOnlySkipped counts entry-less MsgApps not sent because a
+	// later MsgApp of the same Ready to the same follower carried at
+	// least the same commit index.
+	commitOnlySkipped prometheus.Counter
 
 	mu         sync.Mutex
 	appendMsgs uint64
@@ -43,9 +47,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		snapshotsTaken:      prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_taken_total", Help: "Snapshots taken (log compactions)."}),
 		snapshotPagesStaged: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshot_pages_staged_total", Help: "Pages (about 1 MiB each) of received snapshots written to disk before install."}),
 		snapshotsSent:       prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_snapshots_sent_total", Help: "Snapshots streamed to followers."}),
+		commitOnlySkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_raft_commit_only_appends_skipped_total",
+			Help: "Entry-less MsgApps (commit index updates) not sent because a later MsgApp of the same round to the same follower superseded them."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.appendEntries, m.readyGroups, m.fsync, m.applied, m.snapshotsTaken, m.snapshotsSent, m.snapshotPagesStaged)
+		reg.MustRegister(m.appendEntries, m.readyGroups, m.fsync, m.applied, m.snapshotsTaken, m.snapshotsSent, m.snapshotPagesStaged, m.commitOnlySkipped)
 	}
 	return m
 }
