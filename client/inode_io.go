@@ -115,16 +115,7 @@ func (c *Client) openIno(ctx context.Context, ino ids.Ino, flags int) (*File, *w
 	if err != nil {
 		return nil, nil, err
 	}
-	if attr.GetType() == wire.FileType_REGULAR && !resp.GetChunksOmitted() {
-		m := make(map[uint64]*wire.ChunkRef, len(resp.GetChunks()))
-		for _, ch := range resp.GetChunks() {
-			m[ch.GetIndex()] = ch
-		}
-		f.mu.Lock()
-		f.mu.chunks, f.mu.primed = m, true
-		f.mu.inline, f.mu.inlineData = resp.GetInline(), resp.GetInlineData()
-		f.mu.Unlock()
-	}
+	f.prime(resp)
 	if f.writable && flags&syscall.O_TRUNC != 0 {
 		a, err := c.setattr(ctx, ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0})
 		if err != nil {
@@ -138,6 +129,39 @@ func (c *Client) openIno(ctx context.Context, ino ids.Ino, flags int) (*File, *w
 		f.mu.Unlock()
 	}
 	return f, attr, nil
+}
+
+// prime gives a new File the chunk table (and inline bytes) an open's
+// read answered with, unless it left them out (a large file).
+func (f *File) prime(resp *wire.ReadResponse) {
+	if resp.GetAttr().GetType() != wire.FileType_REGULAR || resp.GetChunksOmitted() {
+		return
+	}
+	m := make(map[uint64]*wire.ChunkRef, len(resp.GetChunks()))
+	for _, ch := range resp.GetChunks() {
+		m[ch.GetIndex()] = ch
+	}
+	f.mu.Lock()
+	f.mu.chunks, f.mu.primed = m, true
+	f.mu.inline, f.mu.inlineData = resp.GetInline(), resp.GetInlineData()
+	f.mu.Unlock()
+}
+
+// FileOfLease returns a File for the file of read lease l from what the
+// minister read for the open at the grant (LeaseOptions.Open), so its
+// first read needs no metadata request either. Without that read (not
+// asked, or not given) it is FileOf(attr); attr must then be set.
+func (c *Client) FileOfLease(l *Lease, attr *wire.Attr, flags int) (*File, error) {
+	opened := l.opened
+	if opened.GetAttr() == nil || (attr != nil && attr.GetVersion() != opened.GetAttr().GetVersion()) {
+		return c.FileOf(attr, flags) // the caller knows newer attributes
+	}
+	f, err := c.fileOf(opened.GetAttr(), flags)
+	if err != nil {
+		return nil, opErr("open", inoPath(uint64(l.ino)), err)
+	}
+	f.prime(opened)
+	return f, nil
 }
 
 // openChunks is how many chunk records an open fetches with the

@@ -97,6 +97,13 @@ type LeaseOptions struct {
 	// them itself and send them later (MakeNodeDeferred, DeferredUnlink,
 	// DeferredRename).
 	Dir bool
+	// Open (a whole-file LeaseRead) asks the minister for what an open
+	// reads, as it is once the lease is granted (Lease.Attr, and
+	// FileOfLease for a File that needs no other read): an open needs one
+	// round trip instead of a lease request and a read. It stays current
+	// while the lease is valid (another client's change revokes it
+	// first).
+	Open bool
 }
 
 // LeaseConflict describes a lease in the way of a refused AcquireLease.
@@ -139,6 +146,10 @@ type Lease struct {
 	lock  bool
 	owner uint64
 	dir   bool
+	// opened: the open's read made after the grant (LeaseOptions.Open:
+	// attributes, chunk records, inline bytes), nil when not asked or not
+	// given.
+	opened *wire.ReadResponse
 
 	mu struct {
 		sync.Mutex
@@ -151,6 +162,12 @@ type Lease struct {
 
 // Ino returns the leased inode.
 func (l *Lease) Ino() ids.Ino { return l.ino }
+
+// Attr returns the file's attributes read by the minister right after it
+// granted the lease (LeaseOptions.Open), nil if it did not give them. They
+// are current while the lease is valid, except for this Client's own
+// changes since.
+func (l *Lease) Attr() *wire.Attr { return l.opened.GetAttr() }
 
 // Mode returns the lease's mode.
 func (l *Lease) Mode() LeaseMode { return l.mode }
@@ -248,7 +265,8 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		epoch, asked := c.leases.ensureLoop(c, group)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
-			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir}, wait)
+			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir,
+			Open: opts.Open && mode == LeaseRead && !opts.Lock && !opts.Dir && off == 0 && length == 0, OpenMaxChunks: openChunks}, wait)
 		asked()
 		var redir *redirectedError
 		if errors.As(err, &redir) {
@@ -261,7 +279,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, done: make(chan struct{})}
+				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), done: make(chan struct{})}
 			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
 			if c.leases.addIfEpoch(l, epoch) {
 				return l, nil

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -368,5 +369,69 @@ func TestLeaseBeingGivenBackIsReclaimed(t *testing.T) {
 	}
 	if released.Load() == 0 {
 		t.Fatal("B was granted before A released")
+	}
+}
+
+// TestReadLeaseForOpenCarriesAttr: a whole-file read lease asked for an
+// open comes with the file's attributes as they are after the grant
+// (another client's change made just before is in them), and only then.
+func TestReadLeaseForOpenCarriesAttr(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ino := leaseFile(t, a, "f")
+	const leaseFileData = "hello, lease"
+	wf, err := b.Open(t.Context(), "/f", syscall.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wf.WriteAt(t.Context(), []byte(leaseFileData), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Chmod(t.Context(), "/f", 0o604); err != nil {
+		t.Fatal(err)
+	}
+	l, err := a.AcquireLease(t.Context(), ino, LeaseRead, 0, 0, LeaseOptions{Open: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := a.Stat(t.Context(), "/f", Linearizable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := l.Attr()
+	if got == nil || got.GetIno() != uint64(ino) || got.GetMode() != want.GetMode() || got.GetVersion() != want.GetVersion() {
+		t.Fatalf("lease attributes %v, the file's %v", got, want)
+	}
+	// A File made from the grant's read reads the file's bytes.
+	f, err := a.FileOfLease(l, got, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	if n, err := f.ReadAt(t.Context(), buf, 0); string(buf[:n]) != leaseFileData || (err != nil && err != io.EOF) {
+		t.Fatalf("read through the lease's File: %q, %v", buf[:n], err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// Not asked: none given; a byte range or a write lease never has them.
+	for _, tc := range []struct {
+		mode     LeaseMode
+		off, len int64
+		opts     LeaseOptions
+	}{{LeaseRead, 0, 0, LeaseOptions{}}, {LeaseRead, 0, 10, LeaseOptions{Open: true}}, {LeaseWrite, 0, 0, LeaseOptions{Open: true}}} {
+		l, err := a.AcquireLease(t.Context(), ino, tc.mode, tc.off, tc.len, tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attr() != nil {
+			t.Errorf("%v [%d,+%d) %+v: attributes given", tc.mode, tc.off, tc.len, tc.opts)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

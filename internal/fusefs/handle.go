@@ -246,13 +246,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	if l != nil && flags&syscall.O_TRUNC == 0 {
 		if a, _ := n.cachedLeaseAttr(); a != nil {
-			if f, err := n.fsys.c.FileOf(a, openFlags(flags)); err == nil {
+			if f, err := n.fsys.c.FileOfLease(l, a, openFlags(flags)); err == nil {
 				var fuseFlags uint32
 				n.mu.Lock()
-				if n.mu.cacheLease == l {
+				// The page cache is good if the lease was held without a
+				// break since it was, or (a lease just granted with the
+				// file's attributes) the file did not change since the
+				// last open, as close-to-open would find.
+				if n.mu.cacheLease == l || n.mu.openVersion == a.GetVersion() {
 					fuseFlags |= fuse.FOPEN_KEEP_CACHE
 				}
-				n.mu.cacheLease = l
+				n.mu.cacheLease, n.mu.openVersion = l, a.GetVersion()
 				n.mu.Unlock()
 				n.setCacheVersion(a.GetVersion())
 				return n.addHandle(f), fuseFlags, 0
@@ -357,6 +361,14 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if dirty {
 		if e := n.flushAll(ctx); e != 0 {
 			return nil, e
+		}
+	}
+	if size, ok := n.leaseSize(); ok && !dirty {
+		if off >= size {
+			return fuse.ReadResultData(nil), 0 // the end, known under the lease
+		}
+		if rest := size - off; int64(len(dest)) > rest {
+			dest = dest[:rest] // the File need not ask whether it grew
 		}
 	}
 	var got int

@@ -84,7 +84,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		n.fsys.leases.remove(n)
 		_ = old.Release(ctx)
 	}
-	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked})
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: true})
 	if err != nil {
 		return nil // EAGAIN (a writer), or the minister is busy: no cache
 	}
@@ -95,7 +95,22 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		return n.readLease(ctx)
 	}
 	n.mu.lease = l
+	// The attributes came with the grant (read after it): current while
+	// the lease is held, so the open that asked needs no getattr. Not
+	// taken over writes of this mount still buffered, nor over a newer
+	// version this mount already knows of (its own change).
+	var changed bool
+	if a := l.Attr(); a != nil && n.dirtyEndLocked() == 0 && (n.mu.attr == nil || a.GetVersion() >= n.mu.attr.GetVersion()) {
+		old := n.mu.attr
+		changed = old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs())
+		n.mu.attr, n.mu.leaseAttr = a, true
+	}
 	n.mu.Unlock()
+	if changed {
+		// Attributes only: the kernel asks again (as Open does after
+		// its getattr).
+		n.NotifyContent(-1, 0)
+	}
 	if ev := n.fsys.leases.add(n); ev != nil {
 		ev.dropLease(ctx)
 	}
@@ -170,4 +185,20 @@ func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
 		return nil, l
 	}
 	return n.mu.attr, l
+}
+
+// leaseSize returns the file's size when the mount knows it is current:
+// read under a valid lease (another client's change would have revoked
+// it first) with no change through this mount since (a write, truncate
+// or allocate clears leaseAttr). A read at or past it is then answered
+// here: a reader's last read(2), which finds the end of the file, cost a
+// linearizable getattr at the ministry (grep -r reads every file to its
+// end: one round trip per file).
+func (n *node) leaseSize() (int64, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.validLeaseLocked() == nil || !n.mu.leaseAttr || n.mu.attr == nil || n.dirtyEndLocked() > 0 {
+		return 0, false
+	}
+	return int64(n.mu.attr.GetSize()), true
 }

@@ -55,6 +55,10 @@ func TestMountReadLease(t *testing.T) {
 	fd2, err := os.Open(filepath.Join(mnt, "leased"))
 	must(t, err)
 	fd2.Close()
+	// At the end, under the lease: answered by the mount (no request).
+	if n, err := fd.ReadAt(buf[:4], size); n != 0 || err == nil {
+		t.Fatalf("read at the end: %d bytes, %v; want 0 and EOF", n, err)
+	}
 	f, err = cl.Open(ctx, "/leased", syscall.O_RDWR, 0)
 	must(t, err)
 	_, err = f.WriteAt(ctx, []byte("tail"), size)
@@ -64,5 +68,10 @@ func TestMountReadLease(t *testing.T) {
 	must(t, err)
 	if st.Size() != size+4 {
 		t.Fatalf("size through the mount %d, want %d", st.Size(), size+4)
+	}
+	// The descriptor that found the end under the lease now reads the
+	// bytes another client added past it (the lease was revoked first).
+	if n, err := fd.ReadAt(buf[:8], size); n != 4 || string(buf[:4]) != "tail" {
+		t.Fatalf("read past the old end after another client grew the file: %d bytes %q, %v", n, buf[:n], err)
 	}
 }

@@ -333,8 +333,12 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 		}
 		if out.Granted {
 			l := out.Lease
-			return &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
-				Off: l.Off, Len: req.GetLen()}}, nil
+			resp := &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
+				Off: l.Off, Len: req.GetLen()}}
+			if req.GetOpen() && r.Mode == lease.Read && !r.Lock && !r.Dir {
+				resp.Opened = ls.openAfterGrant(g, r.Ino, req.GetOpenMaxChunks())
+			}
+			return resp, nil
 		}
 		if !now.Before(end) || ctx.Err() != nil {
 			after := max(time.Millisecond, out.RetryAt.Sub(now))
@@ -350,6 +354,32 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 		}
 		ls.wait(ctx, ch, next)
 	}
+}
+
+// openAfterGrant makes an open's read of ino (attributes, up to
+// maxChunks chunk records, inline bytes) for an open that was just
+// granted a read lease (LeaseRequest.open); nil when it cannot be made
+// here (gone, being moved): the client then reads itself.
+//
+// Why the leader's applied state is current: a change by another client
+// drains the read leases of the inode before it is proposed and ends its
+// drain only once applied here (DoneDraining; one without an answer
+// keeps its intent until it expires), and a drain in progress blocks new
+// read grants; so every such change either finished before this grant,
+// and is in the state read now, or starts after it and revokes this
+// lease first.
+func (ls *leaseService) openAfterGrant(g ids.GroupID, ino ids.Ino, maxChunks uint32) *wire.ReadResponse {
+	var out *wire.ReadResponse
+	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		mv, err := namespace.ReadMoving(r, ino)
+		if err != nil || mv.To != 0 || mv.Copy {
+			return err
+		}
+		out, _ = query(r, &wire.ReadRequest{Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{
+			Ino: uint64(ino), WithAttr: true, MaxChunks: maxChunks}}})
+		return nil
+	})
+	return out
 }
 
 // conflictOf reports a lease in the way of r (F_GETLK), nil if none.
@@ -565,9 +595,13 @@ func drainSetOf(cmd *wire.Command) drainSet {
 // Entry changes elsewhere go on at once. One call waits at most a few
 // seconds (the client's call deadline) and then answers UNAVAILABLE, and
 // the client asks again; the intents left in the table keep new leases
-// out meanwhile. It returns a function to call when the change is done.
+// out meanwhile. It returns a function to call when the change is done:
+// applied says whether it was (the proposal answered). One that was not
+// may still commit later (a timeout), so its intents stay until they
+// expire and no reader is granted (and reads the state before it, with
+// nothing left to revoke its lease) in between.
 // Nothing happens on a non-leader (the proposal is refused anyway).
-func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(), error) {
+func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(applied bool), error) {
 	ds := drainSetOf(cmd)
 	for _, d := range ls.replacedDirs(g, cmd) {
 		if !slices.Contains(ds.dirs, d) {
@@ -576,7 +610,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	}
 	client := ds.client
 	if client == 0 || len(ds.inos)+len(ds.dirs) == 0 {
-		return func() {}, nil
+		return func(bool) {}, nil
 	}
 	clk := ls.n.cfg.Clock
 	start := clk.Now()
@@ -586,7 +620,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	}
 	intent := ls.ttl + ls.ttl/10
 	var drained []ids.Ino
-	done := func() {
+	done := func(applied bool) {
 		if len(drained) == 0 {
 			return
 		}
@@ -594,7 +628,11 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		defer ls.mu.Unlock()
 		if gl := ls.mu.groups[g]; gl != nil && gl.table != nil {
 			for _, ino := range drained {
-				gl.table.DoneDraining(client, ino)
+				if applied {
+					gl.table.DoneDraining(client, ino)
+				} else {
+					gl.table.AbandonDraining(client, ino)
+				}
 			}
 		}
 	}
@@ -620,7 +658,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			ls.mu.Unlock()
 			m, err := ls.dirLeaseMarked(ctx, g, ds.dirs)
 			if err != nil {
-				return func() {}, err
+				return func(bool) {}, err
 			}
 			marked, markedFor = m, fence
 			continue
@@ -668,7 +706,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 				}
 			}
 			ls.mu.Unlock()
-			return func() {}, fmt.Errorf("%w: waiting for other clients to give back their leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, append(ds.inos, ds.dirs...))
+			return func(bool) {}, fmt.Errorf("%w: waiting for other clients to give back their leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, append(ds.inos, ds.dirs...))
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}

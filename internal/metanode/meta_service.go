@@ -237,10 +237,10 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
-	defer drained()
 	// The proposer stamps the time so every replica applies the same one.
 	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
+	drained(err == nil)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}

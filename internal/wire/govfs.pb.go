@@ -6915,7 +6915,15 @@ type LeaseRequest struct {
 	Releasing []uint64 `protobuf:"varint,16,rep,packed,name=releasing,proto3" json:"releasing,omitempty"`
 	// As MutateRequest.epoch; checked for ACQUIRE (keepalives and releases
 	// concern leases already granted, which a move drains first).
-	Epoch         uint64 `protobuf:"varint,17,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,17,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// ACQUIRE of a whole-file read lease: also answer what an open reads
+	// (LeaseResponse.opened: the GetChunks answer with the attributes, up
+	// to open_max_chunks chunk records, inline bytes) as it is once the
+	// lease is granted, so that an open needs one round trip instead of a
+	// lease request and a read. It stays current while the lease is held:
+	// every other client's change to the file drains it first.
+	Open          bool   `protobuf:"varint,18,opt,name=open,proto3" json:"open,omitempty"`
+	OpenMaxChunks uint32 `protobuf:"varint,19,opt,name=open_max_chunks,json=openMaxChunks,proto3" json:"open_max_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7069,6 +7077,20 @@ func (x *LeaseRequest) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *LeaseRequest) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetOpenMaxChunks() uint32 {
+	if x != nil {
+		return x.OpenMaxChunks
+	}
+	return 0
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7199,7 +7221,11 @@ type LeaseResponse struct {
 	// KEEPALIVE: this minister is new and collecting its predecessor's
 	// leases; it does not know the listed ones yet. Send them again at
 	// once, described in LeaseRequest.reclaim.
-	Reclaim       bool `protobuf:"varint,8,opt,name=reclaim,proto3" json:"reclaim,omitempty"`
+	Reclaim bool `protobuf:"varint,8,opt,name=reclaim,proto3" json:"reclaim,omitempty"`
+	// ACQUIRE with LeaseRequest.open, granted: the open's read (attributes,
+	// chunk records, inline bytes) made after the grant; absent when it
+	// could not be made there (the file is gone or being moved).
+	Opened        *ReadResponse `protobuf:"bytes,9,opt,name=opened,proto3" json:"opened,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7288,6 +7314,13 @@ func (x *LeaseResponse) GetReclaim() bool {
 		return x.Reclaim
 	}
 	return false
+}
+
+func (x *LeaseResponse) GetOpened() *ReadResponse {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
 }
 
 type AssignRequest struct {
@@ -8495,7 +8528,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xc9\x03\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x85\x04\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -8515,7 +8548,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03dir\x18\x0e \x01(\bR\x03dir\x120\n" +
 	"\areclaim\x18\x0f \x03(\v2\x16.govfs.wire.LeaseGrantR\areclaim\x12\x1c\n" +
 	"\treleasing\x18\x10 \x03(\x04R\treleasing\x12\x14\n" +
-	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\"\xdc\x01\n" +
+	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04open\x18\x12 \x01(\bR\x04open\x12&\n" +
+	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -8526,7 +8561,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
 	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
-	"\x03dir\x18\t \x01(\bR\x03dir\"\xa0\x02\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\"\xd2\x02\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -8535,7 +8570,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lost\x18\x05 \x03(\x04R\x04lost\x12$\n" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
 	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\x12\x18\n" +
-	"\areclaim\x18\b \x01(\bR\areclaim\"\xa1\x02\n" +
+	"\areclaim\x18\b \x01(\bR\areclaim\x120\n" +
+	"\x06opened\x18\t \x01(\v2\x18.govfs.wire.ReadResponseR\x06opened\"\xa1\x02\n" +
 	"\rAssignRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -8873,44 +8909,45 @@ var file_govfs_proto_depIdxs = []int32{
 	7,   // 99: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
 	84,  // 100: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
 	84,  // 101: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	11,  // 102: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 103: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 104: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 105: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 106: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 107: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	93,  // 108: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 109: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	96,  // 110: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	54,  // 111: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	56,  // 112: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	70,  // 113: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	77,  // 114: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	80,  // 115: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	83,  // 116: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	90,  // 117: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	86,  // 118: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	88,  // 119: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	74,  // 120: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	92,  // 121: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	95,  // 122: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	55,  // 123: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	69,  // 124: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	71,  // 125: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	79,  // 126: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	81,  // 127: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	85,  // 128: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	91,  // 129: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	87,  // 130: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	89,  // 131: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	75,  // 132: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	94,  // 133: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	94,  // 134: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	123, // [123:135] is the sub-list for method output_type
-	111, // [111:123] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	69,  // 102: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	11,  // 103: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 104: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 105: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 106: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 107: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 108: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	93,  // 109: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 110: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	96,  // 111: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	54,  // 112: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	56,  // 113: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	70,  // 114: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	77,  // 115: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	80,  // 116: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	83,  // 117: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	90,  // 118: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	86,  // 119: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	88,  // 120: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	74,  // 121: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	92,  // 122: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	95,  // 123: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	55,  // 124: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	69,  // 125: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	71,  // 126: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	79,  // 127: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	81,  // 128: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	85,  // 129: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	91,  // 130: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	87,  // 131: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	89,  // 132: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	75,  // 133: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	94,  // 134: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	94,  // 135: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	124, // [124:136] is the sub-list for method output_type
+	112, // [112:124] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
