@@ -30,7 +30,8 @@ import (
 //     any apply that committed in between has bumped gen, and an apply
 //     that commits after the fill folds its writes over it.
 //
-// Only present keys are cached. The cache is bounded in entries and in
+// Only present keys are cached as values; absence is remembered only for
+// whole ranges a scan found empty (below). The cache is bounded in entries and in
 // bytes (keys and values): counted in entries only, 65,536 values of
 // 64 KiB of inline data would have held 4 GiB per group.
 type stateCache struct {
