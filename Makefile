@@ -9,7 +9,7 @@ dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
 
 build:
-	$(GO) build -o $(BIN) ./cmd/govfs
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/govfs
 
 # Every test, then the concurrent cores again under the race detector.
 test: fuse3 testtools

@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestVersionAndHelp(t *testing.T) {
+	run := func(args ...string) (string, string, error) {
+		var out, errw bytes.Buffer
+		err := Run(context.Background(), args, &out, &errw)
+		return out.String(), errw.String(), err
+	}
+	if out, _, err := run("--version"); err != nil || !strings.HasPrefix(out, "govfs ") || !strings.Contains(out, "go1.") {
+		t.Errorf("--version: %q %v", out, err)
+	}
+	if out, _, err := run("help", "umount"); err != nil || !strings.Contains(out, "Usage: govfs umount") {
+		t.Errorf("help umount: %q %v", out, err)
+	}
+	if out, _, err := run("help"); err != nil || !strings.Contains(out, "Commands:") || !strings.Contains(out, "bench    benchmarks: meta data mount locks move ls") {
+		t.Errorf("help: %q %v", out, err)
+	}
+	if _, errOut, err := run(); err == nil || !strings.Contains(err.Error(), "no command given") || !strings.Contains(errOut, "Commands:") {
+		t.Errorf("no arguments: %q %v", errOut, err)
+	}
+	if _, _, err := run("help", "nope"); err == nil || !strings.Contains(err.Error(), `unknown command "nope"`) {
+		t.Errorf("help nope: %v", err)
+	}
+	if _, _, err := run("help", "fs", "ls"); err == nil {
+		t.Error("help with two names accepted")
+	}
+}
