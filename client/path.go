@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"path"
 	"strings"
 	"syscall"
@@ -15,18 +16,21 @@ const (
 )
 
 // splitPath validates an absolute path and returns its components after
-// lexical cleaning ("/" gives none). Errors are bare errnos: EINVAL for an
-// empty or relative path or one containing NUL, ENAMETOOLONG for a path
-// over MaxPathLen or a component over MaxNameLen.
+// lexical cleaning ("/" gives none). Errors wrap an errno with what is
+// wrong: EINVAL for an empty or relative path or one containing NUL,
+// ENAMETOOLONG for a path over MaxPathLen or a component over MaxNameLen.
 func splitPath(p string) ([]string, error) {
-	if p == "" || p[0] != '/' {
-		return nil, syscall.EINVAL
+	if p == "" {
+		return nil, fmt.Errorf("%w (an empty path; paths are absolute, from the cluster's root /)", syscall.EINVAL)
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("%w (paths must be absolute: start with /, the cluster's root)", syscall.EINVAL)
 	}
 	if len(p) > MaxPathLen {
-		return nil, syscall.ENAMETOOLONG
+		return nil, fmt.Errorf("%w (the path is %d bytes, at most %d are allowed)", syscall.ENAMETOOLONG, len(p), MaxPathLen)
 	}
 	if strings.IndexByte(p, 0) >= 0 {
-		return nil, syscall.EINVAL
+		return nil, fmt.Errorf("%w (the path contains a NUL byte)", syscall.EINVAL)
 	}
 	clean := path.Clean(p)
 	if clean == "/" {

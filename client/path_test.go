@@ -97,3 +97,11 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 }
+
+// A relative path says what is wrong, not only EINVAL.
+func TestRelativePathSaysWhy(t *testing.T) {
+	_, err := splitPath("data/x")
+	if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "paths must be absolute") {
+		t.Fatalf("relative path: %v", err)
+	}
+}
