@@ -52,7 +52,7 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.DurationVar(&c.NegativeTimeout, "negative-timeout", c.NegativeTimeout, "how long the kernel remembers a missing name (0: not at all)")
 	f.IntVar(&c.WriteBuffer, "write-buffer", c.WriteBuffer, "bytes of writes buffered per open file before they are sent")
 	f.StringVar(&c.CacheDir, "cache-dir", "", "cache file blocks and journal buffered writes on local disk here (committed or reported by the next mount after a crash); one directory per mount")
-	f.Int64Var(&c.CacheSize, "cache-size", 1<<30, "bytes of file blocks the --cache-dir keeps")
+	sizeVar(f, &c.CacheSize, "cache-size", 1<<30, "file blocks the --cache-dir keeps")
 	f.BoolVar(&c.AsyncDirs, "async-dirs", c.AsyncDirs, "answer creates, unlinks and renames in a directory this mount changes often itself, under a directory lease, and send them in batches (fsync the directory to wait for them)")
 	f.IntVar(&c.ReadAhead, "read-ahead", c.ReadAhead, "the kernel's read-ahead for the mount in bytes (needs root; 0: the kernel's 128 KiB)")
 	f.BoolVar(&c.DirectMount, "direct-mount", os.Geteuid() == 0, "mount with mount(2) rather than fusermount3 (needs root)")
