@@ -36,7 +36,7 @@ Commands:
   ln [-s] TARGET LINK            hard link, or symbolic with -s
   readlink PATH...               print symlink targets
   put [--verify] LOCAL REMOTE    copy a local file in (- = stdin)
-  get [--verify] REMOTE LOCAL    copy a file out (- = stdout)
+  get [--verify] REMOTE LOCAL    copy a file out (- = stdout; into LOCAL if it is a directory)
   append [--verify] LOCAL REMOTE append a local file as records of up to
                                  1 MiB (- = stdin); prints the first offset
   cat REMOTE...                  print files

@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -75,30 +78,68 @@ func (r *fsRunner) get(ctx context.Context, remote, local string, verify bool) e
 		}
 		return nil
 	}
+	local, err := getTarget(remote, local)
+	if err != nil {
+		bar.Finish()
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".govfs-*")
 	if err != nil {
 		bar.Finish()
-		return fmt.Errorf("fs get: %w", err)
+		return fmt.Errorf("fs get: cannot write beside %s: %w", local, errors.Unwrap(err))
 	}
 	n, err := r.cl.ReadFile(ctx, remote, io.MultiWriter(tmp, sum, bar.counter()))
 	bar.Finish()
+	var localErr error // a failure on this machine, not of the cluster
 	if err == nil {
-		err = tmp.Sync()
+		localErr = tmp.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	if cerr := tmp.Close(); err == nil && localErr == nil {
+		localErr = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), local)
+	if err == nil && localErr == nil {
+		if rerr := os.Rename(tmp.Name(), local); rerr != nil {
+			localErr = errors.Unwrap(rerr)
+		}
 	}
-	if err != nil {
+	if err != nil || localErr != nil {
 		os.Remove(tmp.Name())
+		if localErr != nil {
+			return fmt.Errorf("fs get: write %s: %w (nothing was left there)", local, localErr)
+		}
 		return r.fail(remote, err)
 	}
 	if verify {
 		fmt.Fprintf(r.out, "%s  %s (%d bytes)\n", hex.EncodeToString(sum.Sum(nil)), local, n)
 	}
 	return nil
+}
+
+// getTarget is where fs get writes remote: into local when it is an
+// existing directory (as cp does), else local itself, whose directory
+// must exist. Checked before anything is downloaded.
+func getTarget(remote, local string) (string, error) {
+	if st, err := os.Stat(local); err == nil && st.IsDir() {
+		name := path.Base(remote)
+		if name == "/" || name == "." {
+			return "", fmt.Errorf("fs get: %s is a directory and %s has no file name to write into it", local, remote)
+		}
+		local = filepath.Join(local, name)
+		if st, err := os.Stat(local); err == nil && st.IsDir() {
+			return "", fmt.Errorf("fs get: %s is a directory; give a file name", local)
+		}
+		return local, nil
+	}
+	if strings.HasSuffix(local, string(filepath.Separator)) {
+		return "", fmt.Errorf("fs get: directory %s does not exist", local)
+	}
+	dir := filepath.Dir(local)
+	if st, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("fs get: directory %s of %s does not exist", dir, local)
+	} else if !st.IsDir() {
+		return "", fmt.Errorf("fs get: %s is not a directory", dir)
+	}
+	return local, nil
 }
 
 // appendFile appends a local file (or stdin for "-") to remote, creating

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -124,6 +125,23 @@ func TestFSDataCommands(t *testing.T) {
 	}
 	if got, err := os.ReadFile(copyPath); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("get: %d bytes, %v", len(got), err)
+	}
+	// Into an existing directory: the file goes inside it, as cp does.
+	into := filepath.Join(dir, "into")
+	if err := os.Mkdir(into, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run("get", "/in.bin", into)
+	if got, err := os.ReadFile(filepath.Join(into, "in.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("get into a directory: %d bytes, %v", len(got), err)
+	}
+	// A missing directory is refused before anything is downloaded, with
+	// the user's path in the message (not a temporary name).
+	var errb bytes.Buffer
+	missing := filepath.Join(dir, "no-such-dir", "x.bin")
+	err = Run(ctx, []string{"fs", "--meta", meta, "get", "/in.bin", missing}, io.Discard, &errb)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "no-such-dir")) || strings.Contains(err.Error(), ".govfs-") {
+		t.Fatalf("get into a missing directory: %v", err)
 	}
 
 	// append creates the file. With 1 MiB chunks records are 256 KiB (a
