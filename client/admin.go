@@ -101,7 +101,7 @@ func (c *Client) forgetOwner(ino ids.Ino) {
 // ministries (with the leaders that node knows), recent moves. Reads go
 // to the president's members first, whose copy is current.
 func (c *Client) ClusterMap(ctx context.Context) (*wire.ClusterInfoResponse, error) {
-	info, err := c.fetchClusterInfo(ctx, &c.retry)
+	info, err := c.fetchClusterInfo(ctx, &c.retry, false)
 	if err != nil {
 		return nil, opErr("cluster map", "", err)
 	}
@@ -123,7 +123,7 @@ func (c *Client) refreshMap(ctx context.Context, g ids.GroupID) {
 	c.mu.Unlock()
 	r := c.retry
 	r.budget = c.cfg.CallTimeout
-	if info, err := c.fetchClusterInfo(ctx, &r); err == nil {
+	if info, err := c.fetchClusterInfo(ctx, &r, false); err == nil {
 		c.applyClusterInfo(info)
 	}
 }
@@ -143,7 +143,7 @@ func (c *Client) refreshStaleMap(ctx context.Context) {
 	}
 	r := c.retry
 	r.budget = c.cfg.CallTimeout
-	if info, err := c.fetchClusterInfo(ctx, &r); err == nil {
+	if info, err := c.fetchClusterInfo(ctx, &r, false); err == nil {
 		c.applyClusterInfo(info)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -129,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	// addresses are wrong, and a person at a shell should hear so soon.
 	connect := c.retry
 	connect.budget = cfg.ConnectTimeout
-	info, err := c.fetchClusterInfo(ctx, &connect)
+	info, err := c.fetchClusterInfo(ctx, &connect, true)
 	if err != nil {
 		c.Close()
 		return nil, &Error{Op: "connect", Path: strings.Join(cfg.MetaAddrs, ","), Err: err}
@@ -232,14 +233,24 @@ func (c *Client) conn(addr string) (wire.MetaClient, error) {
 }
 
 // fetchClusterInfo asks the known addresses in turn until one answers
-// with an initialized cluster.
-func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier) (*wire.ClusterInfoResponse, error) {
+// with an initialized cluster. With refusedFinal (the first connect only), when every address
+// refuses connections for allRefusedFor, it gives up then. Later calls keep trying
+// for their whole budget: a cluster restarting refuses for a while.
+func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier, refusedFinal bool) (*wire.ClusterInfoResponse, error) {
 	var info *wire.ClusterInfoResponse
 	next := 0
+	// refused: the addresses whose last attempt was refused outright
+	// (nothing listens there). When all are, for allRefusedFor, the
+	// answer is final at once rather than after the whole budget: a
+	// wrong address or a stopped cluster, which a person at a shell
+	// should hear about in a second, not ten.
+	refused := map[string]bool{}
+	start := c.cfg.Clock.Now()
 	err := r.do(ctx, func(ctx context.Context) (bool, error) {
 		c.mu.Lock()
-		addr := c.mu.addrs[next%len(c.mu.addrs)]
+		addrs := slices.Clone(c.mu.addrs)
 		c.mu.Unlock()
+		addr := addrs[next%len(addrs)]
 		next++
 		cl, err := c.conn(addr)
 		if err != nil {
@@ -249,8 +260,19 @@ func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier) (*wire.Cluste
 		resp, err := cl.ClusterInfo(cctx, &wire.ClusterInfoRequest{})
 		cancel()
 		if err != nil {
-			return c.rpcFailed(ctx, addr, err)
+			retry, ferr := c.rpcFailed(ctx, addr, err)
+			if strings.Contains(err.Error(), "connection refused") {
+				refused[addr] = true
+			} else {
+				delete(refused, addr)
+			}
+			if refusedFinal && retry && len(refused) == len(addrs) && c.cfg.Clock.Now().Sub(start) >= allRefusedFor {
+				return false, fmt.Errorf("%w: every metadata address refused the connection for %v (%s): nothing listens there; is the cluster running, and are the addresses (--meta, GOVFS_META) right?",
+					syscall.ECONNREFUSED, allRefusedFor, strings.Join(addrs, ", "))
+			}
+			return retry, ferr
 		}
+		delete(refused, addr)
 		switch st := resp.GetStatus(); st.GetCode() {
 		case wire.Code_OK:
 		case wire.Code_UNAVAILABLE, wire.Code_NOT_LEADER, wire.Code_UNKNOWN_GROUP:
@@ -266,6 +288,10 @@ func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier) (*wire.Cluste
 	})
 	return info, err
 }
+
+// allRefusedFor is how long every address must refuse connections before
+// New gives up (nodes restarting refuse for a moment).
+const allRefusedFor = time.Second
 
 // applyClusterInfo installs the member list and group memberships.
 func (c *Client) applyClusterInfo(info *wire.ClusterInfoResponse) {

@@ -25,6 +25,9 @@ type Config struct {
 	// OpTimeout is the overall budget of one operation, retries included.
 	OpTimeout time.Duration
 	// ConnectTimeout bounds how long New tries to reach any listed node.
+	// When every listed address refuses connections (nothing listens:
+	// a wrong address, a stopped cluster) New gives up after a second
+	// with ECONNREFUSED instead.
 	ConnectTimeout time.Duration
 	// Cred is sent with mutations and becomes the owner of new inodes.
 	Cred *wire.Cred

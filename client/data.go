@@ -30,7 +30,7 @@ var ErrNoReplicaGroups = errors.New("govfs: the cluster has no replica groups ye
 func (c *Client) refreshDataPlane(ctx context.Context) error {
 	r := c.retry
 	r.budget = c.cfg.ConnectTimeout
-	info, err := c.fetchClusterInfo(ctx, &r)
+	info, err := c.fetchClusterInfo(ctx, &r, false)
 	if err != nil {
 		return err
 	}

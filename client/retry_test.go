@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -149,5 +151,23 @@ func TestRetryContextDeadline(t *testing.T) {
 	err := r.do(ctx, func(context.Context) (bool, error) { t.Fatal("attempt after deadline"); return false, nil })
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("do = %v, want DeadlineExceeded and ETIMEDOUT", err)
+	}
+}
+
+// New against addresses where nothing listens answers ECONNREFUSED (not a
+// timeout after the whole connect budget), naming the addresses.
+func TestConnectAllRefused(t *testing.T) {
+	var addrs []string
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	_, err := New(t.Context(), Config{MetaAddrs: addrs, ConnectTimeout: 30 * time.Second})
+	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), addrs[1]) {
+		t.Fatalf("connect to closed ports: %v", err)
 	}
 }
