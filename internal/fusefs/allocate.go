@@ -121,5 +121,6 @@ func (n *node) resetFiles(a *wire.Attr, skip *handle) {
 func (n *node) forgetAttr() {
 	n.mu.Lock()
 	n.mu.leaseAttr = false
+	n.mu.localChanges++
 	n.mu.Unlock()
 }

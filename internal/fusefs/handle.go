@@ -263,6 +263,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			}
 		}
 	}
+	n.mu.Lock()
+	changes := n.mu.localChanges
+	n.mu.Unlock()
 	f, a, e := n.openTrunc(ctx, flags)
 	if e != 0 {
 		return nil, 0, e
@@ -275,7 +278,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.attr, n.mu.openVersion = a, a.GetVersion()
 	if l != nil && n.mu.lease == l {
-		n.mu.cacheLease, n.mu.leaseAttr = l, true
+		n.mu.cacheLease = l
+		// Current under the lease only if no change of this mount (a
+		// write of another descriptor) landed while they were read.
+		n.mu.leaseAttr = n.mu.localChanges == changes && n.dirtyEndLocked() == 0
 	}
 	n.mu.Unlock()
 	if flags&syscall.O_TRUNC != 0 {

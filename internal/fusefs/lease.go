@@ -72,6 +72,8 @@ func (n *node) validLeaseLocked() *client.Lease {
 // readLease returns a valid read lease on the file, asking for one (a
 // try) when there is none. nil: none, close-to-open then.
 func (n *node) readLease(ctx context.Context) *client.Lease {
+	// Asked outside n.mu: the client's queue has its own lock.
+	queued := n.fsys.c.QueuedFileChanges(n.ino)
 	n.mu.Lock()
 	if l := n.validLeaseLocked(); l != nil {
 		n.mu.Unlock()
@@ -79,15 +81,23 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 	}
 	old := n.mu.lease
 	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	// The grant's read can stand for the file only if this mount has
+	// nothing of its own in flight: no open descriptor (a write of one
+	// may land while the request is out), nothing queued behind the
+	// file's create (the minister has not seen it), and no change made
+	// here meanwhile (checked again when the answer comes).
+	adopt := len(n.mu.handles) == 0 && !queued
+	changes := n.mu.localChanges
 	n.mu.Unlock()
 	if old != nil {
 		n.fsys.leases.remove(n)
 		_ = old.Release(ctx)
 	}
-	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: true})
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt})
 	if err != nil {
 		return nil // EAGAIN (a writer), or the minister is busy: no cache
 	}
+	queued = n.fsys.c.QueuedFileChanges(n.ino)
 	n.mu.Lock()
 	if n.mu.lease != nil { // a concurrent open got one first
 		n.mu.Unlock()
@@ -100,7 +110,8 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 	// taken over writes of this mount still buffered, nor over a newer
 	// version this mount already knows of (its own change).
 	var changed bool
-	if a := l.Attr(); a != nil && n.dirtyEndLocked() == 0 && (n.mu.attr == nil || a.GetVersion() >= n.mu.attr.GetVersion()) {
+	if a := l.Attr(); a != nil && adopt && len(n.mu.handles) == 0 && n.mu.localChanges == changes && !queued &&
+		(n.mu.attr == nil || a.GetVersion() >= n.mu.attr.GetVersion()) {
 		old := n.mu.attr
 		changed = old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs())
 		n.mu.attr, n.mu.leaseAttr = a, true
@@ -163,6 +174,7 @@ func (n *node) leaseRevoked(l *client.Lease, _ bool) {
 func (n *node) noteWrite() {
 	n.mu.Lock()
 	n.mu.leaseAttr = false
+	n.mu.localChanges++
 	n.mu.Unlock()
 }
 
@@ -187,7 +199,8 @@ func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
 	return n.mu.attr, l
 }
 
-// leaseSize returns the file's size when the mount knows it is current:
+// leaseSize returns the file's size when the mount knows it is current
+// (and nothing of this mount's is queued behind the file's create):
 // read under a valid lease (another client's change would have revoked
 // it first) with no change through this mount since (a write, truncate
 // or allocate clears leaseAttr). A read at or past it is then answered
@@ -195,6 +208,9 @@ func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
 // linearizable getattr at the ministry (grep -r reads every file to its
 // end: one round trip per file).
 func (n *node) leaseSize() (int64, bool) {
+	if n.fsys.c.QueuedFileChanges(n.ino) {
+		return 0, false
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.validLeaseLocked() == nil || !n.mu.leaseAttr || n.mu.attr == nil || n.dirtyEndLocked() > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 )
@@ -73,5 +74,43 @@ func TestMountReadLease(t *testing.T) {
 	// bytes another client added past it (the lease was revoked first).
 	if n, err := fd.ReadAt(buf[:8], size); n != 4 || string(buf[:4]) != "tail" {
 		t.Fatalf("read past the old end after another client grew the file: %d bytes %q, %v", n, buf[:n], err)
+	}
+}
+
+// TestReadBackNewSmallFiles: a new small file's bytes wait behind its
+// create under the directory lease (nothing reached the minister yet)
+// when it is opened again for reading at once: the read lease's grant
+// must not stand for the file then (it would say empty), nor the end of
+// file be answered from it. Also while another descriptor still holds
+// the file open for writing and appends to it.
+func TestReadBackNewSmallFiles(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	mnt := mountProc(t, c)
+	dir := filepath.Join(mnt, "new")
+	must(t, os.Mkdir(dir, 0o755))
+	for i := range 40 {
+		p := filepath.Join(dir, "f"+strconv.Itoa(i))
+		want := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*37)
+		must(t, os.WriteFile(p, want, 0o644))
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s read back right after it was written: %d bytes, %v; want %d", p, len(got), err, len(want))
+		}
+	}
+	// A writer keeps the file open and grows it; each reader opens it
+	// afresh and must see every byte written before its open.
+	p := filepath.Join(dir, "grown")
+	w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(t, err)
+	defer w.Close()
+	var want []byte
+	for i := range 20 {
+		chunk := bytes.Repeat([]byte{byte('A' + i)}, 100)
+		_, err := w.Write(chunk)
+		must(t, err)
+		want = append(want, chunk...)
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("reader after %d appends of an open writer: %d bytes, %v; want %d", i+1, len(got), err, len(want))
+		}
 	}
 }

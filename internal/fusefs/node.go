@@ -76,6 +76,11 @@ type node struct {
 		// lease and nothing on this mount wrote since.
 		lease, cacheLease *client.Lease
 		leaseAttr         bool
+		// localChanges counts this mount's changes to the file (writes,
+		// size and attribute changes, allocations): attributes read
+		// while it moved may miss one, so they are not taken as current
+		// under the lease.
+		localChanges uint64
 		// cacheVersion is the inode version the disk cache's blocks may
 		// be used for (that of the last open); 0 once this mount changed
 		// the file or lost its read lease, until the next open.
@@ -195,6 +200,7 @@ func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
 		// Not the attributes read under the lease: getattr must not
 		// serve them from the lease cache.
 		n.mu.leaseAttr = false
+		n.mu.localChanges++
 	}
 	n.mu.attr = a
 	end := n.dirtyEndLocked()
