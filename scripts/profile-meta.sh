@@ -7,7 +7,8 @@
 # 14 s into the create phase, and divides the CPU time by the entries each
 # node applied in those 8 s (govfs_raft_entries_applied_total). Throughput
 # on a shared 2-core machine swings by 15 % between identical runs; CPU
-# per command does not, so this is the figure to compare binaries with.
+# per command tells where the time goes, but varies between runs too, so
+# compare binaries in alternating runs on a quiet machine.
 # Profiles are left in OUT-<port>.prof, merged in OUT.merged.pb.gz.
 set -euo pipefail
 BIN=${1:-bin/govfs}

@@ -478,6 +478,28 @@ func rawLookupRetry(ctx context.Context, pool *rpc.Pool, addr string, g ids.Grou
 	}
 }
 
+// nemesisCluster starts the in-process cluster of the nemesis tests and
+// an admin client, with the run's seed (logged, to repeat a run).
+func nemesisCluster(t *testing.T) (int64, *testcluster.InProc, *client.Client) {
+	seed := testSeed(t)
+	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
+	c := testcluster.NewInProc(t, 3)
+	return seed, c, newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
+}
+
+// assignNew gives the subtree at path to a new ministry (while every
+// node is up: a new one needs three live nodes) and returns its group.
+func assignNew(t *testing.T, admin *client.Client, path string) ids.GroupID {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	mv, err := admin.Assign(ctx, path, client.AssignOptions{New: true})
+	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
+		t.Fatalf("assign %s: %v %v", path, mv, err)
+	}
+	return ids.GroupID(mv.GetTarget())
+}
+
 // TestLinearizableUnderNemesis runs five clients doing creates, unlinks,
 // renames and linearizable lookups of three names in one directory while
 // the leader of the root ministry is crashed and partitioned away,
@@ -488,10 +510,7 @@ func rawLookupRetry(ctx context.Context, pool *rpc.Pool, addr string, g ids.Grou
 // final state with linearizable reads, and that state is part of the
 // checked history.
 func TestLinearizableUnderNemesis(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
-	c := testcluster.NewInProc(t, 3)
-	admin := newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
+	seed, c, admin := nemesisCluster(t)
 	dir := mkdirRetry(t, admin, "lin")
 	checkLinearizable(t, seed, c, admin, []linDir{{dir, ids.RootMinistry}}, nil)
 }
@@ -503,19 +522,10 @@ func TestLinearizableUnderNemesis(t *testing.T) {
 // directory's history must be linearizable and every node must agree on
 // both final states.
 func TestLinearizableAcrossMinistries(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
-	c := testcluster.NewInProc(t, 3)
-	admin := newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
+	seed, c, admin := nemesisCluster(t)
 	near := mkdirRetry(t, admin, "near")
 	far := mkdirRetry(t, admin, "far")
-	actx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	mv, err := admin.Assign(actx, "/far", client.AssignOptions{New: true})
-	cancel()
-	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
-		t.Fatalf("assign /far: %v %v", mv, err)
-	}
-	checkLinearizable(t, seed, c, admin, []linDir{{near, ids.RootMinistry}, {far, ids.GroupID(mv.GetTarget())}}, nil)
+	checkLinearizable(t, seed, c, admin, []linDir{{near, ids.RootMinistry}, {far, assignNew(t, admin, "/far")}}, nil)
 }
 
 // TestLinearizableAcrossMoves is TestLinearizableUnderNemesis while the
@@ -524,22 +534,13 @@ func TestLinearizableAcrossMinistries(t *testing.T) {
 // the history must still be linearizable, every node must agree on the
 // final state, and at least one move must have completed during the run.
 func TestLinearizableAcrossMoves(t *testing.T) {
-	seed := testSeed(t)
-	t.Logf("seed %d (set GOVFS_NEMESIS_SEED to repeat the choices)", seed)
-	c := testcluster.NewInProc(t, 3)
-	admin := newClient(t, c.Addrs(), seed, 20*time.Second, time.Second)
+	seed, c, admin := nemesisCluster(t)
 	ctx := context.Background()
 	dir := mkdirRetry(t, admin, "lin")
 	// A second ministry, made while every node is up (a new one needs
 	// three live nodes); the mover then uses it by id.
 	mkdirRetry(t, admin, "other")
-	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	mv, err := admin.Assign(octx, "/other", client.AssignOptions{New: true})
-	cancel()
-	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE {
-		t.Fatalf("assign /other: %v %v", mv, err)
-	}
-	other := mv.GetTarget()
+	other := uint64(assignNew(t, admin, "/other"))
 	var moves []string
 	mover := func(stop <-chan struct{}) {
 		assigned := false
