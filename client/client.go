@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	crand "crypto/rand"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,13 +16,18 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
+
+// certWatchInterval is how often a client looks for a renewed certificate.
+const certWatchInterval = 5 * time.Second
 
 // maxMsgSize bounds gRPC messages both ways.
 const maxMsgSize = 16 << 20
@@ -95,6 +101,10 @@ type Client struct {
 	deferred deferredQueue
 	// routeStats counts calls and redirects (call.go).
 	routeStats routeCounters
+	// tls is the connections' TLS (nil: plaintext); stopWatch ends its
+	// certificate watcher.
+	tls       *tls.Config
+	stopWatch func()
 }
 
 // New connects to the cluster reachable at cfg.MetaAddrs: it asks some
@@ -111,6 +121,19 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: choose client id: %w", err)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, clientID: id}
+	if cfg.TLSDir != "" {
+		store, err := certs.Load(cfg.TLSDir, nil)
+		if err != nil {
+			return nil, &Error{Op: "connect", Path: cfg.TLSDir, Err: fmt.Errorf("client certificate: %w", err)}
+		}
+		c.tls = store.ClientConfig()
+		c.data.TLS = c.tls
+		wctx, cancel := context.WithCancel(context.Background())
+		c.stopWatch = cancel
+		go store.Watch(wctx, certWatchInterval, func(err error) {
+			c.log.Warn("client certificate changed but could not be loaded; keeping the old one", "err", err)
+		})
+	}
 	c.mu.rand = cfg.Rand
 	c.mu.addrs = dedup(cfg.MetaAddrs)
 	c.mu.groupAddrs = map[ids.GroupID][]string{}
@@ -177,6 +200,9 @@ func (c *Client) Close() error {
 	defer c.mu.Unlock()
 	c.mu.closed = true
 	c.data.Close()
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
 	var errs []error
 	for addr, cc := range c.mu.conns {
 		if err := cc.Close(); err != nil {
@@ -220,8 +246,12 @@ func (c *Client) conn(addr string) (wire.MetaClient, error) {
 	if cc, ok := c.mu.conns[addr]; ok {
 		return wire.NewMetaClient(cc), nil
 	}
+	creds := insecure.NewCredentials()
+	if c.tls != nil {
+		creds = credentials.NewTLS(c.tls)
+	}
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxMsgSize),
 			grpc.MaxCallSendMsgSize(maxMsgSize)))
@@ -245,6 +275,10 @@ func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier, refusedFinal 
 	// wrong address or a stopped cluster, which a person at a shell
 	// should hear about in a second, not ten.
 	refused := map[string]bool{}
+	// mismatched: addresses whose handshake failed for a reason that
+	// will not pass by retrying (plaintext against TLS, another
+	// cluster's CA, an expired certificate), with the explanation.
+	mismatched := map[string]string{}
 	start := c.cfg.Clock.Now()
 	err := r.do(ctx, func(ctx context.Context) (bool, error) {
 		c.mu.Lock()
@@ -265,6 +299,14 @@ func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier, refusedFinal 
 				refused[addr] = true
 			} else {
 				delete(refused, addr)
+			}
+			if why := securityMismatch(err, c.tls != nil); why != "" {
+				mismatched[addr] = why
+			} else {
+				delete(mismatched, addr)
+			}
+			if refusedFinal && len(mismatched) == len(addrs) {
+				return false, fmt.Errorf("%w: %s (%s: %v)", syscall.EACCES, mismatched[addr], addr, err)
 			}
 			if refusedFinal && retry && len(refused) == len(addrs) && c.cfg.Clock.Now().Sub(start) >= allRefusedFor {
 				return false, fmt.Errorf("%w: every metadata address refused the connection for %v (%s): nothing listens there; is the cluster running, and are the addresses (--meta, GOVFS_META) right?",
@@ -287,6 +329,21 @@ func (c *Client) fetchClusterInfo(ctx context.Context, r *retrier, refusedFinal 
 		return false, nil
 	})
 	return info, err
+}
+
+// securityMismatch explains a failed connection that retrying will not
+// mend: the two sides disagree on TLS, or a certificate is not accepted.
+func securityMismatch(err error, secure bool) string {
+	msg := err.Error()
+	switch {
+	case !secure && strings.Contains(msg, "server preface"):
+		return "the metadata nodes closed a plaintext connection: the cluster runs mutual TLS; give a client certificate directory (--tls DIR or GOVFS_TLS; client.Config.TLSDir)"
+	case secure && strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the metadata nodes speak plaintext (the cluster runs --insecure): connect with --insecure (no client.Config.TLSDir)"
+	case secure && (strings.Contains(msg, "certificate") || strings.Contains(msg, "tls:")) && !strings.Contains(msg, "timeout"):
+		return "the TLS handshake failed: the certificate is not accepted (another cluster's CA, expired, or revoked?); check the client certificate directory with 'govfs admin cert show DIR'"
+	}
+	return ""
 }
 
 // allRefusedFor is how long every address must refuse connections before

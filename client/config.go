@@ -48,6 +48,12 @@ type Config struct {
 	// replica on the same host, then rack, then pod. Host defaults to the
 	// machine's host name; empty Rack/Pod match nothing.
 	Host, Rack, Pod string
+	// TLSDir is a certificate directory (ca.crt, tls.crt, tls.key, made by
+	// govfs admin cert issue --client or --admin): every connection is
+	// then mutual TLS, and a changed certificate is picked up within
+	// seconds. Empty: plaintext, which only a cluster started with
+	// --insecure accepts.
+	TLSDir string
 }
 
 // Defaults used by DefaultConfig and for zero fields passed to New.

@@ -88,6 +88,7 @@ func dataClient(t *testing.T) *Client {
 	}
 	cfg := DefaultConfig()
 	cfg.MetaAddrs = fc.c.Addrs()
+	cfg.TLSDir = fc.c.ClientTLSDir()
 	cfg.OpTimeout = 30 * time.Second
 	c, err := New(t.Context(), cfg)
 	if err != nil {

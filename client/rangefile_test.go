@@ -46,7 +46,7 @@ func TestOpenRangeSixWritersFillOneFile(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			cfg := DefaultConfig()
-			cfg.MetaAddrs = c0.cfg.MetaAddrs
+			cfg.MetaAddrs, cfg.TLSDir = c0.cfg.MetaAddrs, c0.cfg.TLSDir
 			c, err := New(t.Context(), cfg)
 			if err != nil {
 				errs[k] = err
@@ -118,7 +118,7 @@ func TestOpenRangeSixWritersFillOneFile(t *testing.T) {
 func TestOpenRangeWaitsForConflictingWriter(t *testing.T) {
 	c0 := dataClient(t)
 	cfg := DefaultConfig()
-	cfg.MetaAddrs = c0.cfg.MetaAddrs
+	cfg.MetaAddrs, cfg.TLSDir = c0.cfg.MetaAddrs, c0.cfg.TLSDir
 	c1, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

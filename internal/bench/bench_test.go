@@ -111,7 +111,9 @@ func TestReportJSON(t *testing.T) {
 	}
 }
 
-func startCluster(t *testing.T) []string {
+// startCluster starts a 3-node cluster (mutual TLS) and returns its
+// addresses and the admin certificate's directory.
+func startCluster(t *testing.T) ([]string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -120,18 +122,18 @@ func startCluster(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	return c.Addrs()
+	return c.Addrs(), c.ClientTLSDir()
 }
 
 func TestRunMeta(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
 	}
-	addrs := startCluster(t)
+	addrs, tlsDir := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rep, err := RunMeta(ctx, MetaConfig{MetaAddrs: addrs, Clients: 4, Files: 20, Conns: 2, Cleanup: true}, &out)
+	rep, err := RunMeta(ctx, MetaConfig{MetaAddrs: addrs, TLSDir: tlsDir, Clients: 4, Files: 20, Conns: 2, Cleanup: true}, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +194,7 @@ func TestRunMeta(t *testing.T) {
 	}
 
 	// The bench tree is gone.
-	cl, err := client.New(ctx, client.Config{MetaAddrs: addrs})
+	cl, err := client.New(ctx, client.Config{MetaAddrs: addrs, TLSDir: tlsDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +216,11 @@ func TestRunMetaSubset(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
 	}
-	addrs := startCluster(t)
+	addrs, tlsDir := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	rep, err := RunMeta(ctx, MetaConfig{MetaAddrs: addrs, Clients: 3, Files: 10, Phases: []string{"unlink", "stat"}, Cleanup: true}, &out)
+	rep, err := RunMeta(ctx, MetaConfig{MetaAddrs: addrs, TLSDir: tlsDir, Clients: 3, Files: 10, Phases: []string{"unlink", "stat"}, Cleanup: true}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -244,7 +246,7 @@ func TestRunData(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 	var out bytes.Buffer
-	rep, err := RunData(ctx, DataConfig{MetaAddrs: c.Addrs(), Size: 3<<20 + 100, Clients: 3, Ops: 40}, &out)
+	rep, err := RunData(ctx, DataConfig{MetaAddrs: c.Addrs(), TLSDir: c.ClientTLSDir(), Size: 3<<20 + 100, Clients: 3, Ops: 40}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +304,7 @@ func TestRunLocks(t *testing.T) {
 	}
 	t.Cleanup(c.Stop)
 	var out bytes.Buffer
-	rep, err := RunLocks(ctx, LocksConfig{MetaAddrs: c.Addrs(), RowSizes: []int64{300_000}, Writers: []int{1, 3},
+	rep, err := RunLocks(ctx, LocksConfig{MetaAddrs: c.Addrs(), TLSDir: c.ClientTLSDir(), RowSizes: []int64{300_000}, Writers: []int{1, 3},
 		FixedWriters: 3, FixedRow: 300_000, LocalDir: t.TempDir()}, &out)
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,8 @@ const randomBlock = 4 << 10
 // DataConfig configures RunData.
 type DataConfig struct {
 	MetaAddrs []string
+	// TLSDir is the client certificate directory ("" for an --insecure cluster).
+	TLSDir string
 	// Size of the file written and read (default 1 GiB).
 	Size int64
 	// LocalDir is where the local-disk baseline runs ("" = temp dir).
@@ -87,6 +89,14 @@ type DataPhase struct {
 
 func (p DataPhase) random() bool { return p.Ops > 0 }
 
+// Rate is GovFS's figure: MB/s, or IOPS for a random phase.
+func (p DataPhase) Rate() float64 {
+	if p.random() {
+		return p.IOPS
+	}
+	return p.MBPerSec
+}
+
 // Ratio is GovFS over local: of throughput, or of IOPS.
 func (p DataPhase) Ratio() float64 {
 	if p.random() {
@@ -101,6 +111,18 @@ type DataReport struct {
 	Size   int64
 	// Cache is "cold" or "warm" (DataConfig.Cold).
 	Cache string
+	// Insecure: the cluster ran plaintext (--insecure), not mutual TLS.
+	Insecure bool
+}
+
+// Phase returns the phase called name.
+func (r *DataReport) Phase(name string) (DataPhase, bool) {
+	for _, p := range r.Phases {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return DataPhase{}, false
 }
 
 func (c *DataConfig) maybeDrop() error {
@@ -144,7 +166,7 @@ func RunData(ctx context.Context, cfg DataConfig, out io.Writer) (*DataReport, e
 		return nil, fmt.Errorf("bench data: size %d is less than one %d-byte block", cfg.Size, randomBlock)
 	}
 	newClient := func() (*client.Client, error) {
-		return client.New(ctx, client.Config{MetaAddrs: cfg.MetaAddrs, OpTimeout: 5 * time.Minute})
+		return client.New(ctx, client.Config{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, OpTimeout: 5 * time.Minute})
 	}
 	cl, err := newClient()
 	if err != nil {
@@ -448,7 +470,7 @@ func (r *DataReport) JSON() ([]byte, error) {
 		}
 		fmt.Fprintf(&b, "%q:%s", p.Name, enc)
 	}
-	fmt.Fprintf(&b, `},"size_bytes":%d,"cache":%q}`, r.Size, r.Cache)
+	fmt.Fprintf(&b, `},"size_bytes":%d,"cache":%q,"insecure":%v}`, r.Size, r.Cache, r.Insecure)
 	if !json.Valid(b.Bytes()) {
 		return nil, errors.New("bench data: built invalid JSON")
 	}

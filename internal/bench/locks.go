@@ -47,6 +47,8 @@ const (
 // LocksConfig configures RunLocks.
 type LocksConfig struct {
 	MetaAddrs []string
+	// TLSDir is the client certificate directory ("" for an --insecure cluster).
+	TLSDir string
 	// RowSizes are swept at FixedWriters writers; Writers at FixedRow
 	// bytes per row. Nil: the thesis' values.
 	RowSizes     []int64
@@ -149,7 +151,7 @@ func RunLocks(ctx context.Context, cfg LocksConfig, out io.Writer) (*LocksReport
 		}
 	}()
 	for i := range clients {
-		c, err := client.New(ctx, client.Config{MetaAddrs: cfg.MetaAddrs, OpTimeout: 10 * time.Minute})
+		c, err := client.New(ctx, client.Config{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, OpTimeout: 10 * time.Minute})
 		if err != nil {
 			return nil, fmt.Errorf("bench locks: client %d: %w", i, err)
 		}

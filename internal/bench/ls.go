@@ -50,6 +50,8 @@ const (
 // LsConfig configures RunLs.
 type LsConfig struct {
 	MetaAddrs []string
+	// TLSDir is the client certificate directory ("" for an --insecure cluster).
+	TLSDir string
 	// Ministries is K: the directories s1 … sK, s2 … sK in new ministries.
 	Ministries int
 	// Clients list concurrently, each with its own client.Client;
@@ -72,6 +74,8 @@ type Testbed struct {
 	MetaNodes int     `json:"meta_nodes,omitempty"`
 	NodeCPU   float64 `json:"node_cpu,omitempty"`
 	External  bool    `json:"external_cluster,omitempty"`
+	// Insecure: the cluster ran plaintext (--insecure), not mutual TLS.
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // LsReport is one (K, order) run of the ls benchmark.
@@ -121,7 +125,7 @@ func RunLs(ctx context.Context, cfg LsConfig, out io.Writer) ([]*LsReport, error
 			return nil, fmt.Errorf("bench ls: order %q: give %s or %s", o, OrderBatch, OrderStride)
 		}
 	}
-	setup := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, Conns: 1, OpTimeout: cfg.OpTimeout}}
+	setup := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, Conns: 1, OpTimeout: cfg.OpTimeout}}
 	defer setup.closeClients()
 	if err := setup.connect(ctx); err != nil {
 		return nil, err
@@ -219,7 +223,7 @@ func (r *metaRun) lsCleanup(ctx context.Context, dirs []ids.Ino) error {
 
 // runLsOrder runs one order with fresh Clients and reports it.
 func runLsOrder(ctx context.Context, cfg LsConfig, dirs []ids.Ino, order string) (*LsReport, error) {
-	run := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, Conns: cfg.Clients, OpTimeout: cfg.OpTimeout}}
+	run := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, Conns: cfg.Clients, OpTimeout: cfg.OpTimeout}}
 	defer run.closeClients()
 	if err := run.connect(ctx); err != nil {
 		return nil, err

@@ -20,11 +20,11 @@ func TestRunLs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-process cluster")
 	}
-	addrs := startCluster(t)
+	addrs, tlsDir := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	cfg := LsConfig{MetaAddrs: addrs, Ministries: 2, Clients: 4, Requests: 400, Files: 10, Orders: []string{OrderBatch, OrderStride}, Cleanup: true}
+	cfg := LsConfig{MetaAddrs: addrs, TLSDir: tlsDir, Ministries: 2, Clients: 4, Requests: 400, Files: 10, Orders: []string{OrderBatch, OrderStride}, Cleanup: true}
 	reps, err := RunLs(ctx, cfg, &out)
 	t.Logf("output:\n%s", out.String())
 	if err != nil {
@@ -47,7 +47,7 @@ func TestRunLs(t *testing.T) {
 			t.Errorf("JSON line %s: %v", line, err)
 		}
 	}
-	cl, err := client.New(ctx, client.Config{MetaAddrs: addrs})
+	cl, err := client.New(ctx, client.Config{MetaAddrs: addrs, TLSDir: tlsDir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestRunLs(t *testing.T) {
 			t.Errorf("ministry %d still holds %v", m.GetGroup(), m.GetSubtrees())
 		}
 	}
-	if _, err := RunLs(ctx, LsConfig{MetaAddrs: addrs, Ministries: 1, Clients: 2, Requests: 10, Files: 1, Orders: []string{"sideways"}}, &out); err == nil {
+	if _, err := RunLs(ctx, LsConfig{MetaAddrs: addrs, TLSDir: tlsDir, Ministries: 1, Clients: 2, Requests: 10, Files: 1, Orders: []string{"sideways"}}, &out); err == nil {
 		t.Error("an unknown order was accepted")
 	}
 }

@@ -63,6 +63,8 @@ const (
 type MetaConfig struct {
 	// MetaAddrs are host:port addresses of metadata nodes.
 	MetaAddrs []string
+	// TLSDir is the client certificate directory ("" for an --insecure cluster).
+	TLSDir string
 	// Clients is the number of parallel workers (default 64).
 	Clients int
 	// Files is the number of files (and directories) per worker
@@ -423,6 +425,7 @@ func (r *metaRun) connect(ctx context.Context) error {
 		wg.Go(func() {
 			ccfg := client.DefaultConfig()
 			ccfg.MetaAddrs = r.cfg.MetaAddrs
+			ccfg.TLSDir = r.cfg.TLSDir
 			if r.cfg.OpTimeout > 0 {
 				ccfg.OpTimeout = r.cfg.OpTimeout
 				ccfg.CallTimeout = min(ccfg.CallTimeout, r.cfg.OpTimeout)

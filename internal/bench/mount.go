@@ -608,15 +608,19 @@ type Mounted struct {
 // Unmount unmounts and stops serving.
 func (m *Mounted) Unmount() error { return m.stop() }
 
-// MountGovFS runs `bin mount --meta ADDRS DIR` (a separate process, as a
-// user would) on a new directory under parent and waits until it is
-// mounted.
-func MountGovFS(ctx context.Context, bin string, addrs []string, parent string, logTo io.Writer) (*Mounted, error) {
+// MountGovFS runs `bin mount --meta ADDRS --tls TLSDIR DIR` (a separate
+// process, as a user would; --insecure when tlsDir is empty) on a new
+// directory under parent and waits until it is mounted.
+func MountGovFS(ctx context.Context, bin string, addrs []string, tlsDir, parent string, logTo io.Writer) (*Mounted, error) {
 	dir, err := os.MkdirTemp(parent, "govfs-bench-mnt-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "mount", "--meta", strings.Join(addrs, ","), dir)
+	sec := []string{"--insecure"}
+	if tlsDir != "" {
+		sec = []string{"--tls", tlsDir}
+	}
+	cmd := exec.Command(bin, append(append([]string{"mount", "--meta", strings.Join(addrs, ",")}, sec...), dir)...)
 	cmd.Stdout, cmd.Stderr = logTo, logTo
 	if err := cmd.Start(); err != nil {
 		os.Remove(dir)

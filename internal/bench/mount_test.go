@@ -32,7 +32,7 @@ func TestRunMount(t *testing.T) {
 	}
 	defer c.Stop()
 	var log bytes.Buffer
-	g, err := MountGovFS(ctx, govfsBin, c.Addrs(), t.TempDir(), &log)
+	g, err := MountGovFS(ctx, govfsBin, c.Addrs(), c.ClientTLSDir(), t.TempDir(), &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}

@@ -31,6 +31,8 @@ import (
 // MoveConfig configures RunMove.
 type MoveConfig struct {
 	MetaAddrs []string
+	// TLSDir is the client certificate directory ("" for an --insecure cluster).
+	TLSDir string
 	// Files in the subtree before the move, spread over Dirs directories.
 	Files, Dirs int
 	// Clients create and stat during the run, half inside the subtree
@@ -101,7 +103,7 @@ func RunMove(ctx context.Context, cfg MoveConfig, out io.Writer) (*MoveReport, e
 		cfg.Window = 5 * time.Second
 	}
 	cfg.Conns = max(1, min(cfg.Conns, cfg.Clients))
-	r := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, Conns: cfg.Conns, OpTimeout: cfg.OpTimeout}}
+	r := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, Conns: cfg.Conns, OpTimeout: cfg.OpTimeout}}
 	defer r.closeClients()
 	if err := r.connect(ctx); err != nil {
 		return nil, err
@@ -261,7 +263,7 @@ func RunMove(ctx context.Context, cfg MoveConfig, out io.Writer) (*MoveReport, e
 	}
 
 	// Everything is there, read through a fresh client (redirects).
-	fresh := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, Conns: 1, OpTimeout: cfg.OpTimeout}}
+	fresh := &metaRun{cfg: MetaConfig{MetaAddrs: cfg.MetaAddrs, TLSDir: cfg.TLSDir, Conns: 1, OpTimeout: cfg.OpTimeout}}
 	defer fresh.closeClients()
 	if err := fresh.connect(ctx); err != nil {
 		return nil, err

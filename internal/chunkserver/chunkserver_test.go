@@ -120,7 +120,7 @@ func TestReplicatedChunks(t *testing.T) {
 		t.Fatalf("group %v", g)
 	}
 	// And reports them alive.
-	cc, _ := rpc.Dial(c.Addrs()[0])
+	cc, _ := rpc.Dial(c.Addrs()[0], nil)
 	defer cc.Close()
 	primary := byID[g.GetPrimary()]
 	var secondary *Server

@@ -2,6 +2,7 @@ package chunkserver
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,8 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/chunkstore"
 	"github.com/govfs/govfs/internal/dataproto"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -67,6 +70,21 @@ func (s *Server) serve() {
 // or sends a bad frame (which ends the connection: the stream can no
 // longer be trusted).
 func (s *Server) serveConn(c net.Conn) {
+	caller := rpc.Caller{}
+	if cfg := s.cfg.Security.ServerTLS(); cfg != nil {
+		tc := tls.Server(c, cfg)
+		// A peer that connects and says nothing must not hold a
+		// goroutine and a descriptor for ever.
+		_ = tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.log.Info("data connection refused: TLS handshake failed", "peer", c.RemoteAddr().String(), "err", err)
+			return
+		}
+		_ = tc.SetDeadline(time.Time{})
+		cs := tc.ConnectionState()
+		caller = rpc.CallerOfConn(&cs)
+		c = tc
+	}
 	// An install carries a whole chunk.
 	r := dataproto.NewReader(bufio.NewReader(c), uint32(max(dataproto.DefaultMaxPayload, s.store.ChunkSize())))
 	w := bufio.NewWriter(c)
@@ -79,7 +97,14 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		s.load.begin(f)
-		reply := s.handle(f)
+		var reply *dataproto.Frame
+		if roles := frameRoles(f.Type); !caller.Is(roles...) {
+			reply = &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
+				Epoch: f.Epoch, Status: dataproto.StatusDenied,
+				Payload: []byte(fmt.Sprintf("%v requests are for %v certificates; the caller's certificate is %s", f.Type, roles, caller.Identity))}
+		} else {
+			reply = s.handle(f)
+		}
 		s.load.end(f, reply)
 		s.met.served(f, reply)
 		if err := dataproto.WriteFrame(w, reply); err != nil {
@@ -89,6 +114,23 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// handshakeTimeout bounds a data connection's TLS handshake.
+const handshakeTimeout = 10 * time.Second
+
+// frameRoles is who may send a request type: clients read and change
+// chunks through the primary; chunk servers also replicate, install and
+// compare copies among themselves; metadata nodes list and delete copies
+// (garbage collection). Nobody but a chunk server installs a chunk.
+func frameRoles(t dataproto.Type) []certs.Role {
+	switch t {
+	case dataproto.TypeWrite, dataproto.TypeRead, dataproto.TypeAppend, dataproto.TypeTruncate:
+		return []certs.Role{certs.RoleClient, certs.RoleAdmin, certs.RoleChunk}
+	case dataproto.TypeList, dataproto.TypeDelete:
+		return []certs.Role{certs.RoleNode, certs.RoleChunk}
+	}
+	return []certs.Role{certs.RoleChunk}
 }
 
 func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {

@@ -30,7 +30,7 @@ func bareServer(t *testing.T, id uint64) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{cfg: Config{RepairRate: -1}, log: sc.Logger, store: st, lis: lis, pool: rpc.NewPool(), id: id,
+	s := &Server{cfg: Config{RepairRate: -1}, log: sc.Logger, store: st, lis: lis, pool: rpc.NewPool(nil), id: id,
 		stop: make(chan struct{}), conns: map[net.Conn]struct{}{}, lastBeat: time.Now()}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.serve() }()

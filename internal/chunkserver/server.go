@@ -45,6 +45,9 @@ type Config struct {
 	// (DefaultScrubInterval when 0; negative to never scrub).
 	ScrubInterval time.Duration
 	Logger        *slog.Logger
+	// Security is the server's TLS (its chunk certificate, the cluster
+	// CA) for the data port and its calls; nil is plaintext (--insecure).
+	Security *rpc.Security
 }
 
 // leaseTimeout is how long a chunk server serves without a successful
@@ -146,7 +149,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		cfg.Host = h
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, pool: rpc.NewPool(), stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, pool: rpc.NewPool(cfg.Security), stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	s.peers.TLS = cfg.Security.ClientTLS()
 	ok := false
 	defer func() {
 		if !ok {

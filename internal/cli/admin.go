@@ -26,8 +26,16 @@ Commands:
                         give the directory PATH (and everything below it) to a
                         new ministry, or to an existing one
   unassign PATH         give PATH back to the ministry of its parent
+  ca init DIR [--cluster NAME]
+                        make a cluster CA in DIR (ca.crt, ca.key; keep ca.key safe)
+  cert issue --ca DIR --out DIR (--node NAME | --chunk NAME | --client NAME | --admin NAME)
+             [--uid U,... | --uid '*'] [--gid G,... | --gid '*'] [--squash] [--days N]
+                        issue a certificate (writes ca.crt, tls.crt, tls.key)
+  cert show DIR         the identity and validity of a certificate directory
 
-Metadata nodes come from --meta host:port,... or $GOVFS_META.`
+Metadata nodes come from --meta host:port,... or $GOVFS_META, the client
+certificate from --tls DIR or $GOVFS_TLS (--insecure for a cluster started
+with --insecure). ca and cert need no cluster. See docs/security.md.`
 
 // runAdmin implements `govfs admin`.
 func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,6 +67,10 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		err = adminAssign(ctx, g, rest, false, stdout, stderr)
 	case "unassign":
 		err = adminAssign(ctx, g, rest, true, stdout, stderr)
+	case "ca":
+		err = adminCA(rest, stdout, stderr)
+	case "cert":
+		err = adminCert(rest, stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, adminUsage)
 		return fmt.Errorf("admin: unknown command %q", sub)

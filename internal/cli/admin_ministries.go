@@ -24,21 +24,15 @@ func subFlags(name string, g *fsGlobal, stderr io.Writer, args []string, def fun
 	f.SetOutput(stderr)
 	f.StringVar(&g.meta, "meta", g.meta, "comma-separated metadata node addresses")
 	f.DurationVar(&g.timeout, "timeout", g.timeout, "give up after this long")
+	f.StringVar(&g.tls, "tls", g.tls, "client certificate directory (default $"+tlsEnv+")")
+	f.BoolVar(&g.insecure, "insecure", g.insecure, "talk plaintext to a cluster started with --insecure")
 	if def != nil {
 		def(f)
 	}
 	// Flags may come after the path too (admin assign /p --new).
-	var pos []string
-	rest := args
-	for {
-		if err := f.Parse(rest); err != nil {
-			return nil, err
-		}
-		if f.NArg() == 0 {
-			break
-		}
-		pos = append(pos, f.Arg(0))
-		rest = f.Args()[1:]
+	pos, err := parseInterleaved(f, args)
+	if err != nil {
+		return nil, err
 	}
 	return f, f.Parse(append([]string{"--"}, pos...))
 }

@@ -84,6 +84,10 @@ type benchMetaArgs struct {
 	ministries []int64
 	metaNodes  int
 	nodeCPU    float64
+	sec        benchSec
+	// compareInsecure also runs the first K on a plaintext local cluster
+	// and reports TLS / plaintext per phase.
+	compareInsecure bool
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -103,6 +107,9 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	ministries := f.String("ministries", "1", "spread the workers over K ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first; a list (1,5) runs each K in turn, on a fresh local cluster each, and compares them with the first")
 	metaNodes := f.Int("meta-nodes", 3, "metadata nodes of the local cluster (the first 3 form it, the others join)")
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
+	var sec benchSec
+	sec.register(f)
+	compare := f.Bool("compare-insecure", false, "also run the first --ministries K on a plaintext local cluster and report TLS / plaintext per phase (the cost of security)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -111,7 +118,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
 		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs),
-		metaNodes: *metaNodes, nodeCPU: *nodeCPU}
+		metaNodes: *metaNodes, nodeCPU: *nodeCPU, sec: sec, compareInsecure: *compare}
 	var err error
 	if a.ministries, err = parseInts(*ministries, "--ministries"); err != nil {
 		return nil, fmt.Errorf("govfs bench meta: %w", err)
@@ -137,6 +144,9 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 		if s = strings.TrimSpace(s); s != "" {
 			a.meta = append(a.meta, s)
 		}
+	}
+	if a.compareInsecure && (len(a.meta) > 0 || a.sec.insecure) {
+		return nil, errors.New("govfs bench meta: --compare-insecure runs local clusters with and without TLS; leave out --meta and --insecure")
 	}
 	if a.clients <= 0 || a.files <= 0 || a.conns <= 0 {
 		return nil, errors.New("govfs bench meta: --clients, --files and --conns must be positive")
@@ -175,14 +185,29 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var reps []*bench.MetaReport
 	for _, k := range a.ministries {
-		rep, err := benchMetaOnce(ctx, a, int(k), stdout, stderr, human)
+		rep, err := benchMetaOnce(ctx, a, int(k), a.sec.insecure, stdout, stderr, human)
 		if err != nil {
 			return err
 		}
 		reps = append(reps, rep)
 	}
+	if a.compareInsecure {
+		plain, err := benchMetaOnce(ctx, a, int(a.ministries[0]), true, stdout, stderr, human)
+		if err != nil {
+			return err
+		}
+		for _, p := range reps[0].Phases {
+			if b, ok := plain.Phase(p.Name); ok && b.OpsPerSec() > 0 {
+				fmt.Fprintf(human, "%-8s TLS / plaintext: %.2f  (%.0f vs %.0f ops/s)\n", p.Name, p.OpsPerSec()/b.OpsPerSec(), p.OpsPerSec(), b.OpsPerSec())
+			}
+		}
+		reps = append(reps, plain)
+	}
 	// K ministries against the first K of the same run.
 	for _, rep := range reps[1:] {
+		if rep.Insecure != reps[0].Insecure {
+			continue
+		}
 		for _, p := range rep.Phases {
 			if b, ok := reps[0].Phase(p.Name); ok && b.OpsPerSec() > 0 {
 				fmt.Fprintf(human, "%-8s %d ministries / %d: %.2f\n", p.Name, rep.Ministries, reps[0].Ministries, p.OpsPerSec()/b.OpsPerSec())
@@ -214,23 +239,22 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // benchMetaOnce runs the workload over k ministries, on a local cluster
 // started for it (fresh for every k) or on --meta.
-func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, stdout, stderr, human io.Writer) (*bench.MetaReport, error) {
-	addrs := a.meta
-	external := len(addrs) > 0
-	if !external {
-		stop, local, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: a.metaNodes, ExtraArgs: a.nodeArgs, NodeCPU: a.nodeCPU})
-		if err != nil {
-			return nil, err
-		}
-		defer stop()
-		addrs = local
+func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, insecure bool, stdout, stderr, human io.Writer) (*bench.MetaReport, error) {
+	sec := a.sec
+	sec.insecure = insecure
+	t, stop, err := sec.cluster(ctx, a.meta, stderr, testcluster.ProcConfig{Nodes: a.metaNodes, ExtraArgs: a.nodeArgs, NodeCPU: a.nodeCPU})
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
+	addrs, external := t.addrs, len(a.meta) > 0
 	if !a.jsonOnly {
 		fmt.Fprintf(stdout, "bench meta: %d clients × %d files over %d connections, phases %s, %d ministries, cluster %s\n",
 			a.clients, a.files, min(a.conns, a.clients), strings.Join(a.phases, ","), k, strings.Join(addrs, ","))
 	}
 	rep, err := bench.RunMeta(ctx, bench.MetaConfig{
 		MetaAddrs:  addrs,
+		TLSDir:     t.tlsDir,
 		Clients:    a.clients,
 		Files:      a.files,
 		Conns:      a.conns,
@@ -243,6 +267,7 @@ func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, stdout, stderr,
 		return nil, fmt.Errorf("bench meta: %w", err)
 	}
 	rep.Testbed = testbedOf(external, a.metaNodes, a.nodeCPU)
+	rep.Insecure = t.tlsDir == ""
 	return rep, nil
 }
 
@@ -256,14 +281,14 @@ func testbedOf(external bool, metaNodes int, nodeCPU float64) bench.Testbed {
 
 // startLocalCluster starts cfg (Binary and Dir filled in here) in a
 // temporary directory; stop stops it and deletes the directory.
-func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.ProcConfig) (stop func(), addrs []string, err error) {
+func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.ProcConfig) (stop func(), t benchTarget, err error) {
 	bin, err := os.Executable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench meta: find the govfs binary: %w", err)
+		return nil, t, fmt.Errorf("bench meta: find the govfs binary: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "govfs-bench-")
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench meta: %w", err)
+		return nil, t, fmt.Errorf("bench meta: %w", err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 180*time.Second)
 	cfg.Binary, cfg.Dir = bin, dir
@@ -271,30 +296,31 @@ func startLocalCluster(ctx context.Context, stderr io.Writer, cfg testcluster.Pr
 	cancel()
 	if err != nil {
 		// Keep the directory: its node logs say why.
-		return nil, nil, fmt.Errorf("bench meta: local cluster (logs in %s): %w", dir, err)
+		return nil, t, fmt.Errorf("bench meta: local cluster (logs in %s): %w", dir, err)
 	}
 	stop = func() {
 		c.Stop()
 		os.RemoveAll(dir)
 	}
-	fmt.Fprintf(stderr, "bench: started a local cluster (%d metadata nodes, %d chunk servers) in %s (removed afterwards)\n", cfg.Nodes, cfg.Chunks, dir)
-	return stop, c.Addrs(), nil
+	mode := "mutual TLS"
+	if cfg.Insecure {
+		mode = "plaintext"
+	}
+	fmt.Fprintf(stderr, "bench: started a local cluster (%d metadata nodes, %d chunk servers, %s) in %s (removed afterwards)\n", cfg.Nodes, cfg.Chunks, mode, dir)
+	return stop, benchTarget{addrs: c.Addrs(), tlsDir: c.ClientTLSDir()}, nil
 }
 
 // benchCluster returns the metadata addresses of --meta or, when it is
 // empty, of a local cluster (3 metadata nodes, 3 chunk servers) started
 // for the run; stop ends that cluster (a no-op for --meta).
-func benchCluster(ctx context.Context, meta string, stderr io.Writer) (addrs []string, stop func(), err error) {
+func benchCluster(ctx context.Context, meta string, sec benchSec, stderr io.Writer) (benchTarget, func(), error) {
+	var addrs []string
 	for _, a := range strings.Split(meta, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			addrs = append(addrs, a)
 		}
 	}
-	if len(addrs) > 0 {
-		return addrs, func() {}, nil
-	}
-	stop, addrs, err = startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
-	return addrs, stop, err
+	return sec.cluster(ctx, addrs, stderr, testcluster.ProcConfig{Nodes: 3, Chunks: 3})
 }
 
 func benchMove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -310,6 +336,8 @@ func benchMove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	metaNodes := f.Int("meta-nodes", 5, "metadata nodes of the local cluster")
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core (0: no cap)")
 	jsonOnly := f.Bool("json-only", false, "print only the JSON result line")
+	var sec benchSec
+	sec.register(f)
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -336,16 +364,13 @@ func benchMove(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			addrs = append(addrs, a)
 		}
 	}
-	if len(addrs) == 0 {
-		stop, a, err := startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
-		if err != nil {
-			return err
-		}
-		defer stop()
-		addrs = a
+	t, stop, err := sec.cluster(ctx, addrs, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
+	if err != nil {
+		return err
 	}
+	defer stop()
 	external := len(strings.TrimSpace(*meta)) > 0
-	rep, err := bench.RunMove(ctx, bench.MoveConfig{MetaAddrs: addrs, Files: *files, Dirs: *dirs, Clients: *clients, Conns: *conns,
+	rep, err := bench.RunMove(ctx, bench.MoveConfig{MetaAddrs: t.addrs, TLSDir: t.tlsDir, Files: *files, Dirs: *dirs, Clients: *clients, Conns: *conns,
 		Window: *window, OpTimeout: *timeout}, human)
 	if err != nil {
 		return err
@@ -367,11 +392,17 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cacheDefault = "cold"
 	}
 	cache := f.String("cache", cacheDefault, "cold: drop the page cache before every read phase (GovFS's and the local baseline's; needs root); warm: read right after writing")
+	var sec benchSec
+	sec.register(f)
+	compare := f.Bool("compare-insecure", false, "also run on a plaintext local cluster and report TLS / plaintext per phase")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
+	}
+	if *compare && (strings.TrimSpace(*meta) != "" || sec.insecure) {
+		return errors.New("bench data: --compare-insecure runs local clusters with and without TLS; leave out --meta and --insecure")
 	}
 	if *size < 4096 {
 		return fmt.Errorf("bench data: --size %d must be at least 4096", *size)
@@ -382,17 +413,41 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *clients <= 0 || *ops <= 0 {
 		return fmt.Errorf("bench data: --clients %d and --ops %d must be positive", *clients, *ops)
 	}
-	addrs, stop, err := benchCluster(ctx, *meta, stderr)
+	run := func(sec benchSec) (*bench.DataReport, error) {
+		t, stop, err := benchCluster(ctx, *meta, sec, stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: t.addrs, TLSDir: t.tlsDir, Size: *size, LocalDir: *localDir,
+			Clients: *clients, Ops: *ops, Cold: *cache == "cold"}, stdout)
+		if rep != nil {
+			rep.Insecure = t.tlsDir == ""
+		}
+		return rep, err
+	}
+	rep, err := run(sec)
 	if err != nil {
 		return err
 	}
-	defer stop()
-	rep, err := bench.RunData(ctx, bench.DataConfig{MetaAddrs: addrs, Size: *size, LocalDir: *localDir,
-		Clients: *clients, Ops: *ops, Cold: *cache == "cold"}, stdout)
+	if !*compare {
+		return printJSON(stdout, rep)
+	}
+	plainSec := sec
+	plainSec.insecure = true
+	plain, err := run(plainSec)
 	if err != nil {
 		return err
 	}
-	return printJSON(stdout, rep)
+	for _, p := range rep.Phases {
+		if b, ok := plain.Phase(p.Name); ok && b.Rate() > 0 {
+			fmt.Fprintf(stdout, "%-12s TLS / plaintext: %.2f\n", p.Name, p.Rate()/b.Rate())
+		}
+	}
+	if err := printJSON(stdout, rep); err != nil {
+		return err
+	}
+	return printJSON(stdout, plain)
 }
 
 func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -406,6 +461,8 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	exps := f.String("experiments", "one_row,ten_rows", "one_row (each writer writes one random row), ten_rows (each writes all rows)")
 	localDir := f.String("local-dir", "", "directory for the local-disk baseline (default: the system temp dir)")
 	simulate := f.Float64("simulate-mbps", 0, "instead of writing, sleep as if writing at this many MB/s (the thesis used 200): measures the locking alone")
+	var sec benchSec
+	sec.register(f)
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -435,12 +492,12 @@ func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *fixedWriters <= 0 || *fixedRow <= 0 {
 		return fmt.Errorf("bench locks: --fixed-writers %d and --fixed-row %d must be positive", *fixedWriters, *fixedRow)
 	}
-	addrs, stop, err := benchCluster(ctx, *meta, stderr)
+	t, stop, err := benchCluster(ctx, *meta, sec, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	cfg.MetaAddrs = addrs
+	cfg.MetaAddrs, cfg.TLSDir = t.addrs, t.tlsDir
 	rep, err := bench.RunLocks(ctx, cfg, stdout)
 	if err != nil {
 		return err
@@ -479,6 +536,8 @@ func parseInts(s, flagName string) ([]int64, error) {
 func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := flag.NewFlagSet("govfs bench mount", flag.ContinueOnError)
 	f.SetOutput(stderr)
+	var sec benchSec
+	sec.register(f)
 	meta := f.String("meta", "", "metadata node addresses to mount (default: start a local cluster with 3 chunk servers)")
 	mountpoint := f.String("mountpoint", "", "an existing GovFS mount to run in (default: mount --meta, or the local cluster, on a temporary directory)")
 	procs := f.Int("procs", bench.DefaultMountProcs, "parallel workers (threads)")
@@ -523,16 +582,17 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	dir := *mountpoint
 	if dir == "" {
-		addrs, stop, err := benchCluster(ctx, *meta, stderr)
+		t, stop, err := benchCluster(ctx, *meta, sec, stderr)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		addrs := t.addrs
 		bin, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("bench mount: find the govfs binary: %w", err)
 		}
-		m, err := bench.MountGovFS(ctx, bin, addrs, "", stderr)
+		m, err := bench.MountGovFS(ctx, bin, addrs, t.tlsDir, "", stderr)
 		if err != nil {
 			return fmt.Errorf("bench mount: %w", err)
 		}
@@ -574,6 +634,8 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func benchLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := flag.NewFlagSet("govfs bench ls", flag.ContinueOnError)
 	f.SetOutput(stderr)
+	var sec benchSec
+	sec.register(f)
 	meta := f.String("meta", "", "metadata node addresses of a running cluster with at least 3 nodes (default: a fresh local cluster of --meta-nodes for each K)")
 	ministries := f.String("ministries", "1,2,3,4,5", "numbers of ministries K to run, in turn; each is compared with the first")
 	clients := f.Int("clients", bench.DefaultLsClients, "clients listing concurrently, each with its own connection")
@@ -627,16 +689,11 @@ func benchLs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var all [][]*bench.LsReport
 	for _, k := range ks {
-		run := addrs
-		stop := func() {}
-		if len(addrs) == 0 {
-			var err error
-			stop, run, err = startLocalCluster(ctx, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
-			if err != nil {
-				return err
-			}
+		t, stop, err := sec.cluster(ctx, addrs, stderr, testcluster.ProcConfig{Nodes: *metaNodes, NodeCPU: *nodeCPU})
+		if err != nil {
+			return err
 		}
-		reps, err := bench.RunLs(ctx, bench.LsConfig{MetaAddrs: run, Ministries: int(k), Clients: *clients, Requests: *requests,
+		reps, err := bench.RunLs(ctx, bench.LsConfig{MetaAddrs: t.addrs, TLSDir: t.tlsDir, Ministries: int(k), Clients: *clients, Requests: *requests,
 			Files: *files, Orders: ords, OpTimeout: *timeout, Cleanup: len(addrs) > 0}, human)
 		stop()
 		if err != nil {

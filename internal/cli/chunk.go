@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/chunkserver"
 )
 
@@ -24,6 +25,8 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
 	httpAddr := fs.String("http", "", "HOST:PORT to serve /metrics, /healthz and /debug/pprof on (optional)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	var tlsFlags serverTLSFlags
+	tlsFlags.register(fs, certs.RoleChunk)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +48,10 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	sec, err := tlsFlags.security(ctx, "chunk", log, *listen)
+	if err != nil {
+		return err
+	}
 	var addrs []string
 	for _, a := range strings.Split(*meta, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -52,7 +59,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
-		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, Logger: log})
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, Logger: log, Security: sec})
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}

@@ -20,6 +20,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	mountDir := fs.String("mount", "", "also mount the cluster with FUSE on this directory (see govfs mount)")
 	metaNodes := fs.Int("meta-nodes", 3, "metadata nodes: the first 3 form the cluster, the others join it idle (for ministries: govfs admin assign)")
 	nodeCPU := fs.Float64("node-cpu", 0, "cap each metadata node at this fraction of one core, each in its own cgroup (needs root; the scale-out testbed, so N small nodes can be profiled on one machine; 0: no cap)")
+	insecure := fs.Bool("insecure", false, "run plaintext (no CA, no certificates; every caller trusted) instead of mutual TLS")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("dev: --meta-nodes %d: give 1 to 64", *metaNodes)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: *metaNodes, HTTP: true, Chunks: 3, NodeCPU: *nodeCPU})
+	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: bin, Dir: abs, Nodes: *metaNodes, HTTP: true, Chunks: 3, NodeCPU: *nodeCPU, Insecure: *insecure})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("dev: %w (node logs are in %s)", err, abs)
@@ -63,9 +64,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (%slog %s)\n", k+1, k+1, a, metrics, c.LogPath(len(c.Addrs())+k))
 	}
-	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta)
+	tlsLine := "  export GOVFS_TLS=" + c.ClientTLSDir()
+	if *insecure {
+		tlsLine = "  # plaintext cluster (--insecure): give the CLI --insecure too"
+		fmt.Fprintf(stdout, "  INSECURE: no TLS, every caller is trusted\n")
+	} else {
+		fmt.Fprintf(stdout, "  mutual TLS: cluster CA in %s, an admin certificate in %s\n", c.CADir(), c.ClientTLSDir())
+	}
+	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta, tlsLine)
 	if *mountDir != "" {
-		unmount, err := devMount(ctx, *mountDir, c.Addrs(), stdout, stderr)
+		unmount, err := devMount(ctx, *mountDir, c.Addrs(), c.ClientTLSDir(), stdout, stderr)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}

@@ -41,19 +41,48 @@ Commands:
                                  1 MiB (- = stdin); prints the first offset
   cat REMOTE...                  print files
 
-Metadata nodes come from --meta host:port,... or $GOVFS_META.
+Metadata nodes come from --meta host:port,... or $GOVFS_META, the client
+certificate directory from --tls DIR or $GOVFS_TLS (--insecure for a
+cluster started with --insecure).
 Paths are absolute; symlinks are not followed. put, get and append draw a
 progress bar on stderr for large transfers when stderr is a terminal.`
 
 // fsGlobal holds the flags shared by every fs and admin subcommand.
 type fsGlobal struct {
-	meta    string
-	timeout time.Duration
+	meta     string
+	timeout  time.Duration
+	tls      string
+	insecure bool
 }
 
 func (g *fsGlobal) register(f *flag.FlagSet) {
 	f.StringVar(&g.meta, "meta", "", "comma-separated metadata node addresses (default $"+metaEnv+")")
 	f.DurationVar(&g.timeout, "timeout", client.DefaultOpTimeout, "give up on an operation after this long")
+	f.StringVar(&g.tls, "tls", "", "client certificate directory (default $"+tlsEnv+")")
+	f.BoolVar(&g.insecure, "insecure", false, "talk plaintext to a cluster started with --insecure")
+}
+
+// clientConfig is the client configuration every command starts from:
+// the metadata addresses and certificate directory from flags or the
+// environment, and the timeouts.
+func (g *fsGlobal) clientConfig(getenv func(string) string) (client.Config, error) {
+	cfg := client.DefaultConfig()
+	addrs, err := metaAddrs(g.meta, getenv)
+	if err != nil {
+		return cfg, err
+	}
+	if cfg.TLSDir, err = clientTLSDir(g.tls, g.insecure, getenv); err != nil {
+		return cfg, err
+	}
+	if g.timeout <= 0 {
+		return cfg, fmt.Errorf("--timeout %v must be positive", g.timeout)
+	}
+	cfg.MetaAddrs = addrs
+	cfg.OpTimeout = g.timeout
+	cfg.CallTimeout = min(cfg.CallTimeout, g.timeout)
+	cfg.ConnectTimeout = min(cfg.ConnectTimeout, g.timeout)
+	cfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	return cfg, nil
 }
 
 // metaAddrs returns the metadata node addresses from the flag value or,
@@ -77,20 +106,11 @@ func metaAddrs(flagVal string, getenv func(string) string) ([]string, error) {
 
 // dialCluster connects a client to the cluster named by g.
 func dialCluster(ctx context.Context, g fsGlobal) (*client.Client, error) {
-	addrs, err := metaAddrs(g.meta, os.Getenv)
+	cfg, err := g.clientConfig(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	cfg := client.DefaultConfig()
-	cfg.MetaAddrs = addrs
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	if g.timeout <= 0 {
-		return nil, fmt.Errorf("--timeout %v must be positive", g.timeout)
-	}
-	cfg.OpTimeout = g.timeout
-	cfg.CallTimeout = min(cfg.CallTimeout, g.timeout)
-	cfg.ConnectTimeout = min(cfg.ConnectTimeout, g.timeout)
-	cfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
 	// Each command is a new client with no session, so session reads could
 	// miss what the previous command in the same shell just did (a clerk
 	// that has not applied it yet). Linearizable reads cost one quorum

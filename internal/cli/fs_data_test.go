@@ -99,7 +99,7 @@ func TestFSDataCommands(t *testing.T) {
 	run := func(args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer
-		if err := Run(ctx, append([]string{"fs", "--meta", meta}, args...), &out, &errb); err != nil {
+		if err := Run(ctx, append([]string{"fs", "--meta", meta, "--tls", c.ClientTLSDir()}, args...), &out, &errb); err != nil {
 			t.Fatalf("govfs fs %v: %v (stderr %q)", args, err, errb.String())
 		}
 		if errb.Len() != 0 {
@@ -139,7 +139,7 @@ func TestFSDataCommands(t *testing.T) {
 	// the user's path in the message (not a temporary name).
 	var errb bytes.Buffer
 	missing := filepath.Join(dir, "no-such-dir", "x.bin")
-	err = Run(ctx, []string{"fs", "--meta", meta, "get", "/in.bin", missing}, io.Discard, &errb)
+	err = Run(ctx, []string{"fs", "--meta", meta, "--tls", c.ClientTLSDir(), "get", "/in.bin", missing}, io.Discard, &errb)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "no-such-dir")) || strings.Contains(err.Error(), ".govfs-") {
 		t.Fatalf("get into a missing directory: %v", err)
 	}
@@ -172,7 +172,7 @@ func TestFSDataCommands(t *testing.T) {
 		t.Fatalf("second append printed %q, want %q", out, want)
 	}
 	var got bytes.Buffer
-	if err := Run(ctx, []string{"fs", "--meta", meta, "cat", "/log"}, &got, &bytes.Buffer{}); err != nil {
+	if err := Run(ctx, []string{"fs", "--meta", meta, "--tls", c.ClientTLSDir(), "cat", "/log"}, &got, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got.Bytes(), want) {

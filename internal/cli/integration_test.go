@@ -18,7 +18,7 @@ func TestFSAgainstCluster(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		t.Helper()
 		var out, errb bytes.Buffer
-		err := Run(context.Background(), append([]string{args[0], "--meta", meta}, args[1:]...), &out, &errb)
+		err := Run(context.Background(), append([]string{args[0], "--meta", meta, "--insecure"}, args[1:]...), &out, &errb)
 		return out.String(), err
 	}
 	must := func(args ...string) string {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/metanode"
 )
@@ -33,6 +34,8 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	replaceDead := fs.Duration("replace-dead-after", metanode.DefaultReplaceDeadAfter, "replace a ministry member that sent no heartbeat for this long with a live node (as the president's leader; 0 or negative: never)")
 	movePauses := fs.String("testing-move-pause", "", "for failure tests only: STEP=DURATION,... makes this node, as the president's leader, wait at that step of every subtree move (steps: "+strings.Join(metanode.MovePauseSteps, ", ")+")")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "time to live of byte-range leases granted by this node as a minister; a new minister grants none for one TTL (the same on every node)")
+	var tlsFlags serverTLSFlags
+	tlsFlags.register(fs, certs.RoleNode)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,6 +47,9 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	cfg := metanode.DefaultConfig()
+	if cfg.Security, err = tlsFlags.security(ctx, "meta", log, *listen); err != nil {
+		return err
+	}
 	switch {
 	case *join != "":
 		if *peers != "" || *id != "" {

@@ -103,22 +103,13 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if !st.IsDir() {
 		return fmt.Errorf("mount: %s is not a directory", dir)
 	}
-	addrs, err := metaAddrs(inv.global.meta, os.Getenv)
+	ccfg, err := inv.global.clientConfig(os.Getenv)
 	if err != nil {
 		return err
-	}
-	if inv.global.timeout <= 0 {
-		return fmt.Errorf("--timeout %v must be positive", inv.global.timeout)
 	}
 	if inv.background {
 		return mountInBackground(ctx, dir, inv.logFile, args, stdout)
 	}
-	ccfg := client.DefaultConfig()
-	ccfg.MetaAddrs = addrs
-	ccfg.OpTimeout = inv.global.timeout
-	ccfg.CallTimeout = min(ccfg.CallTimeout, inv.global.timeout)
-	ccfg.ConnectTimeout = min(ccfg.ConnectTimeout, inv.global.timeout)
-	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
 	ccfg.Logger = log.With("component", "client")
 	cl, err := client.New(ctx, ccfg)
 	if err != nil {
@@ -175,7 +166,7 @@ func runUmount(_ context.Context, args []string, _, stderr io.Writer) error {
 
 // devMount mounts the dev cluster on dir in this process (govfs dev
 // --mount) and returns the function that unmounts it.
-func devMount(ctx context.Context, dir string, addrs []string, stdout, stderr io.Writer) (func(), error) {
+func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, stdout, stderr io.Writer) (func(), error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -189,6 +180,7 @@ func devMount(ctx context.Context, dir string, addrs []string, stdout, stderr io
 	}
 	ccfg := client.DefaultConfig()
 	ccfg.MetaAddrs = addrs
+	ccfg.TLSDir = tlsDir
 	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
 	cl, err := client.New(ctx, ccfg)
 	if err != nil {

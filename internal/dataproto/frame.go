@@ -126,6 +126,9 @@ const (
 	StatusInvalid
 	StatusNotPrimary
 	StatusInternal
+	// StatusDenied: the caller's certificate may not make this request
+	// (a client asking for a chunk server's internal operations).
+	StatusDenied
 )
 
 // Frame is one decoded frame.

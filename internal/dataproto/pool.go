@@ -2,6 +2,7 @@ package dataproto
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -17,6 +18,9 @@ type Pool struct {
 	Timeout time.Duration
 	// MaxIdle bounds the idle connections kept per address; 8 when zero.
 	MaxIdle int
+	// TLS, when set, secures every connection (mutual TLS: it carries
+	// this process's certificate); nil is plain TCP.
+	TLS *tls.Config
 
 	mu     sync.Mutex
 	idle   map[string][]*poolConn
@@ -50,6 +54,16 @@ func (p *Pool) dial(addr string, timeout time.Duration) (*poolConn, bool, error)
 	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return nil, false, fmt.Errorf("dataproto: dial %s: %w", addr, err)
+	}
+	if p.TLS != nil {
+		tc := tls.Client(c, p.TLS)
+		_ = tc.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = c.Close()
+			return nil, false, fmt.Errorf("dataproto: TLS handshake with %s: %w", addr, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		c = tc
 	}
 	return &poolConn{c: c, r: NewReader(bufio.NewReader(c), 0), w: bufio.NewWriter(c)}, false, nil
 }

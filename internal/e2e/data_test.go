@@ -15,7 +15,7 @@ import (
 func TestFileRoundTripAcrossChunks(t *testing.T) {
 	c := startDataCluster(t, 3, "--chunk-size", "1048576")
 	ctx := context.Background()
-	cl := newClient(t, c.Addrs(), 30*time.Second)
+	cl := newClient(t, c, c.Addrs(), 30*time.Second)
 	// The president forms a replica group once all three report in.
 	deadline := time.Now().Add(20 * time.Second)
 	data := make([]byte, 5<<20+12345)

@@ -145,7 +145,7 @@ func chunkProc(t *testing.T, c *testcluster.ProcCluster, servers []*wire.ChunkSe
 // chunk server dead beyond its lease: its groups return to 3 replicas").
 func TestChunkServerKilledDuringWrite(t *testing.T) {
 	c := startDataCluster(t, 4, "--chunk-size", "1048576")
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx := context.Background()
 	servers, groups := presidentView(t, cl, c)
 	if len(groups) != 1 || len(groups[0].GetMembers()) != 3 {
@@ -225,7 +225,7 @@ func TestChunkServerKilledDuringBigRead(t *testing.T) {
 		t.Skip("writes 1 GiB")
 	}
 	c := startDataCluster(t, 3, "--chunk-size", "16777216")
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx := context.Background()
 	const size = 1 << 30
 	start := time.Now()
@@ -258,7 +258,7 @@ func TestChunkServerKilledDuringBigRead(t *testing.T) {
 func TestFlippedByteIsRepaired(t *testing.T) {
 	dir := t.TempDir()
 	c := startDataClusterIn(t, dir, 3, "--chunk-size", "1048576", "--scrub-interval", "1s")
-	cl := newClient(t, c.Addrs(), 30*time.Second)
+	cl := newClient(t, c, c.Addrs(), 30*time.Second)
 	ctx := context.Background()
 	const size = 3 << 20
 	if _, err := cl.WriteFile(ctx, "/flip.bin", newStream(5, size), 0o644); err != nil {
@@ -323,7 +323,7 @@ func TestDiskFull(t *testing.T) {
 		})
 	}
 	c := startDataClusterIn(t, dir, 3, "--chunk-size", "1048576")
-	cl := newClient(t, c.Addrs(), 30*time.Second)
+	cl := newClient(t, c, c.Addrs(), 30*time.Second)
 	ctx := context.Background()
 	const small = 6 << 20
 	if _, err := cl.WriteFile(ctx, "/fits.bin", newStream(1, small), 0o644); err != nil {
@@ -347,7 +347,7 @@ func TestMountInBackground(t *testing.T) {
 	c := startDataCluster(t, 3, "--chunk-size", "1048576")
 	mnt := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "mount.log")
-	out, err := exec.Command(binary, "mount", "--meta", strings.Join(c.Addrs(), ","), "--background", "--log-file", logFile, mnt).CombinedOutput()
+	out, err := exec.Command(binary, "mount", "--meta", strings.Join(c.Addrs(), ","), "--tls", c.ClientTLSDir(), "--background", "--log-file", logFile, mnt).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mount --background: %v\n%s", err, out)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,8 +15,8 @@ import (
 )
 
 // startDev runs `govfs dev --dir dir` and returns the process and the
-// GOVFS_META value it printed.
-func startDev(t *testing.T, dir string) (*exec.Cmd, string) {
+// environment it printed export lines for (GOVFS_META and GOVFS_TLS).
+func startDev(t *testing.T, dir string) (*exec.Cmd, []string) {
 	t.Helper()
 	cmd := exec.Command(binary, "dev", "--dir", dir)
 	out, err := cmd.StdoutPipe()
@@ -32,33 +33,40 @@ func startDev(t *testing.T, dir string) (*exec.Cmd, string) {
 			_ = cmd.Wait()
 		}
 	})
-	found := make(chan string, 1)
+	found := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
+		var env []string
 		for sc.Scan() {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export GOVFS_META="); ok {
-				found <- v
+			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "export "); ok {
+				env = append(env, v)
+				if len(env) == 2 {
+					found <- env
+				}
 			}
 		}
 		close(found)
 		_, _ = io.Copy(io.Discard, out)
 	}()
 	select {
-	case v, ok := <-found:
+	case env, ok := <-found:
 		if !ok {
-			t.Fatal("govfs dev exited without printing GOVFS_META")
+			t.Fatal("govfs dev exited without printing GOVFS_META and GOVFS_TLS")
 		}
-		return cmd, v
+		if !strings.HasPrefix(env[0], "GOVFS_META=") || !strings.HasPrefix(env[1], "GOVFS_TLS=") {
+			t.Fatalf("govfs dev printed exports %q, want GOVFS_META and GOVFS_TLS", env)
+		}
+		return cmd, env
 	case <-time.After(60 * time.Second):
 		t.Fatal("govfs dev did not come up")
 	}
-	return nil, ""
+	return nil, nil
 }
 
-func govfs(t *testing.T, meta string, args ...string) string {
+func govfs(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "GOVFS_META="+meta)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("govfs %v: %v\n%s", args, err, out)
@@ -107,14 +115,14 @@ func TestDevClusterRestartsWithItsData(t *testing.T) {
 		t.Fatalf("meta or chunk processes still running after govfs dev stopped: %v", pids)
 	}
 	_, meta2 := startDev(t, dir)
-	if meta2 != meta {
-		t.Fatalf("restart chose other addresses: %s vs %s", meta2, meta)
+	if !slices.Equal(meta2, meta) {
+		t.Fatalf("restart chose other addresses or certificates: %s vs %s", meta2, meta)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
 		cmd := exec.CommandContext(ctx, binary, "fs", "ls", "/kept/a")
-		cmd.Env = append(os.Environ(), "GOVFS_META="+meta2)
+		cmd.Env = append(os.Environ(), meta2...)
 		out, err := cmd.CombinedOutput()
 		if err == nil && strings.TrimSpace(string(out)) == "file" {
 			return

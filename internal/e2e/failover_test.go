@@ -24,7 +24,7 @@ import (
 // answered EEXIST (which would mean a retry was applied twice).
 func TestKillLeaderDuringCreates(t *testing.T) {
 	c := startCluster(t)
-	admin := newClient(t, c.Addrs(), 30*time.Second)
+	admin := newClient(t, c, c.Addrs(), 30*time.Second)
 	ctx := context.Background()
 	dir, err := admin.Mkdir(ctx, "/stream", 0o755)
 	if err != nil {
@@ -44,7 +44,7 @@ func TestKillLeaderDuringCreates(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
-		cl := newClient(t, c.Addrs(), 30*time.Second)
+		cl := newClient(t, c, c.Addrs(), 30*time.Second)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -126,7 +126,7 @@ func TestKillLeaderDuringCreates(t *testing.T) {
 		var err error
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			have, err = namesVia(ctx, addr, dir.GetIno(), wire.ReadConsistency_LINEARIZABLE)
+			have, err = namesVia(ctx, c.Security(), addr, dir.GetIno(), wire.ReadConsistency_LINEARIZABLE)
 			if err == nil || time.Now().After(deadline) {
 				break
 			}
@@ -156,7 +156,7 @@ func TestKillLeaderDuringCreates(t *testing.T) {
 func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n int) int {
 	t.Helper()
 	ctx := context.Background()
-	admin := newClient(t, c.Addrs(), 30*time.Second)
+	admin := newClient(t, c, c.Addrs(), 30*time.Second)
 	victim := (groupLeader(t, c, 1) + 1) % 3
 	c.Kill(victim)
 	if _, err := admin.Mkdir(ctx, dir, 0o755); err != nil {
@@ -178,7 +178,7 @@ func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n in
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		got, err := countEntriesVia(ctx, c.Addrs()[victim], attr.GetIno())
+		got, err := countEntriesVia(ctx, c.Security(), c.Addrs()[victim], attr.GetIno())
 		if err == nil && got == n {
 			break
 		}
@@ -189,7 +189,7 @@ func killWriteRestart(t *testing.T, c *testcluster.ProcCluster, dir string, n in
 	}
 	// A fresh connection: the client's old one to this address may still
 	// be backing off from the kill.
-	cc, err := rpc.Dial(c.Addrs()[victim])
+	cc, err := rpc.Dial(c.Addrs()[victim], c.Security())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,14 +238,14 @@ func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
 
 // countEntriesVia counts directory ino's entries as node addr alone
 // serves them (session read with no minimum index: its own state).
-func countEntriesVia(ctx context.Context, addr string, ino uint64) (int, error) {
-	names, err := namesVia(ctx, addr, ino, wire.ReadConsistency_SESSION)
+func countEntriesVia(ctx context.Context, sec *rpc.Security, addr string, ino uint64) (int, error) {
+	names, err := namesVia(ctx, sec, addr, ino, wire.ReadConsistency_SESSION)
 	return len(names), err
 }
 
 // namesVia lists directory ino as node addr alone serves it.
-func namesVia(ctx context.Context, addr string, ino uint64, cons wire.ReadConsistency) (map[string]bool, error) {
-	cc, err := rpc.Dial(addr)
+func namesVia(ctx context.Context, sec *rpc.Security, addr string, ino uint64, cons wire.ReadConsistency) (map[string]bool, error) {
+	cc, err := rpc.Dial(addr, sec)
 	if err != nil {
 		return nil, err
 	}

@@ -47,10 +47,11 @@ func tail(b []byte, n int) string {
 	return string(b)
 }
 
-func newClient(t *testing.T, addrs []string, opTimeout time.Duration) *client.Client {
+func newClient(t *testing.T, c *testcluster.ProcCluster, addrs []string, opTimeout time.Duration) *client.Client {
 	t.Helper()
 	cfg := client.DefaultConfig()
 	cfg.MetaAddrs = addrs
+	cfg.TLSDir = c.ClientTLSDir()
 	cfg.CallTimeout = time.Second
 	cfg.OpTimeout = opTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

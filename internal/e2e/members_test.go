@@ -25,7 +25,7 @@ import (
 func TestDeadMinistryMemberReplaced(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5,
 		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--replace-dead-after", "3s", "--snapshot-every", "200"}})
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	if _, err := cl.Mkdir(ctx, "/r", 0o755); err != nil {
@@ -78,7 +78,7 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	})
 	added := members[2]
 	t.Logf("node 5 replaced by node %d %v after it was killed: members %v", added, time.Since(killed).Round(100*time.Millisecond), members)
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
 	groupAt := func(i int) *wire.GroupStatus {
 		cc, err := pool.Get(c.Addrs()[i])
@@ -154,7 +154,7 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	check := newClient(t, c.Addrs(), 60*time.Second)
+	check := newClient(t, c, c.Addrs(), 60*time.Second)
 	for _, p := range acked {
 		if b, err := get(ctx, check, p); err != nil || b != p {
 			t.Fatalf("acknowledged %s: %q, %v", p, b, err)
@@ -184,10 +184,10 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 // nodesHosting returns the addresses (of addrs) whose node hosts a replica
 // of group g, by asking each for its status; a node that does not answer
 // counts as hosting it (nothing is known).
-func nodesHosting(ctx context.Context, addrs []string, g uint64) []string {
+func nodesHosting(ctx context.Context, sec *rpc.Security, addrs []string, g uint64) []string {
 	var out []string
 	for _, a := range addrs {
-		cc, err := rpc.Dial(a)
+		cc, err := rpc.Dial(a, sec)
 		if err != nil {
 			out = append(out, a)
 			continue
@@ -210,7 +210,7 @@ func nodesHosting(ctx context.Context, addrs []string, g uint64) []string {
 // every acknowledged write is there once the rest of the cluster is back.
 func TestJoinedOnlyMinistryRestartsWithoutThePresident(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 6, Tick: 50 * time.Millisecond})
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	if _, err := cl.Mkdir(ctx, "/j", 0o755); err != nil {
@@ -238,7 +238,7 @@ func TestJoinedOnlyMinistryRestartsWithoutThePresident(t *testing.T) {
 		}
 	}
 	waitUntil(t, 30*time.Second, fmt.Sprintf("ministry %d to elect a minister among nodes 4-6 with no president member up", g), func() bool {
-		cc, err := rpc.Dial(c.Addrs()[3])
+		cc, err := rpc.Dial(c.Addrs()[3], c.Security())
 		if err != nil {
 			return false
 		}
@@ -261,7 +261,7 @@ func TestJoinedOnlyMinistryRestartsWithoutThePresident(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	fresh := newClient(t, c, c.Addrs(), 60*time.Second)
 	for _, p := range acked {
 		if b, err := get(ctx, fresh, p); err != nil || b != p {
 			t.Fatalf("acknowledged %s: %q, %v", p, b, err)

@@ -61,7 +61,7 @@ func rawLookup(ctx context.Context, pool *rpc.Pool, addr string, g, parent uint6
 func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	dir := t.TempDir()
 	c := startFiveNodes(t, dir)
-	cl := newClient(t, c.Addrs(), 30*time.Second)
+	cl := newClient(t, c, c.Addrs(), 30*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -72,7 +72,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	}
 	// A client that learns the map before the assign (ministry 1 at
 	// epoch 1) and is used again only after it.
-	old := newClient(t, c.Addrs(), 30*time.Second)
+	old := newClient(t, c, c.Addrs(), 30*time.Second)
 	if _, err := old.Stat(ctx, "/other"); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
 	var inTarget, redirected bool
 	for _, a := range c.Addrs() {
@@ -148,7 +148,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	}
 	// A fresh client with no routing knowledge reaches both by path and
 	// by inode number (ministry 1 redirects).
-	fresh := newClient(t, c.Addrs()[:1], 30*time.Second)
+	fresh := newClient(t, c, c.Addrs()[:1], 30*time.Second)
 	for _, d := range []string{"/projects", "/other"} {
 		for i := range 100 {
 			b, err := get(ctx, fresh, fmt.Sprintf("%s/f%d", d, i))
@@ -161,7 +161,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newClient(t, c.Addrs()[:1], 30*time.Second).GetAttr(ctx, ids.Ino(a.GetIno())); err != nil {
+	if _, err := newClient(t, c, c.Addrs()[:1], 30*time.Second).GetAttr(ctx, ids.Ino(a.GetIno())); err != nil {
 		t.Fatalf("GetAttr by inode number from a fresh client: %v", err)
 	}
 
@@ -261,7 +261,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 	// come back with their ids and their ministries.
 	c.Stop()
 	c2 := startFiveNodes(t, dir)
-	cl2 := newClient(t, c2.Addrs(), 30*time.Second)
+	cl2 := newClient(t, c2, c2.Addrs(), 30*time.Second)
 	for _, d := range []string{"/projects", "/other"} {
 		for i := 2; i < 100; i++ {
 			b, err := get(ctx, cl2, fmt.Sprintf("%s/f%d", d, i))
@@ -281,7 +281,7 @@ func TestMinistriesAssignRouteAndRefuse(t *testing.T) {
 // acknowledged create is there afterwards.
 func TestDelegatedMinisterKilled(t *testing.T) {
 	c := startFiveNodes(t, t.TempDir())
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	for _, p := range []string{"/a", "/b"} {
@@ -349,7 +349,7 @@ func TestDelegatedMinisterKilled(t *testing.T) {
 	if err := c.Start(victim); err != nil {
 		t.Fatal(err)
 	}
-	check := newClient(t, c.Addrs(), 60*time.Second)
+	check := newClient(t, c, c.Addrs(), 60*time.Second)
 	for k := range ack {
 		for _, p := range ack[k].names {
 			b, err := get(ctx, check, p)
@@ -367,7 +367,7 @@ func TestDelegatedMinisterKilled(t *testing.T) {
 // minister; a Client that knew epoch 1 catches up by itself.
 func checkEpochs(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, old *client.Client, target uint64) {
 	t.Helper()
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
 	cc, err := pool.Get(c.Addrs()[groupLeader(t, c, 1)])
 	if err != nil {
@@ -476,7 +476,7 @@ func checkDeadInMap(ctx context.Context, t *testing.T, cl *client.Client, dead u
 // node) and returns its answer.
 func rawAssign(ctx context.Context, t *testing.T, c *testcluster.ProcCluster, req *wire.AssignRequest) *wire.AssignResponse {
 	t.Helper()
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
@@ -545,7 +545,7 @@ func checkAssignRefusals(ctx context.Context, t *testing.T, c *testcluster.ProcC
 // poll), and a stale index with the whole map.
 func checkMapNotModified(ctx context.Context, t *testing.T, c *testcluster.ProcCluster) {
 	t.Helper()
-	cc, err := rpc.Dial(c.Addrs()[0]) // a founder: a president member
+	cc, err := rpc.Dial(c.Addrs()[0], c.Security()) // a founder: a president member
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +581,7 @@ func checkMapNotModified(ctx context.Context, t *testing.T, c *testcluster.ProcC
 // ministry, and their ministers end up there.
 func TestNewMinistriesSpreadTheirMinisters(t *testing.T) {
 	c := startCluster(t)
-	cl := newClient(t, c.Addrs(), 30*time.Second)
+	cl := newClient(t, c, c.Addrs(), 30*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	rootLeader := uint64(groupLeader(t, c, 1) + 1)

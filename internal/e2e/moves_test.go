@@ -24,7 +24,7 @@ import (
 // afterwards, held by the right ministry, with its bytes.
 func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Chunks: 3, Tick: 50 * time.Millisecond})
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 
@@ -85,7 +85,7 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 		if err != nil || ministryOf(info, mv.GetTarget()) != nil || !slices.Contains(info.GetDissolved(), mv.GetTarget()) {
 			return false
 		}
-		return len(nodesHosting(ctx, c.Addrs(), mv.GetTarget())) == 0
+		return len(nodesHosting(ctx, c.Security(), c.Addrs(), mv.GetTarget())) == 0
 	})
 	must(put(ctx, cl, "/data/d0/after-abort", "after-abort")) // writable again
 	want["/data/d0/after-abort"] = "after-abort"
@@ -171,11 +171,11 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 			t.Fatalf("%s: the hard link inside: %v %v", label, a, err)
 		}
 	}
-	fresh := newClient(t, c.Addrs()[:1], 60*time.Second)
+	fresh := newClient(t, c, c.Addrs()[:1], 60*time.Second)
 	check("after assign", fresh)
 	d0, err := fresh.Stat(ctx, "/data/d0")
 	must(err)
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
 	held := false
 	for _, a := range c.Addrs() {
@@ -194,7 +194,7 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 	if err != nil || mv.GetState() != wire.MoveState_MOVE_DONE || mv.GetTarget() != 1 {
 		t.Fatalf("unassign /data: %v %v", mv, err)
 	}
-	check("after unassign", newClient(t, c.Addrs()[:1], 60*time.Second))
+	check("after unassign", newClient(t, c, c.Addrs()[:1], 60*time.Second))
 	if err := cl.Rename(ctx, "/data/d0/f1", "/other/moved-back", 0); err != nil {
 		t.Fatalf("rename between /data and /other, both in ministry 1 again: %v", err)
 	}
@@ -207,7 +207,7 @@ func TestPopulatedSubtreeMovesUnderLoad(t *testing.T) {
 // bytes, and the subtree takes writes afterwards.
 func TestMoveSurvivesKills(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Tick: 50 * time.Millisecond})
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	want := map[string]string{}
@@ -270,7 +270,7 @@ func TestMoveSurvivesKills(t *testing.T) {
 			t.Fatalf("move %d ended %v", m.GetId(), m.GetState())
 		}
 	}
-	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	fresh := newClient(t, c, c.Addrs(), 60*time.Second)
 	for p, v := range want {
 		b, err := get(ctx, fresh, p)
 		if err != nil || b != v {
@@ -299,7 +299,7 @@ func TestMoveSurvivesKills(t *testing.T) {
 func TestMoveKillsAtEachStep(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5, Tick: 50 * time.Millisecond,
 		ExtraArgs: []string{"--testing-move-pause", "copied=1500ms,committed=1500ms,opening=1500ms"}})
-	cl := newClient(t, c.Addrs(), 60*time.Second)
+	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	type scenario struct {
@@ -387,7 +387,7 @@ func TestMoveKillsAtEachStep(t *testing.T) {
 			t.Fatalf("after the move of %s the target ministry %d holds %v", s.path, mv.GetTarget(), st)
 		}
 	}
-	fresh := newClient(t, c.Addrs(), 60*time.Second)
+	fresh := newClient(t, c, c.Addrs(), 60*time.Second)
 	for p, v := range want {
 		if b, err := get(ctx, fresh, p); err != nil || b != v {
 			t.Fatalf("%s = %q, %v after the kills", p, b, err)

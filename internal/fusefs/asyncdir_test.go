@@ -54,7 +54,7 @@ func TestMountAsyncDirs(t *testing.T) {
 	must(t, os.Mkdir(dirB, 0o755))
 	ma := startMount(t, c, dirA, "--log-level", "debug")
 	startMount(t, c, dirB)
-	cl := newClient(t, c.Addrs())
+	cl := newClient(t, c, c.Addrs())
 
 	d := filepath.Join(dirA, "d")
 	must(t, os.Mkdir(d, 0o755))

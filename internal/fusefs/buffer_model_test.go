@@ -14,6 +14,7 @@ import (
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/fusefs"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/testcluster"
 )
 
 // TestWriteBufferModel checks the mount's write buffer (handle.go) and
@@ -28,7 +29,7 @@ import (
 // reads the file from the cluster. Runs with and without --cache-dir.
 func TestWriteBufferModel(t *testing.T) {
 	c := startCluster(t)
-	cl, err := client.New(t.Context(), clientConfig(c.Addrs()))
+	cl, err := client.New(t.Context(), clientConfig(c))
 	must(t, err)
 	defer cl.Close()
 	for _, cache := range []bool{false, true} {
@@ -61,9 +62,9 @@ func TestWriteBufferModel(t *testing.T) {
 	}
 }
 
-func clientConfig(addrs []string) client.Config {
+func clientConfig(c *testcluster.ProcCluster) client.Config {
 	cfg := client.DefaultConfig()
-	cfg.MetaAddrs = addrs
+	cfg.MetaAddrs, cfg.TLSDir = c.Addrs(), c.ClientTLSDir()
 	cfg.OpTimeout = 30 * time.Second
 	return cfg
 }

@@ -37,7 +37,7 @@ func startMount(t *testing.T, c *testcluster.ProcCluster, dir string, extra ...s
 	logPath := filepath.Join(t.TempDir(), "mount.log")
 	logf, err := os.Create(logPath)
 	must(t, err)
-	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ",")}, extra...)
+	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ","), "--tls", c.ClientTLSDir()}, extra...)
 	cmd := exec.Command(binary, append(args, dir)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Killed with the test binary if it dies without its cleanup (a

@@ -28,7 +28,7 @@ func TestDirMtimeAfterQueuedChanges(t *testing.T) {
 	mnt := filepath.Join(t.TempDir(), "m")
 	must(t, os.Mkdir(mnt, 0o755))
 	startMount(t, c, mnt, "--entry-timeout", "50ms")
-	cl := newClient(t, c.Addrs())
+	cl := newClient(t, c, c.Addrs())
 
 	old := time.Date(2011, 3, 4, 5, 6, 7, 0, time.UTC)
 	const dirs = 10
@@ -100,7 +100,7 @@ func TestCopyAttributesOfNewFiles(t *testing.T) {
 	mnt := filepath.Join(t.TempDir(), "m")
 	must(t, os.Mkdir(mnt, 0o755))
 	startMount(t, c, mnt)
-	cl := newClient(t, c.Addrs())
+	cl := newClient(t, c, c.Addrs())
 	dir := filepath.Join(mnt, "copy")
 	must(t, os.Mkdir(dir, 0o755))
 

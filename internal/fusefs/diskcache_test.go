@@ -24,7 +24,7 @@ import (
 func TestMountDiskCache(t *testing.T) {
 	canMount(t)
 	c := startCluster(t)
-	cl := newClient(t, c.Addrs())
+	cl := newClient(t, c, c.Addrs())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cacheDir := filepath.Join(t.TempDir(), "cache")

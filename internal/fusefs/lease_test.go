@@ -19,7 +19,7 @@ func TestMountReadLease(t *testing.T) {
 	canMount(t)
 	c := startCluster(t)
 	mnt := mountProc(t, c)
-	cl := newClient(t, c.Addrs())
+	cl := newClient(t, c, c.Addrs())
 	ctx := t.Context()
 	const size = 64 << 10
 	f, err := cl.Open(ctx, "/leased", syscall.O_RDWR|syscall.O_CREAT, 0o644)

@@ -103,7 +103,7 @@ func mountProc(t *testing.T, c *testcluster.ProcCluster, extra ...string) string
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ",")}, extra...)
+	args := append([]string{"mount", "--meta", strings.Join(c.Addrs(), ","), "--tls", c.ClientTLSDir()}, extra...)
 	cmd := exec.Command(binary, append(args, dir)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Killed with the test binary if it dies without its cleanup (a
@@ -348,7 +348,7 @@ func TestMount(t *testing.T) {
 			t.Fatalf("read back %d bytes of %d; sha256 differs", n, len(data))
 		}
 		// The cluster has it too, through the client library.
-		cl := newClient(t, c.Addrs())
+		cl := newClient(t, c, c.Addrs())
 		var out bytes.Buffer
 		if _, err := cl.ReadFile(context.Background(), "/big.bin", &out); err != nil || !bytes.Equal(sha256sum(out.Bytes()), sha256sum(data)) {
 			t.Fatalf("client read: %d bytes, %v", out.Len(), err)
@@ -447,10 +447,11 @@ func run(t *testing.T, name string, args ...string) {
 	}
 }
 
-func newClient(t *testing.T, addrs []string) *client.Client {
+func newClient(t *testing.T, c *testcluster.ProcCluster, addrs []string) *client.Client {
 	t.Helper()
 	cfg := client.DefaultConfig()
 	cfg.MetaAddrs = addrs
+	cfg.TLSDir = c.ClientTLSDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl, err := client.New(ctx, cfg)

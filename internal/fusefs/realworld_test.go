@@ -169,7 +169,7 @@ PRAGMA integrity_check;`)
 			must(t, os.WriteFile(f, []byte("x"), 0o644))
 			must(t, os.Remove(f))
 		}
-		cl := newClient(t, c.Addrs())
+		cl := newClient(t, c, c.Addrs())
 		deadline := time.Now().Add(5 * time.Second)
 		for {
 			ents, err := cl.Readdir(context.Background(), "/uac")

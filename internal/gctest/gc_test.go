@@ -66,7 +66,7 @@ func startCluster(t *testing.T, n int, tweak func(*metanode.Config)) *cluster {
 			t.Fatal(err)
 		}
 		t.Cleanup(node.Stop)
-		cc, err := rpc.Dial(node.Addr())
+		cc, err := rpc.Dial(node.Addr(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +413,7 @@ func TestCollectorReadsMinistriesHostedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n4.Stop)
-	cc4, err := rpc.Dial(n4.Addr())
+	cc4, err := rpc.Dial(n4.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

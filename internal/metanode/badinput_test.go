@@ -23,7 +23,7 @@ import (
 )
 
 func metaClient(t *testing.T, addr string) wire.MetaClient {
-	cc, err := rpc.Dial(addr)
+	cc, err := rpc.Dial(addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestBadInputGetsClearErrorAndChangesNothing(t *testing.T) {
 	conn.Write(bytes.Repeat([]byte{0xde, 0xad, 0xbe, 0xef}, 4096))
 	conn.Close()
 	// Raft traffic from a node that is not a member is refused.
-	cc, _ := rpc.Dial(addr)
+	cc, _ := rpc.Dial(addr, nil)
 	defer cc.Close()
 	ack, err := wire.NewRaftClient(cc).Send(ctx, &wire.RaftBatch{From: 9, To: 1, Msgs: []*wire.RaftMessage{{Group: 1, Msg: []byte{1, 2, 3}}}})
 	if err != nil || ack.GetStatus().GetCode() != wire.Code_INVALID || !strings.Contains(ack.GetStatus().GetMessage(), "not a member") {
@@ -166,7 +166,7 @@ func TestBadInputGetsClearErrorAndChangesNothing(t *testing.T) {
 	for _, typ := range []pb.MessageType{pb.MsgSnap, pb.MsgProp, pb.MsgHup} {
 		raw, _ := proto.Marshal(&pb.Message{Type: typ.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(99)),
 			Snapshot: &pb.Snapshot{Metadata: &pb.SnapshotMetadata{Index: new(uint64(1 << 40)), Term: new(uint64(99))}}})
-		cc1, _ := rpc.Dial(c.Peers[1])
+		cc1, _ := rpc.Dial(c.Peers[1], nil)
 		ack, err := wire.NewRaftClient(cc1).Send(ctx, &wire.RaftBatch{From: 2, To: 1, Msgs: []*wire.RaftMessage{{Group: 1, Msg: raw}}})
 		cc1.Close()
 		if err != nil || ack.GetStatus().GetCode() != wire.Code_INVALID {

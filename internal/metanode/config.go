@@ -12,6 +12,7 @@ import (
 	"github.com/govfs/govfs/internal/clock"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/multiraft"
+	"github.com/govfs/govfs/internal/rpc"
 )
 
 // Config configures a metadata node.
@@ -66,6 +67,10 @@ type Config struct {
 	// step of every subtree move (MovePauseSteps), so that an end-to-end
 	// test can kill a process at that step; empty in production.
 	MovePauses map[string]time.Duration
+
+	// Security is the node's TLS (its certificate, the cluster CA); nil
+	// runs plaintext and trusts every caller (--insecure).
+	Security *rpc.Security
 
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock

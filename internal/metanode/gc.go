@@ -290,7 +290,7 @@ func (c *collector) run(gen uint64) {
 // before deleting anything.
 func (c *collector) round(ctx context.Context, gen uint64) error {
 	start := c.n.cfg.Clock.Now()
-	pool := &dataproto.Pool{Timeout: gcCallTimeout, MaxIdle: 1}
+	pool := &dataproto.Pool{Timeout: gcCallTimeout, MaxIdle: 1, TLS: c.n.cfg.Security.ClientTLS()}
 	defer pool.Close()
 	var servers []*wire.ChunkServer
 	var groups []*wire.ReplicaGroup

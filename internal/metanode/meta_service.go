@@ -14,6 +14,7 @@ import (
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -103,9 +104,8 @@ func validateCommand(g ids.GroupID, cmd *wire.Command) error {
 		return validateBatch(g, cmd)
 	case *wire.Command_ExportSubtree, *wire.Command_ImportSubtree, *wire.Command_FinishExport, *wire.Command_AbortExport,
 		*wire.Command_FreezeEntries:
-		// Steps of a subtree move, sent by the president's leader.
-		// NB: not authenticated yet (issue 13: only a metadata node's
-		// certificate may send them).
+		// Steps of a subtree move, sent by the president's leader
+		// (only node certificates may: authz.go).
 		if g == ids.PresidentGroup {
 			return fmt.Errorf("%T goes to a ministry", cmd.GetOp())
 		}
@@ -196,6 +196,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	}
 	s.n.ops.add(g)
 	cmd := req.GetCmd()
+	if err := authorizeOp(rpc.CallerOf(ctx), cmd); err != nil {
+		return nil, err
+	}
 	if err := validateCommand(g, cmd); err != nil {
 		var errno syscall.Errno
 		if errors.As(err, &errno) {

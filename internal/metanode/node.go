@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.ID != 0 {
 		log = log.With("node", uint64(cfg.ID)) // a joining node learns its id below
 	}
-	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(), stop: make(chan struct{}),
+	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(cfg.Security), stop: make(chan struct{}),
 		lastCampaign: map[ids.GroupID]time.Time{}, started: cfg.Clock.Now(),
 		lastMemberChange: map[ids.GroupID]time.Time{}, lastDropCheck: map[ids.GroupID]time.Time{}}
 	ok := false
@@ -164,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	for id, a := range cfg.Peers {
 		book[id] = a
 	}
-	n.transport = rpc.NewRaftTransport(cfg.ID, book, n.ClusterID, n.log)
+	n.transport = rpc.NewRaftTransport(cfg.ID, book, n.ClusterID, cfg.Security, n.log)
 	hc := multiraft.DefaultConfig()
 	hc.NodeID = cfg.ID
 	hc.Engine = eng
@@ -229,17 +229,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.lis = lis
 	// Track handlers so the store is closed only after the last one has
 	// returned (grpc.Server.Stop does not wait for them).
-	opts := append(rpc.ServerOptions(),
+	authUnary, authStream := rpc.Authorize(methodRoles())
+	opts := append(rpc.ServerOptions(), cfg.Security.ServerOption(),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(ctx, req)
-		}),
+		}, authUnary),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(srv, ss)
-		}))
+		}, authStream))
 	n.grpc = grpc.NewServer(opts...)
 	wire.RegisterRaftServer(n.grpc, n.transport.Service())
 	wire.RegisterMetaServer(n.grpc, &metaService{n: n})

@@ -729,7 +729,7 @@ func checkLinearizable(t *testing.T, seed int64, c *testcluster.InProc, admin *c
 
 	// Final state: a linearizable lookup of every name through the
 	// client (part of the checked history), and the same from each node.
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(nil)
 	defer pool.Close()
 	finals := make([]state, len(dirs))
 	for d, ld := range dirs {
@@ -958,7 +958,7 @@ func TestNoSplitBrainUnderPartition(t *testing.T) {
 	}
 	slices.Sort(majority)
 	isoAddr := c.Peers[lead]
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(nil)
 	defer pool.Close()
 	cc, err := pool.Get(isoAddr)
 	if err != nil {

@@ -90,7 +90,7 @@ func TestMinisterCutOffFromClerksStepsDown(t *testing.T) {
 		t.Fatalf("cluster map during the partition: %v", err)
 	}
 	// A change sent to the old minister is not acknowledged.
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(nil)
 	defer pool.Close()
 	cc, err := pool.Get(c.Peers[minister])
 	if err != nil {

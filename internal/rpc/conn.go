@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // MaxMessageSize bounds every gRPC message, in both directions.
@@ -24,10 +23,11 @@ func ServerOptions() []grpc.ServerOption {
 	}
 }
 
-// Dial opens a client connection (lazily connecting) with the size limits.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Dial opens a client connection (lazily connecting) with the size limits
+// and sec's credentials (nil: plaintext).
+func Dial(addr string, sec *Security) (*grpc.ClientConn, error) {
 	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		sec.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("rpc: dial %s: %w", addr, err)
@@ -37,12 +37,13 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 
 // Pool caches one connection per address.
 type Pool struct {
+	sec   *Security
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-// NewPool returns an empty pool.
-func NewPool() *Pool { return &Pool{conns: map[string]*grpc.ClientConn{}} }
+// NewPool returns an empty pool whose connections use sec (nil: plaintext).
+func NewPool(sec *Security) *Pool { return &Pool{sec: sec, conns: map[string]*grpc.ClientConn{}} }
 
 // Get returns the connection to addr, dialing it on first use.
 func (p *Pool) Get(addr string) (*grpc.ClientConn, error) {
@@ -51,7 +52,7 @@ func (p *Pool) Get(addr string) (*grpc.ClientConn, error) {
 	if c, ok := p.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := Dial(addr)
+	c, err := Dial(addr, p.sec)
 	if err != nil {
 		return nil, err
 	}

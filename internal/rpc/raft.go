@@ -42,10 +42,10 @@ type peer struct {
 }
 
 // NewRaftTransport returns a transport for node self; clusterID reports
-// the cluster id once known ("" before).
-func NewRaftTransport(self ids.NodeID, addrs map[ids.NodeID]string, clusterID func() string, log *slog.Logger) *RaftTransport {
+// the cluster id once known ("" before); sec secures its connections.
+func NewRaftTransport(self ids.NodeID, addrs map[ids.NodeID]string, clusterID func() string, sec *Security, log *slog.Logger) *RaftTransport {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &RaftTransport{self: self, addrs: addrs, clusterID: clusterID, pool: NewPool(), log: log,
+	return &RaftTransport{self: self, addrs: addrs, clusterID: clusterID, pool: NewPool(sec), log: log,
 		peers: map[ids.NodeID]*peer{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 

@@ -51,6 +51,9 @@ type ProcConfig struct {
 	// fraction of one core, each in its own cgroup (the scale-out
 	// testbed; needs root and a cgroup cpu controller).
 	NodeCPU float64
+	// Insecure runs every process plaintext (--insecure); by default the
+	// cluster makes its own CA and runs mutual TLS (tls.go).
+	Insecure bool
 }
 
 // layout is persisted in Dir/cluster.json.
@@ -70,6 +73,9 @@ type ProcCluster struct {
 	procs []*exec.Cmd
 	exits []*exit
 	caps  *cpuCaps
+	// sec is the admin identity's TLS for the cluster's own RPCs (nil
+	// when insecure).
+	sec *rpc.Security
 }
 
 // exit is closed when a process ends; err is its status.
@@ -211,6 +217,9 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 			return nil, err
 		}
 	}
+	if err := c.setupTLS(); err != nil {
+		return nil, fmt.Errorf("cluster certificates: %w", err)
+	}
 	total := cfg.Nodes + cfg.Chunks
 	c.procs = make([]*exec.Cmd, total)
 	c.exits = make([]*exit, total)
@@ -246,7 +255,7 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 // waitMember waits until the cluster map lists node i's address (it
 // joined, and got id i+1 since joiners start one at a time).
 func (c *ProcCluster) waitMember(i int, timeout time.Duration) error {
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.sec)
 	defer pool.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -330,6 +339,7 @@ func (c *ProcCluster) args(i int) []string {
 		if len(c.layout.ChunkHTTP) > k {
 			args = append(args, "--http", c.layout.ChunkHTTP[k])
 		}
+		args = append(args, c.tlsArgs(i)...)
 		args = append(args, c.cfg.ChunkArgs...)
 		return args
 	}
@@ -342,6 +352,7 @@ func (c *ProcCluster) args(i int) []string {
 	if len(c.layout.HTTP) > i {
 		args = append(args, "--http", c.layout.HTTP[i])
 	}
+	args = append(args, c.tlsArgs(i)...)
 	return append(args, c.cfg.ExtraArgs...)
 }
 
@@ -476,7 +487,7 @@ func (c *ProcCluster) Stop() {
 // WaitReady waits until every running node answers and the root
 // directory can be read through some node with a linearizable read.
 func (c *ProcCluster) WaitReady(ctx context.Context) error {
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.sec)
 	defer pool.Close()
 	var last error = errors.New("not ready")
 	for {
@@ -523,7 +534,7 @@ func (c *ProcCluster) WaitReady(ctx context.Context) error {
 // Leader returns the index of the running node that leads group g, as
 // the nodes' Status says, waiting until one does or ctx ends.
 func (c *ProcCluster) Leader(ctx context.Context, g ids.GroupID) (int, error) {
-	pool := rpc.NewPool()
+	pool := rpc.NewPool(c.sec)
 	defer pool.Close()
 	for {
 		for i, a := range c.layout.Addrs {
