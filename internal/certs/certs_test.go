@@ -165,8 +165,8 @@ func TestRotationWithoutRestart(t *testing.T) {
 			}()
 		}
 	}()
-	peerName := func() (string, net.Conn) {
-		c, err := tls.Dial("tcp", lis.Addr().String(), cli.ClientConfig())
+	peerName := func(cfg *tls.Config) (string, net.Conn) {
+		c, err := tls.Dial("tcp", lis.Addr().String(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestRotationWithoutRestart(t *testing.T) {
 		}
 		return id.Name, c
 	}
-	name, first := peerName()
+	name, first := peerName(cli.ClientConfig())
 	defer first.Close()
 	if name != "old" {
 		t.Fatalf("server presented %q", name)
@@ -198,10 +198,30 @@ func TestRotationWithoutRestart(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if name, c := peerName(); name != "new" {
+	// A fresh configuration (no session to resume) meets the new one.
+	if name, c := peerName(cli.ClientConfig()); name != "new" {
 		t.Errorf("after reload the server presented %q", name)
 	} else {
 		c.Close()
+	}
+	// One configuration dialling twice resumes its first session (the
+	// ClientSessionCache rpc.Security keeps for all its connections).
+	shared := cli.ClientConfig()
+	for range 2 {
+		_, c := peerName(shared)
+		c.Close()
+	}
+	// A reload (rotation) ends resumption of sessions made before it.
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	_, c := peerName(shared)
+	c.Close()
+	if served, _, _ := srv.Handshakes(); served != 5 {
+		t.Errorf("server counted %d handshakes, want 5", served)
+	}
+	if _, dialed, resumed := cli.Handshakes(); dialed != 5 || resumed != 1 {
+		t.Errorf("client counted %d handshakes (%d resumed), want 5 (1: none after the reload)", dialed, resumed)
 	}
 	// The connection made before the rotation still works.
 	if _, err := first.Write([]byte{2}); err != nil {

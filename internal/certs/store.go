@@ -2,6 +2,7 @@ package certs
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,6 +30,29 @@ type Store struct {
 	pool    *x509.CertPool
 	expires time.Time
 	stamp   string // file sizes and times at the last load
+
+	// ticketKey encrypts the session tickets this process issues as a
+	// server; a new one at every reload, so no session made under the
+	// old certificates or CAs resumes after a rotation.
+	ticketKey [32]byte
+
+	// Completed handshakes as server and as client, and how many of
+	// them resumed a session (Handshakes).
+	served, dialed, resumed atomic.Uint64
+}
+
+// Handshakes counts the TLS handshakes completed with this store's
+// configurations, as server and as client, and those that resumed an
+// earlier session (no certificate signatures).
+func (s *Store) Handshakes() (served, dialed, resumed uint64) {
+	return s.served.Load(), s.dialed.Load(), s.resumed.Load()
+}
+
+func (s *Store) count(side *atomic.Uint64, cs tls.ConnectionState) {
+	side.Add(1)
+	if cs.DidResume {
+		s.resumed.Add(1)
+	}
 }
 
 // Load reads a certificate directory (CAFile, CertFile, KeyFile). now is
@@ -104,8 +129,12 @@ func (s *Store) Reload() error {
 		return fmt.Errorf("%s does not verify against %s (issued by another cluster's CA, or expired?): %w",
 			filepath.Join(s.dir, CertFile), filepath.Join(s.dir, CAFile), err)
 	}
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("session ticket key: %w", err)
+	}
 	s.mu.Lock()
-	s.cert, s.id, s.pool, s.expires, s.stamp = &pair, id, pool, leaf.NotAfter, stamp
+	s.cert, s.id, s.pool, s.expires, s.stamp, s.ticketKey = &pair, id, pool, leaf.NotAfter, stamp, key
 	s.mu.Unlock()
 	return nil
 }
@@ -139,13 +168,19 @@ func (s *Store) current() (*tls.Certificate, *x509.CertPool) {
 	return s.cert, s.pool
 }
 
+func (s *Store) currentTicketKey() [32]byte {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.ticketKey
+}
+
 // ServerConfig is for a listener: it requires a client certificate from
 // the trusted CA.
 func (s *Store) ServerConfig() *tls.Config {
 	base := &tls.Config{MinVersion: tls.VersionTLS13}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		cert, pool := s.current()
-		return &tls.Config{
+		cfg := &tls.Config{
 			MinVersion:   tls.VersionTLS13,
 			Certificates: []tls.Certificate{*cert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -157,10 +192,15 @@ func (s *Store) ServerConfig() *tls.Config {
 				if len(cs.PeerCertificates) == 0 {
 					return errors.New("govfs: no client certificate")
 				}
-				_, err := IdentityOf(cs.PeerCertificates[0])
-				return err
+				if _, err := IdentityOf(cs.PeerCertificates[0]); err != nil {
+					return err
+				}
+				s.count(&s.served, cs)
+				return nil
 			},
-		}, nil
+		}
+		cfg.SetSessionTicketKeys([][32]byte{s.currentTicketKey()})
+		return cfg, nil
 	}
 	return base
 }
@@ -178,8 +218,11 @@ func (s *Store) ClientConfig() *tls.Config {
 			return cert, nil
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, err := s.VerifyServer(cs.PeerCertificates)
-			return err
+			if _, err := s.VerifyServer(cs.PeerCertificates); err != nil {
+				return err
+			}
+			s.count(&s.dialed, cs)
+			return nil
 		},
 		// Resumed sessions skip the key exchange's signatures: reconnects
 		// to a node cost less.

@@ -84,6 +84,7 @@ func (m *metrics) served(f, reply *dataproto.Frame) {
 func (s *Server) startHTTP(addr string) error {
 	reg := prometheus.NewRegistry()
 	s.met = newMetrics(reg, s)
+	s.cfg.Security.RegisterMetrics(reg)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

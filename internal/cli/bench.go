@@ -109,7 +109,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
 	var sec benchSec
 	sec.register(f)
-	compare := f.Bool("compare-insecure", false, "also run the first --ministries K on a plaintext local cluster and report TLS / plaintext per phase (the cost of security)")
+	compare := f.Bool("compare-insecure", false, "also run the first --ministries K on plaintext local clusters and report TLS / plaintext per phase (the cost of security; 4 runs: TLS, plaintext, plaintext, TLS)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -192,16 +192,36 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		reps = append(reps, rep)
 	}
 	if a.compareInsecure {
-		plain, err := benchMetaOnce(ctx, a, int(a.ministries[0]), true, stdout, stderr, human)
-		if err != nil {
-			return err
+		// TLS, plaintext, plaintext, TLS: each mode once early and once
+		// late, so a machine that slows down (or warms up) during the
+		// run does not pass for the cost of TLS (a TLS-then-plaintext
+		// pair measured 1.25 one way round and 0.93 the other).
+		k := int(a.ministries[0])
+		var more []*bench.MetaReport
+		for _, insecure := range []bool{true, true, false} {
+			rep, err := benchMetaOnce(ctx, a, k, insecure, stdout, stderr, human)
+			if err != nil {
+				return err
+			}
+			more = append(more, rep)
 		}
+		tls := []*bench.MetaReport{reps[0], more[2]}
+		plain := more[:2]
 		for _, p := range reps[0].Phases {
-			if b, ok := plain.Phase(p.Name); ok && b.OpsPerSec() > 0 {
-				fmt.Fprintf(human, "%-8s TLS / plaintext: %.2f  (%.0f vs %.0f ops/s)\n", p.Name, p.OpsPerSec()/b.OpsPerSec(), p.OpsPerSec(), b.OpsPerSec())
+			var t, pl float64
+			for i := range 2 {
+				tp, ok1 := tls[i].Phase(p.Name)
+				pp, ok2 := plain[i].Phase(p.Name)
+				if ok1 && ok2 {
+					t += tp.OpsPerSec()
+					pl += pp.OpsPerSec()
+				}
+			}
+			if pl > 0 {
+				fmt.Fprintf(human, "%-8s TLS / plaintext: %.2f  (%.0f vs %.0f ops/s, mean of 2 runs each, order TLS plain plain TLS)\n", p.Name, t/pl, t/2, pl/2)
 			}
 		}
-		reps = append(reps, plain)
+		reps = append(reps, more...)
 	}
 	// K ministries against the first K of the same run.
 	for _, rep := range reps[1:] {
@@ -394,7 +414,7 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cache := f.String("cache", cacheDefault, "cold: drop the page cache before every read phase (GovFS's and the local baseline's; needs root); warm: read right after writing")
 	var sec benchSec
 	sec.register(f)
-	compare := f.Bool("compare-insecure", false, "also run on a plaintext local cluster and report TLS / plaintext per phase")
+	compare := f.Bool("compare-insecure", false, "also run on plaintext local clusters and report TLS / plaintext per phase (4 runs: TLS, plaintext, plaintext, TLS)")
 	if err := f.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -433,21 +453,40 @@ func benchData(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*compare {
 		return printJSON(stdout, rep)
 	}
+	// TLS, plaintext, plaintext, TLS (as bench meta --compare-insecure).
 	plainSec := sec
 	plainSec.insecure = true
-	plain, err := run(plainSec)
-	if err != nil {
-		return err
+	reps := []*bench.DataReport{rep}
+	for _, s := range []benchSec{plainSec, plainSec, sec} {
+		r, err := run(s)
+		if err != nil {
+			return err
+		}
+		reps = append(reps, r)
 	}
 	for _, p := range rep.Phases {
-		if b, ok := plain.Phase(p.Name); ok && b.Rate() > 0 {
-			fmt.Fprintf(stdout, "%-12s TLS / plaintext: %.2f\n", p.Name, p.Rate()/b.Rate())
+		var t, pl float64
+		for i, r := range reps {
+			q, ok := r.Phase(p.Name)
+			if !ok {
+				continue
+			}
+			if i == 0 || i == 3 {
+				t += q.Rate()
+			} else {
+				pl += q.Rate()
+			}
+		}
+		if pl > 0 {
+			fmt.Fprintf(stdout, "%-12s TLS / plaintext: %.2f  (mean of 2 runs each, order TLS plain plain TLS)\n", p.Name, t/pl)
 		}
 	}
-	if err := printJSON(stdout, rep); err != nil {
-		return err
+	for _, r := range reps {
+		if err := printJSON(stdout, r); err != nil {
+			return err
+		}
 	}
-	return printJSON(stdout, plain)
+	return nil
 }
 
 func benchLocks(ctx context.Context, args []string, stdout, stderr io.Writer) error {

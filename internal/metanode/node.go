@@ -154,6 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Security.RegisterMetrics(reg)
 	n.gc = newCollector(n, reg)
 	// The address book: the initial members, then every node the map
 	// listed when this node last saw it.

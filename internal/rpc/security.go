@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/govfs/govfs/internal/certs"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Security is the TLS side of a process's connections (docs/security.md).
@@ -173,6 +174,23 @@ func Authorize(roles map[string][]certs.Role) (grpc.UnaryServerInterceptor, grpc
 		return h(srv, ss)
 	}
 	return unary, stream
+}
+
+// RegisterMetrics adds the TLS handshake counters to reg (nothing for
+// plaintext): connections are pooled and sessions resumed, so these
+// should grow with connections made, not with requests.
+func (s *Security) RegisterMetrics(reg prometheus.Registerer) {
+	if s == nil {
+		return
+	}
+	counter := func(name, help string, get func() uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(get()) })
+	}
+	reg.MustRegister(
+		counter("govfs_tls_handshakes_served_total", "TLS handshakes completed as server.", func() uint64 { v, _, _ := s.store.Handshakes(); return v }),
+		counter("govfs_tls_handshakes_dialed_total", "TLS handshakes completed as client.", func() uint64 { _, v, _ := s.store.Handshakes(); return v }),
+		counter("govfs_tls_handshakes_resumed_total", "TLS handshakes (either side) that resumed a session.", func() uint64 { _, _, v := s.store.Handshakes(); return v }),
+	)
 }
 
 // String describes the security for logs.
