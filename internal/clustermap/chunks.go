@@ -49,6 +49,16 @@ func counter(rw engine.ReadWriter, key []byte, n uint64) (uint64, error) {
 	return v, rw.Set(key, binary.BigEndian.AppendUint64(nil, v+n))
 }
 
+// ChunkServerOfStore returns the id of the chunk server registered with
+// store id store (0: none).
+func ChunkServerOfStore(r engine.Reader, store string) (uint64, error) {
+	b, err := r.Get(storeKey(store))
+	if err != nil || len(b) != 8 {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
 func registerChunkServer(rw engine.ReadWriter, op *wire.RegisterChunkServerOp) (*wire.Result, error) {
 	s := op.GetServer()
 	switch {
@@ -73,6 +83,19 @@ func registerChunkServer(rw engine.ReadWriter, op *wire.RegisterChunkServerOp) (
 		return nil, err
 	} else if len(b) == 8 {
 		rec.Id = binary.BigEndian.Uint64(b) // the same store comes back
+		old, err := ChunkServer(rw, rec.Id)
+		if err != nil {
+			return nil, err
+		}
+		// Another certificate may not take over a registered store (a
+		// plaintext registration, with no name, changes nothing).
+		if on := old.GetCertName(); on != "" && s.GetCertName() != "" && on != s.GetCertName() {
+			return errResult(syscall.EPERM, "register chunk server: store %s is chunk server %d, registered by certificate chunk/%s, not chunk/%s",
+				s.GetStoreId(), rec.Id, on, s.GetCertName()), nil
+		}
+		if rec.GetCertName() == "" {
+			rec.CertName = old.GetCertName()
+		}
 	} else {
 		id, err := counter(rw, keyNextCS, 1)
 		if err != nil {

@@ -131,6 +131,27 @@ func TestChunkServersAndReplicaGroups(t *testing.T) {
 	if s, _ := ChunkServer(b, 1); s.GetAddr() != "ha:9999" || s.GetCapacity() != 5 {
 		t.Fatalf("re-registration not recorded: %v", s)
 	}
+	// A store registered by a certificate stays that certificate's: the
+	// same name may re-register, a plaintext registration keeps the
+	// name, another name is refused and changes nothing.
+	certReg := func(name, addr string) *wire.Result {
+		return apply(&wire.RegisterChunkServerOp{Server: &wire.ChunkServer{Addr: addr, Host: "ha", StoreId: "sa", Capacity: 5, ChunkSize: 1 << 26, CertName: name}})
+	}
+	if r := certReg("cs-a", "ha:9999"); r.Errno != 0 || r.Start != 1 {
+		t.Fatalf("registration with a certificate name: %v", r)
+	}
+	if r := certReg("", "ha:9999"); r.Errno != 0 {
+		t.Fatalf("plaintext re-registration: %v", r)
+	}
+	if s, _ := ChunkServer(b, 1); s.GetCertName() != "cs-a" {
+		t.Fatalf("plaintext re-registration dropped the certificate name: %v", s)
+	}
+	if r := certReg("rogue", "evil:1"); syscall.Errno(r.Errno) != syscall.EPERM {
+		t.Fatalf("another certificate taking over store sa = %v, want EPERM", r)
+	}
+	if s, _ := ChunkServer(b, 1); s.GetAddr() != "ha:9999" || s.GetCertName() != "cs-a" {
+		t.Fatalf("a refused takeover changed the record: %v", s)
+	}
 	for _, bad := range []*wire.RegisterChunkServerOp{{}, {Server: &wire.ChunkServer{Addr: "x:1", Host: "x"}}, {Server: &wire.ChunkServer{StoreId: "s", Host: "x"}},
 		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: -1, ChunkSize: 1 << 26}},
 		{Server: &wire.ChunkServer{StoreId: "s", Addr: "x:1", Host: "x", Capacity: 1}},

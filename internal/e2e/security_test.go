@@ -301,6 +301,47 @@ func TestHostileClients(t *testing.T) {
 	_, err = raft.Send(cctx, &wire.RaftBatch{ClusterId: cid, From: 2, To: 1})
 	denied("Raft.Send", err)
 
+	// A rogue chunk certificate (from the cluster's own CA) may speak only
+	// for a server it registered: not heartbeat for another, not report
+	// a replica synced for a group it is not the primary of, not take
+	// over another server's store.
+	rogue := issue(c.CADir(), certs.Identity{Role: certs.RoleChunk, Name: "rogue"}, 0, now)
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	for _, a := range c.Addrs() {
+		// Heartbeats go to the president's leader; others redirect.
+		resp, err := dialWith(t, a, tlsWith(t, rogue)).ChunkHeartbeat(rctx, &wire.ChunkHeartbeatRequest{ClusterId: cid, ServerId: before.servers[0].GetServer().GetId()})
+		if err == nil && resp.GetStatus().GetCode() == wire.Code_NOT_LEADER {
+			continue
+		}
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "registered by certificate chunk/chunk") {
+			t.Errorf("heartbeat for server %d from chunk/rogue: %v %v", before.servers[0].GetServer().GetId(), resp, err)
+		}
+	}
+	forPresident := func(cmd *wire.Command) (*wire.MutateResponse, error) {
+		cmd.Version = 1
+		for _, a := range c.Addrs() {
+			resp, err := dialWith(t, a, tlsWith(t, rogue)).Mutate(rctx, &wire.MutateRequest{ClusterId: cid, Group: 0, Cmd: cmd})
+			if err == nil && resp.GetStatus().GetCode() == wire.Code_NOT_LEADER {
+				continue
+			}
+			return resp, err
+		}
+		t.Fatal("no president leader")
+		return nil, nil
+	}
+	resp, err := forPresident(&wire.Command{Op: &wire.Command_MemberSynced{MemberSynced: &wire.MemberSyncedOp{
+		Group: g0.GetId(), Member: g0.GetMembers()[1], Epoch: g0.GetEpoch()}}})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "only its primary") {
+		t.Errorf("MemberSynced from chunk/rogue: %v %v", resp, err)
+	}
+	stolen := before.servers[0].GetServer()
+	resp, err = forPresident(&wire.Command{Op: &wire.Command_RegisterChunkServer{RegisterChunkServer: &wire.RegisterChunkServerOp{
+		Server: &wire.ChunkServer{Addr: "127.0.0.1:1", Host: "evil", Rack: "r9", StoreId: stolen.GetStoreId(), Capacity: 1, ChunkSize: stolen.GetChunkSize(), CertName: stolen.GetCertName()}}}})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "registered by certificate chunk/chunk") {
+		t.Errorf("RegisterChunkServer of store %s by chunk/rogue: %v %v", stolen.GetStoreId(), resp, err)
+	}
+
 	// The data port: no certificate, then a client certificate asking
 	// for a delete, an install, a list and a stat of the victim's chunk.
 	chunkAddr := ""

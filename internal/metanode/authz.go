@@ -3,6 +3,9 @@ package metanode
 import (
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
@@ -64,4 +67,27 @@ func authorizeOp(c rpc.Caller, cmd *wire.Command) error {
 		return nil
 	}
 	return rpc.Denied(c, fmt.Sprintf("operation %T", cmd.GetOp()), roles...)
+}
+
+// bindChunkCaller ties chunk server registrations to the registering
+// certificate: the name recorded is the connection's, whatever the
+// message says (none on a plaintext connection).
+func bindChunkCaller(c rpc.Caller, cmd *wire.Command) {
+	if op, ok := cmd.GetOp().(*wire.Command_RegisterChunkServer); ok && op.RegisterChunkServer.GetServer() != nil {
+		op.RegisterChunkServer.Server.CertName = ""
+		if c.Secure {
+			op.RegisterChunkServer.Server.CertName = c.Name
+		}
+	}
+}
+
+// chunkCallerIs checks that a secure caller is the chunk server id the
+// map has, by the certificate name it registered with (a server
+// registered over plaintext has none and is not checked).
+func chunkCallerIs(c rpc.Caller, srv *wire.ChunkServer, what string) error {
+	if !c.Secure || srv.GetCertName() == "" || srv.GetCertName() == c.Name {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "%s: chunk server %d was registered by certificate chunk/%s; the caller's certificate is %s",
+		what, srv.GetId(), srv.GetCertName(), c.Identity)
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/placement"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -90,17 +93,21 @@ func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbe
 		return &wire.ChunkHeartbeatResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, Message: "heartbeats go to the president",
 			LeaderId: uint64(lead), LeaderAddr: s.n.presidentHint(lead)}}, nil
 	}
-	var known bool
+	var srv *wire.ChunkServer
 	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
-		srv, err := clustermap.ChunkServer(r, req.GetServerId())
-		known = srv != nil
+		var err error
+		srv, err = clustermap.ChunkServer(r, req.GetServerId())
 		return err
 	})
 	if err != nil {
 		return &wire.ChunkHeartbeatResponse{Status: s.errStatus(ids.PresidentGroup, err)}, nil
 	}
-	if !known {
+	if srv == nil {
 		return &wire.ChunkHeartbeatResponse{Status: statusOf(wire.Code_INVALID, "chunk server %d is not registered: register first", req.GetServerId())}, nil
+	}
+	// A chunk certificate speaks only for the server it registered.
+	if err := chunkCallerIs(rpc.CallerOf(ctx), srv, "heartbeat"); err != nil {
+		return nil, err
 	}
 	s.n.chunks.note(req.GetServerId(), chunkBeat{at: s.n.cfg.Clock.Now(), used: req.GetUsed(), chunks: req.GetChunks(),
 		inFlight: req.GetBytesInFlight(), readRate: req.GetReadBytesPerS(), writeRate: req.GetWriteBytesPerS()})
@@ -270,4 +277,53 @@ func (s *metaService) chunkStatus() ([]*wire.ChunkServerStatus, []*wire.ReplicaG
 		out = append(out, st)
 	}
 	return out, groups, nil
+}
+
+// checkSyncReporter checks that a MemberSynced report comes from the
+// primary of its group (the server that filled the member), by the
+// certificate the primary registered with. A forged report would make a
+// replica that lacks chunks count as full.
+func (s *metaService) checkSyncReporter(c rpc.Caller, op *wire.MemberSyncedOp) error {
+	var primary *wire.ChunkServer
+	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		g, err := clustermap.ReplicaGroup(r, op.GetGroup())
+		if err != nil || g == nil {
+			return err
+		}
+		primary, err = clustermap.ChunkServer(r, g.GetPrimary())
+		return err
+	})
+	if err != nil {
+		// Fail closed: the report is retried by its sender.
+		return status.Errorf(codes.Unavailable, "check the sender of a synced report for replica group %d: %v", op.GetGroup(), err)
+	}
+	if primary == nil {
+		return nil // the state machine answers ENOENT for a missing group
+	}
+	// The epoch in the report is checked when it applies: a primary
+	// that changed since this read bumped the epoch.
+	return chunkCallerIs(c, primary, fmt.Sprintf("synced report for replica group %d (only its primary sends it)", op.GetGroup()))
+}
+
+// checkRegistrant refuses, before it reaches the log, a registration of
+// a store that another certificate registered (the state machine refuses
+// it too; this keeps a refused takeover from changing even the map's
+// index).
+func (s *metaService) checkRegistrant(c rpc.Caller, op *wire.RegisterChunkServerOp) error {
+	var old *wire.ChunkServer
+	err := s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		id, err := clustermap.ChunkServerOfStore(r, op.GetServer().GetStoreId())
+		if err != nil || id == 0 {
+			return err
+		}
+		old, err = clustermap.ChunkServer(r, id)
+		return err
+	})
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "check the registration of store %s: %v", op.GetServer().GetStoreId(), err)
+	}
+	if old == nil {
+		return nil
+	}
+	return chunkCallerIs(c, old, fmt.Sprintf("register store %s", op.GetServer().GetStoreId()))
 }

@@ -196,8 +196,20 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	}
 	s.n.ops.add(g)
 	cmd := req.GetCmd()
-	if err := authorizeOp(rpc.CallerOf(ctx), cmd); err != nil {
+	caller := rpc.CallerOf(ctx)
+	if err := authorizeOp(caller, cmd); err != nil {
 		return nil, err
+	}
+	bindChunkCaller(caller, cmd)
+	if op, ok := cmd.GetOp().(*wire.Command_MemberSynced); ok && caller.Secure {
+		if err := s.checkSyncReporter(caller, op.MemberSynced); err != nil {
+			return nil, err
+		}
+	}
+	if op, ok := cmd.GetOp().(*wire.Command_RegisterChunkServer); ok && caller.Secure {
+		if err := s.checkRegistrant(caller, op.RegisterChunkServer); err != nil {
+			return nil, err
+		}
 	}
 	if err := validateCommand(g, cmd); err != nil {
 		var errno syscall.Errno

@@ -2699,7 +2699,12 @@ type ChunkServer struct {
 	Capacity int64  `protobuf:"varint,7,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// Chunk size of the server's store; every server of a cluster has the
 	// same one.
-	ChunkSize     int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	ChunkSize int64 `protobuf:"varint,8,opt,name=chunk_size,json=chunkSize,proto3" json:"chunk_size,omitempty"`
+	// The name in the chunk certificate that registered it (set by the
+	// president from the connection, never from the message; empty on an
+	// --insecure cluster). Heartbeats for this id and its groups' synced
+	// reports must come from a certificate of that name.
+	CertName      string `protobuf:"bytes,9,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2788,6 +2793,13 @@ func (x *ChunkServer) GetChunkSize() int64 {
 		return x.ChunkSize
 	}
 	return 0
+}
+
+func (x *ChunkServer) GetCertName() string {
+	if x != nil {
+		return x.CertName
+	}
+	return ""
 }
 
 // RegisterChunkServerOp adds a chunk server, or updates the address,
@@ -8185,7 +8197,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\amembers\x18\x02 \x03(\v2\x12.govfs.wire.MemberR\amembers\"A\n" +
 	"\rAllocInodesOp\x12\x1a\n" +
 	"\bministry\x18\x01 \x01(\x04R\bministry\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xc1\x01\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xde\x01\n" +
 	"\vChunkServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x12\n" +
@@ -8195,7 +8207,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\bstore_id\x18\x06 \x01(\tR\astoreId\x12\x1a\n" +
 	"\bcapacity\x18\a \x01(\x03R\bcapacity\x12\x1d\n" +
 	"\n" +
-	"chunk_size\x18\b \x01(\x03R\tchunkSize\"H\n" +
+	"chunk_size\x18\b \x01(\x03R\tchunkSize\x12\x1b\n" +
+	"\tcert_name\x18\t \x01(\tR\bcertName\"H\n" +
 	"\x15RegisterChunkServerOp\x12/\n" +
 	"\x06server\x18\x01 \x01(\v2\x17.govfs.wire.ChunkServerR\x06server\"\xab\x01\n" +
 	"\fReplicaGroup\x12\x0e\n" +
