@@ -27,8 +27,10 @@ trap cleanup EXIT
 for _ in $(seq 1 60); do grep -q "node 3:" "$DIR/dev.out" && break; sleep 1; done
 grep -q "node 3:" "$DIR/dev.out" || { echo "profile-meta: the dev cluster did not start:"; cat "$DIR/dev.out"; exit 1; } >&2
 META=$(grep -o "export GOVFS_META=.*" "$DIR/dev.out" | cut -d= -f2)
+TLS=$(grep -o "export GOVFS_TLS=.*" "$DIR/dev.out" | cut -d= -f2)
 PORTS=$(grep -o "metrics http://127.0.0.1:[0-9]*" "$DIR/dev.out" | head -3 | grep -o "[0-9]*$")
-"$BIN" bench meta --meta "$META" --ministries "$K" --clients 64 --files 4000 --phases create --baseline=false > "$OUT.bench" 2>&1 &
+DEBUG=$(grep -o "pprof http://127.0.0.1:[0-9]*" "$DIR/dev.out" | head -3 | grep -o "[0-9]*$")
+"$BIN" bench meta --meta "$META" --tls "$TLS" --ministries "$K" --clients 64 --files 4000 --phases create --baseline=false > "$OUT.bench" 2>&1 &
 BENCH=$!
 sleep 14
 applied() {
@@ -41,7 +43,7 @@ applied() {
 }
 A0=$(applied)
 PIDS=()
-for p in $PORTS; do
+for p in $DEBUG; do
 	curl -s -o "$OUT-$p.prof" "http://127.0.0.1:$p/debug/pprof/profile?seconds=8" &
 	PIDS+=($!)
 done

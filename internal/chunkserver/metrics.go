@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"strconv"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 )
 
 // metrics are the chunk server's Prometheus series, served on
-// Config.HTTPListen with /debug/pprof and /healthz.
+// Config.HTTPListen with /healthz.
 type metrics struct {
 	requests  *prometheus.CounterVec // by type and status
 	bytesRead prometheus.Counter
@@ -80,16 +79,13 @@ func (m *metrics) served(f, reply *dataproto.Frame) {
 	}
 }
 
-// startHTTP serves /metrics, /healthz and /debug/pprof on addr.
+// startHTTP serves /metrics and /healthz on addr.
 func (s *Server) startHTTP(addr string) error {
 	reg := prometheus.NewRegistry()
 	s.met = newMetrics(reg, s)
 	s.cfg.Security.RegisterMetrics(reg)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		since := time.Since(s.lastBeat)

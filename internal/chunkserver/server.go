@@ -35,8 +35,11 @@ type Config struct {
 	ChunkSize int64
 	// NoSync skips fsync (tests only).
 	NoSync bool
-	// HTTPListen, when set, serves /metrics, /healthz and /debug/pprof.
+	// HTTPListen, when set, serves /metrics and /healthz.
 	HTTPListen string
+	// DebugListen, when set, serves /debug/pprof (loopback only: the CLI
+	// refuses other addresses).
+	DebugListen string
 	// RepairRate bounds, in bytes per second, how fast a primary copies
 	// chunks to a new member of its group (DefaultRepairRate when 0;
 	// negative for no limit).
@@ -122,6 +125,7 @@ type Server struct {
 	load         loadMeter
 	met          *metrics // nil without HTTPListen
 	http         *http.Server
+	debug        *rpc.DebugServer // nil without DebugListen
 	// ready maps group id -> the epoch at which every member was seen to
 	// know the group (guarded by mu); see groupReady.
 	ready map[uint64]uint64
@@ -180,6 +184,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.heartbeat()
+	if cfg.DebugListen != "" {
+		if s.debug, err = rpc.StartDebug(cfg.DebugListen); err != nil {
+			return nil, fmt.Errorf("chunk server: %w", err)
+		}
+	}
 	if cfg.HTTPListen != "" {
 		if err := s.startHTTP(cfg.HTTPListen); err != nil {
 			return nil, err
@@ -215,6 +224,7 @@ func (s *Server) Stop() {
 	if s.lis != nil {
 		_ = s.lis.Close()
 	}
+	s.debug.Stop()
 	if s.http != nil {
 		_ = s.http.Close()
 	}

@@ -23,7 +23,8 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	chunkSize := fs.Int64("chunk-size", 64<<20, "chunk size when the store is created (a multiple of 64 KiB)")
 	repairRate := fs.Int64("repair-rate", chunkserver.DefaultRepairRate>>20, "MiB/s a primary may spend copying chunks to a new member of its group (0: no limit)")
 	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
-	httpAddr := fs.String("http", "", "HOST:PORT to serve /metrics, /healthz and /debug/pprof on (optional)")
+	httpAddr := fs.String("http", "", "HOST:PORT to serve /metrics and /healthz on (optional)")
+	debugAddr := fs.String("debug-listen", "", "loopback HOST:PORT for /debug/pprof (off when empty)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	var tlsFlags serverTLSFlags
 	tlsFlags.register(fs, certs.RoleChunk)
@@ -52,6 +53,10 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	dbg, err := debugListen("chunk", *debugAddr)
+	if err != nil {
+		return err
+	}
 	var addrs []string
 	for _, a := range strings.Split(*meta, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -59,7 +64,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
-		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, Logger: log, Security: sec})
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, DebugListen: dbg, Logger: log, Security: sec})
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}

@@ -53,14 +53,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *nodeCPU > 0 {
 		fmt.Fprintf(stdout, "  each metadata node is capped at %v of a core (its own cgroup)\n", *nodeCPU)
 	}
+	dbg := c.DebugAddrs()
 	for i, a := range c.Addrs() {
-		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, log %s)\n", i+1, a, c.HTTPAddrs()[i], c.LogPath(i))
+		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, pprof http://%s/debug/pprof/, log %s)\n", i+1, a, c.HTTPAddrs()[i], dbg[i], c.LogPath(i))
 	}
 	chunkHTTP := c.ChunkHTTPAddrs()
 	for k, a := range c.ChunkAddrs() {
 		metrics := ""
 		if k < len(chunkHTTP) {
-			metrics = fmt.Sprintf("metrics http://%s/metrics, ", chunkHTTP[k])
+			metrics = fmt.Sprintf("metrics http://%s/metrics, pprof http://%s/debug/pprof/, ", chunkHTTP[k], dbg[len(c.Addrs())+k])
 		}
 		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (%slog %s)\n", k+1, k+1, a, metrics, c.LogPath(len(c.Addrs())+k))
 	}

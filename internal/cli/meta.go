@@ -23,6 +23,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	join := fs.String("join", "", "HOST:PORT,... of running metadata nodes: add this node to that cluster (instead of --id and --peers); restart it with the same flags")
 	data := fs.String("data", "", "data directory")
 	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
+	debugAddr := fs.String("debug-listen", "", "loopback HOST:PORT for /debug/pprof (off when empty)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
@@ -71,6 +72,9 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	cfg.Listen, cfg.DataDir, cfg.HTTPListen, cfg.TickInterval, cfg.Logger = *listen, *data, *httpAddr, *tick, log
+	if cfg.DebugListen, err = debugListen("meta", *debugAddr); err != nil {
+		return err
+	}
 	if *batchDelay < 0 {
 		return fmt.Errorf("meta: --batch-delay %v must not be negative", *batchDelay)
 	}

@@ -127,3 +127,13 @@ func clientTLSDir(flagVal string, insecure bool, getenv func(string) string) (st
 	// Absolute: a background mount re-executes itself elsewhere.
 	return filepath.Abs(dir)
 }
+
+// debugListen checks --debug-listen: /debug/pprof shows memory contents
+// and a trace stalls the process, so it listens on loopback only (reach
+// it from elsewhere through an SSH tunnel).
+func debugListen(cmd, addr string) (string, error) {
+	if addr != "" && !loopback(addr) {
+		return "", fmt.Errorf("%s: --debug-listen %s: /debug/pprof listens on loopback addresses only (127.0.0.1:PORT, [::1]:PORT); reach it through an SSH tunnel", cmd, addr)
+	}
+	return addr, nil
+}

@@ -131,3 +131,13 @@ func TestClientTLSDir(t *testing.T) {
 		t.Error("--tls with --insecure accepted")
 	}
 }
+
+func TestDebugListenLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{"": true, "127.0.0.1:6060": true, "[::1]:6060": true, "localhost:6060": true,
+		"0.0.0.0:6060": false, ":6060": false, "10.0.0.5:6060": false} {
+		_, err := debugListen("meta", addr)
+		if (err == nil) != ok {
+			t.Errorf("--debug-listen %q: %v", addr, err)
+		}
+	}
+}

@@ -27,6 +27,9 @@ type Config struct {
 	DataDir string
 	// HTTPListen serves /metrics and /healthz when non-empty.
 	HTTPListen string
+	// DebugListen serves /debug/pprof when non-empty (loopback only: the
+	// CLI refuses other addresses).
+	DebugListen string
 	// TickInterval is the raft tick (election timeout = 10 ticks).
 	TickInterval time.Duration
 	Logger       *slog.Logger

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,6 +37,7 @@ type Node struct {
 	grpc      *grpc.Server
 	lis       net.Listener
 	http      *http.Server
+	debug     *rpc.DebugServer // nil without DebugListen
 	pool      *rpc.Pool
 	clusterID atomic.Value // string
 	ident     *identity
@@ -253,6 +253,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			n.log.Error("grpc serve", "err", err)
 		}
 	}()
+	if cfg.DebugListen != "" {
+		if n.debug, err = rpc.StartDebug(cfg.DebugListen); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.HTTPListen != "" {
 		if err := n.startHTTP(reg); err != nil {
 			return nil, err
@@ -322,9 +327,6 @@ func (n *Node) checkPeersCluster(ctx context.Context) error {
 func (n *Node) startHTTP(reg *prometheus.Registry) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.host.Err(); err != nil {
 			http.Error(w, "fatal: "+err.Error(), http.StatusServiceUnavailable)
@@ -390,6 +392,7 @@ func (n *Node) closeAll() {
 			n.grpc.Stop()
 		}
 	}
+	n.debug.Stop()
 	if n.http != nil {
 		_ = n.http.Close()
 	}

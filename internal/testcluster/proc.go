@@ -62,6 +62,9 @@ type layout struct {
 	HTTP       []string `json:"http,omitempty"`
 	ChunkAddrs []string `json:"chunk_addrs,omitempty"`
 	ChunkHTTP  []string `json:"chunk_http,omitempty"`
+	// Debug are the /debug/pprof addresses (with HTTP): metadata nodes,
+	// then chunk servers.
+	Debug []string `json:"debug,omitempty"`
 }
 
 // ProcCluster is a running process cluster.
@@ -163,6 +166,7 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 		ports.avoid(c.layout.HTTP...)
 		ports.avoid(c.layout.ChunkAddrs...)
 		ports.avoid(c.layout.ChunkHTTP...)
+		ports.avoid(c.layout.Debug...)
 		if len(c.layout.Addrs) != cfg.Nodes {
 			return nil, fmt.Errorf("%s describes %d nodes, not %d", lp, len(c.layout.Addrs), cfg.Nodes)
 		}
@@ -212,6 +216,18 @@ func StartProcs(cfg ProcConfig) (*ProcCluster, error) {
 				}
 				c.layout.ChunkHTTP = append(c.layout.ChunkHTTP, h)
 			}
+		}
+		if err := c.saveLayout(lp); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.HTTP && len(c.layout.Debug) < cfg.Nodes+cfg.Chunks {
+		for len(c.layout.Debug) < cfg.Nodes+cfg.Chunks {
+			a, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.layout.Debug = append(c.layout.Debug, a)
 		}
 		if err := c.saveLayout(lp); err != nil {
 			return nil, err
@@ -317,6 +333,10 @@ func (c *ProcCluster) Addrs() []string { return append([]string(nil), c.layout.A
 // ChunkHTTPAddrs are the chunk servers' /metrics addresses (with HTTP).
 func (c *ProcCluster) ChunkHTTPAddrs() []string { return append([]string(nil), c.layout.ChunkHTTP...) }
 
+// DebugAddrs are the /debug/pprof addresses (with HTTP): metadata nodes,
+// then chunk servers.
+func (c *ProcCluster) DebugAddrs() []string { return append([]string(nil), c.layout.Debug...) }
+
 // HTTPAddrs are the /metrics addresses (when configured).
 func (c *ProcCluster) HTTPAddrs() []string { return append([]string(nil), c.layout.HTTP...) }
 
@@ -339,6 +359,9 @@ func (c *ProcCluster) args(i int) []string {
 		if len(c.layout.ChunkHTTP) > k {
 			args = append(args, "--http", c.layout.ChunkHTTP[k])
 		}
+		if len(c.layout.Debug) > i {
+			args = append(args, "--debug-listen", c.layout.Debug[i])
+		}
 		args = append(args, c.tlsArgs(i)...)
 		args = append(args, c.cfg.ChunkArgs...)
 		return args
@@ -351,6 +374,9 @@ func (c *ProcCluster) args(i int) []string {
 	}
 	if len(c.layout.HTTP) > i {
 		args = append(args, "--http", c.layout.HTTP[i])
+	}
+	if len(c.layout.Debug) > i {
+		args = append(args, "--debug-listen", c.layout.Debug[i])
 	}
 	args = append(args, c.tlsArgs(i)...)
 	return append(args, c.cfg.ExtraArgs...)
