@@ -109,7 +109,7 @@ const reserveIdle = 30 * time.Minute
 func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name string, spec NodeSpec, done DeferredDone) (*wire.Attr, error) {
 	p := inoNamePath(uint64(parent), name)
 	spec.Exclusive = true
-	op, err := c.createOp(parent, name, spec)
+	op, err := c.createOp(ctx, parent, name, spec)
 	if err != nil {
 		return nil, err
 	}

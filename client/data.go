@@ -446,8 +446,9 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 	}
 	// Only if every chunk written is still the file's (ESTALE if another
 	// client truncated it meanwhile: the data would read as zeros).
+	// ByHandle: written through the file this call opened for writing.
 	if _, err := c.setattr(ctx, f.ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(total),
-		ExpectChunks: expectOf(written)}); err != nil {
+		ExpectChunks: expectOf(written), ByHandle: true}); err != nil {
 		return total, opErr("write", path, err)
 	}
 	return total, nil

@@ -202,7 +202,7 @@ func (f *File) Sync(ctx context.Context) error {
 		return nil
 	}
 	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(end), ExpectChunks: expectOf(refs),
-		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)})
+		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
 	if errors.Is(err, syscall.ESTALE) {
 		// The writes since the last Sync went into chunks another client
 		// released (a truncate): they are lost, and the caller must hear it.
@@ -584,7 +584,7 @@ func (f *File) forgetChunks() {
 // else ESTALE and nothing changes (another client truncated the file).
 func (f *File) grow(ctx context.Context, size int64, refs map[uint64]*wire.ChunkRef) error {
 	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(size), ExpectChunks: expectOf(refs),
-		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)})
+		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
 	if err != nil {
 		if errors.Is(err, syscall.ESTALE) {
 			f.forgetChunks()
@@ -753,7 +753,8 @@ func (f *File) truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return err
 	}
-	op := &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(size)}
+	// ByHandle: the descriptor is open for writing (ftruncate).
+	op := &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: uint64(size), ByHandle: f.writable}
 	var cs int64
 	if size < int64(a.GetSize()) && size > 0 {
 		refs, err := f.loadChunks(ctx)

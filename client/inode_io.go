@@ -36,7 +36,7 @@ type NodeSpec struct {
 // attributes.
 func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec NodeSpec) (*wire.Attr, error) {
 	p := inoNamePath(uint64(parent), name)
-	op, err := c.createOp(parent, name, spec)
+	op, err := c.createOp(ctx, parent, name, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (c *Client) MakeNode(ctx context.Context, parent ids.Ino, name string, spec
 
 // createOp checks spec and name and builds the CreateOp (errors carry
 // the operation and path).
-func (c *Client) createOp(parent ids.Ino, name string, spec NodeSpec) (*wire.CreateOp, error) {
+func (c *Client) createOp(ctx context.Context, parent ids.Ino, name string, spec NodeSpec) (*wire.CreateOp, error) {
 	p := inoNamePath(uint64(parent), name)
 	switch spec.Type {
 	case wire.FileType_REGULAR, wire.FileType_DIRECTORY, wire.FileType_FIFO, wire.FileType_SOCKET:
@@ -71,7 +71,7 @@ func (c *Client) createOp(parent ids.Ino, name string, spec NodeSpec) (*wire.Cre
 	}
 	cred := spec.Cred
 	if cred == nil {
-		cred = c.cfg.Cred
+		cred = c.callerFor(ctx)
 	}
 	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
 		Mode: spec.Mode & 0o7777, Exclusive: spec.Exclusive, Rdev: spec.Rdev,

@@ -145,7 +145,8 @@ func (c *Client) create(ctx context.Context, parent ids.Ino, name string, op *wi
 	op.Parent = uint64(parent)
 	op.Name = []byte(name)
 	op.Mode &= 0o7777
-	op.Cred = &wire.Cred{Uid: c.cfg.Cred.GetUid(), Gid: c.cfg.Cred.GetGid()}
+	who := c.callerFor(ctx)
+	op.Cred = &wire.Cred{Uid: who.GetUid(), Gid: who.GetGid()}
 	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
 	res, err := c.mutate(ctx, parent, cmd)
 	if err != nil {

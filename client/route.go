@@ -70,6 +70,8 @@ func (c *Client) newCommand(build func(*wire.Command)) *wire.Command {
 		Version: 1,
 		Req:     &wire.RequestID{ClientId: c.clientID, Seq: seq, FirstIncomplete: first},
 		NowNs:   c.cfg.Clock.Now().UnixNano(),
+		// Config.Cred; mutateIn puts WithCaller's in its place.
+		Caller: c.callerFor(context.Background()),
 	}
 	build(cmd)
 	return cmd
@@ -292,6 +294,10 @@ func (c *Client) rpcFailed(ctx context.Context, addr string, err error) (bool, e
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled,
 		codes.Aborted, codes.ResourceExhausted:
 		return true, fmt.Errorf("%s: %v: %s", addr, st.Code(), st.Message())
+	case codes.PermissionDenied:
+		// The certificate does not allow the call or the caller it names
+		// (docs/security.md): final, and the message says why.
+		return false, fmt.Errorf("%w: %s", syscall.EACCES, st.Message())
 	}
 	return false, fmt.Errorf("%w: rpc to %s: %v: %s", syscall.EIO, addr, st.Code(), st.Message())
 }
@@ -309,6 +315,9 @@ func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (
 // cluster-map commands).
 func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
+	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil && cmd.GetBatch() == nil {
+		cmd.Caller = c.callerFor(ctx)
+	}
 	if cmd.GetBatch() == nil {
 		// Deferred changes first: this one may depend on them (async.go).
 		c.flushDeferred(ctx)

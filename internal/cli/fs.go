@@ -81,7 +81,7 @@ func (g *fsGlobal) clientConfig(getenv func(string) string) (client.Config, erro
 	cfg.OpTimeout = g.timeout
 	cfg.CallTimeout = min(cfg.CallTimeout, g.timeout)
 	cfg.ConnectTimeout = min(cfg.ConnectTimeout, g.timeout)
-	cfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	cfg.Cred = localCred()
 	return cfg, nil
 }
 
@@ -699,4 +699,18 @@ func (r *fsRunner) ln(ctx context.Context, target, link string, symbolic bool) e
 		return &fsError{msg: fmt.Sprintf("fs ln %s %s: %s", target, dst, reason(err)), err: err}
 	}
 	return nil
+}
+
+// localCred is this process's identity: the caller the ministry checks
+// permissions against (and the certificate must allow).
+func localCred() *wire.Cred {
+	cred := &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+	if gs, err := os.Getgroups(); err == nil {
+		for _, g := range gs {
+			if uint32(g) != cred.Gid {
+				cred.Groups = append(cred.Groups, uint32(g))
+			}
+		}
+	}
+	return cred
 }

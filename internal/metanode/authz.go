@@ -2,6 +2,7 @@ package metanode
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -90,4 +91,88 @@ func chunkCallerIs(c rpc.Caller, srv *wire.ChunkServer, what string) error {
 	}
 	return status.Errorf(codes.PermissionDenied, "%s: chunk server %d was registered by certificate chunk/%s; the caller's certificate is %s",
 		what, srv.GetId(), srv.GetCertName(), c.Identity)
+}
+
+// nobodyID is the uid and gid root is squashed to.
+const nobodyID = 65534
+
+// authorizeCaller checks the caller a client names in a namespace change
+// against what its certificate allows (the uids it may act as, its
+// groups), applying root squash, so the ministry's permission checks
+// (namespace/perm.go) judge an identity the certificate vouches for.
+// Supplementary groups the certificate does not list are dropped (fewer
+// rights, never more); a uid or primary gid it does not allow is
+// refused. A change without a caller is accepted only from nodes and
+// from a host certificate that may act for every uid without squash (a
+// mount whose kernel checks permissions, default_permissions).
+func authorizeCaller(c rpc.Caller, cmd *wire.Command) error {
+	if !c.Secure || c.Role == certs.RoleNode || c.Role == certs.RoleChunk {
+		return nil
+	}
+	if b := cmd.GetBatch(); b != nil {
+		for _, sub := range b.GetCmds() {
+			if err := authorizeCaller(c, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !namespaceChange(cmd) {
+		return nil
+	}
+	cred := cmd.GetCaller()
+	if cred == nil {
+		if c.AnyUID && c.AnyGID && !c.Squash {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%T: certificate %s acts for chosen users only, and the request names none (the client library sends Config.Cred)", cmd.GetOp(), c.Identity)
+	}
+	if err := vouch(c, cred, "caller"); err != nil {
+		return err
+	}
+	// The owner asked for a new inode: the same pins (the ministry lets
+	// only root give it away).
+	if op, ok := cmd.GetOp().(*wire.Command_Create); ok && op.Create.GetCred() != nil {
+		if err := vouch(c, op.Create.Cred, "owner of the new inode"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// vouch squashes and checks one credential in place.
+func vouch(c rpc.Caller, cred *wire.Cred, what string) error {
+	if c.Squash && cred.GetUid() == 0 {
+		cred.Uid, cred.Gid, cred.Groups = nobodyID, nobodyID, nil
+		return nil
+	}
+	if !c.AllowsUID(cred.GetUid()) {
+		return status.Errorf(codes.PermissionDenied, "%s uid %d: certificate %s may act as uid %s only", what, cred.GetUid(), c.Identity, idList(c.AnyUID, c.UIDs))
+	}
+	if !c.AllowsGID(cred.GetGid()) {
+		return status.Errorf(codes.PermissionDenied, "%s gid %d: certificate %s may act with gid %s only", what, cred.GetGid(), c.Identity, idList(c.AnyGID, c.GIDs))
+	}
+	cred.Groups = slices.DeleteFunc(cred.Groups, func(g uint32) bool { return !c.AllowsGID(g) })
+	return nil
+}
+
+func idList(any bool, xs []uint32) string {
+	if any {
+		return "any"
+	}
+	if len(xs) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(xs)
+}
+
+// namespaceChange says whether a command changes the namespace on a
+// client's behalf (what namespace/perm.go checks).
+func namespaceChange(cmd *wire.Command) bool {
+	switch cmd.GetOp().(type) {
+	case *wire.Command_Create, *wire.Command_Link, *wire.Command_Unlink, *wire.Command_Rename,
+		*wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr:
+		return true
+	}
+	return false
 }

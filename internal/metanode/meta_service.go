@@ -201,6 +201,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return nil, err
 	}
 	bindChunkCaller(caller, cmd)
+	if err := authorizeCaller(caller, cmd); err != nil {
+		return nil, err
+	}
 	if op, ok := cmd.GetOp().(*wire.Command_MemberSynced); ok && caller.Secure {
 		if err := s.checkSyncReporter(caller, op.MemberSynced); err != nil {
 			return nil, err

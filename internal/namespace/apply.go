@@ -65,6 +65,7 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 // Result.
 func applyOp(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	t := newTx(rw, cmd.NowNs)
+	t.caller = cmd.GetCaller()
 	res, err := dispatch(t, cmd)
 	var pe *posixError
 	if errors.As(err, &pe) {
@@ -218,6 +219,11 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d == nil {
+		if err := mayCreate(pin.Attr, t.caller, fmt.Sprintf("create %v/%q", parent, op.Name)); err != nil {
+			return nil, err
+		}
+	}
 	if d != nil {
 		// open(O_CREAT) without O_EXCL opens an existing regular file.
 		if op.Type == wire.FileType_REGULAR && !op.Exclusive && d.Type == wire.FileType_REGULAR && d.Ministry == 0 {
@@ -241,7 +247,11 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	} else if ino, err = allocIno(t); err != nil {
 		return nil, err
 	}
-	in := newInode(t.now, ino, op.Type, op.Mode, op.Cred)
+	owner, mode, err := newOwner(pin.Attr, t.caller, op.Type, op.Cred, op.Mode&07777)
+	if err != nil {
+		return nil, err
+	}
+	in := newInode(t.now, ino, op.Type, mode, owner)
 	in.Attr.Rdev = op.Rdev
 	if op.Type == wire.FileType_SYMLINK {
 		in.SymlinkTarget = op.Target
@@ -282,6 +292,9 @@ func link(t *tx, op *wire.LinkOp) (*wire.Result, error) {
 	if d != nil {
 		return nil, errnof(syscall.EEXIST, "link %v/%q", parent, op.NewName)
 	}
+	if err := mayCreate(pin.Attr, t.caller, fmt.Sprintf("link %v/%q", parent, op.NewName)); err != nil {
+		return nil, err
+	}
 	if in.Attr.Nlink == ^uint32(0) {
 		return nil, errnof(syscall.EMLINK, "link: inode %v has too many links", ino)
 	}
@@ -319,6 +332,9 @@ func unlink(t *tx, op *wire.UnlinkOp) (*wire.Result, error) {
 	in, err := t.inode(ids.Ino(d.Ino))
 	if err != nil {
 		return nil, fmt.Errorf("namespace: dirent %v/%q names missing inode %d: %w", parent, op.Name, d.Ino, err)
+	}
+	if err := mayDelete(pin.Attr, in.Attr, t.caller, fmt.Sprintf("unlink %v/%q", parent, op.Name)); err != nil {
+		return nil, err
 	}
 	isDir := in.Attr.Type == wire.FileType_DIRECTORY
 	switch {
@@ -399,6 +415,10 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 				ino, want.GetIndex())
 		}
 	}
+	clearBits, err := checkSetattr(a, t.caller, op)
+	if err != nil {
+		return nil, err
+	}
 	if op.Valid == 0 {
 		return attrResult(in), nil
 	}
@@ -406,6 +426,7 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 	if has(wire.SetattrField_SETATTR_MODE) {
 		a.Mode = op.Mode & 07777
 	}
+	a.Mode &^= clearBits
 	if has(wire.SetattrField_SETATTR_UID) {
 		a.Uid = op.Uid
 	}
@@ -455,6 +476,9 @@ func setXattr(t *tx, op *wire.SetXattrOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := mayXattr(in.Attr, t.caller, op.Name, "setxattr"); err != nil {
+		return nil, err
+	}
 	old, err := t.r.Get(xattrKey(ino, op.Name))
 	if err != nil {
 		return nil, fmt.Errorf("namespace: get xattr %v %q: %w", ino, op.Name, err)
@@ -481,6 +505,9 @@ func removeXattr(t *tx, op *wire.RemoveXattrOp) (*wire.Result, error) {
 	}
 	in, err := t.inode(ino)
 	if err != nil {
+		return nil, err
+	}
+	if err := mayXattr(in.Attr, t.caller, op.Name, "removexattr"); err != nil {
 		return nil, err
 	}
 	old, err := t.r.Get(xattrKey(ino, op.Name))

@@ -52,8 +52,14 @@ func newEnvGrant(t *testing.T, start, end uint64) *env {
 // cmd applies op as a command without request id, advancing time.
 func (v *env) cmd(op any, req *wire.RequestID) *wire.Result {
 	v.t.Helper()
+	return v.cmdAs(op, req, nil)
+}
+
+// cmdAs is cmd on behalf of caller (nil: unchecked).
+func (v *env) cmdAs(op any, req *wire.RequestID, caller *wire.Cred) *wire.Result {
+	v.t.Helper()
 	v.now += 1000
-	c := &wire.Command{Version: 1, NowNs: v.now, Req: req}
+	c := &wire.Command{Version: 1, NowNs: v.now, Req: req, Caller: caller}
 	if op != nil {
 		// Command.Op has an unexported interface type; set it by reflection.
 		reflect.ValueOf(c).Elem().FieldByName("Op").Set(reflect.ValueOf(op))

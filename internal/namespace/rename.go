@@ -90,6 +90,9 @@ func rename(t *tx, op *wire.RenameOp) (*wire.Result, error) {
 			return nil, err
 		}
 	}
+	if err := mayRename(t.caller, src, dst, op.Flags == renameExchange); err != nil {
+		return nil, err
+	}
 	if op.Flags == renameExchange {
 		if dst.isDir() {
 			if err := t.checkNotUnder(src.parent, ids.Ino(dst.d.Ino)); err != nil {
@@ -194,4 +197,39 @@ func (t *tx) checkNotUnder(dir, ino ids.Ino) error {
 		x = ids.Ino(binary.BigEndian.Uint64(v))
 	}
 	return fmt.Errorf("namespace: parent chain of %v longer than %d: cycle", dir, maxDepth)
+}
+
+// mayRename is the permission side of rename (vfs_rename's may_delete
+// and may_create): the source name is deleted from its directory, the
+// destination name created (or its old entry deleted) in its own; a
+// directory that changes parent needs write permission on itself (its
+// ".." entry changes), both ways for an exchange.
+func mayRename(c *wire.Cred, src, dst *renameSide, exchange bool) error {
+	if c == nil {
+		return nil
+	}
+	what := fmt.Sprintf("rename %v/%q to %v/%q", src.parent, src.name, dst.parent, dst.name)
+	if err := mayDelete(src.dir.Attr, src.in.Attr, c, what); err != nil {
+		return err
+	}
+	if dst.in != nil {
+		if err := mayDelete(dst.dir.Attr, dst.in.Attr, c, what); err != nil {
+			return err
+		}
+	} else if err := mayCreate(dst.dir.Attr, c, what); err != nil {
+		return err
+	}
+	if src.parent != dst.parent {
+		if src.isDir() {
+			if err := checkAccess(src.in.Attr, c, mayWrite, what+" (a directory moving to another parent)"); err != nil {
+				return err
+			}
+		}
+		if exchange && dst.isDir() {
+			if err := checkAccess(dst.in.Attr, c, mayWrite, what+" (a directory moving to another parent)"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -20,8 +20,10 @@ import (
 // NB: dirent and xattr reads do not see buffered writes, so an operation
 // must read them before it decides what to write. All operations here do.
 type tx struct {
-	r       engine.Reader
-	now     int64
+	r   engine.Reader
+	now int64
+	// caller is the command's caller (nil: permissions not checked).
+	caller  *wire.Cred
 	inodes  map[ids.Ino]*wire.Inode
 	dirty   map[ids.Ino]bool
 	deleted map[ids.Ino]bool

@@ -898,9 +898,11 @@ func (x *RequestID) GetFirstIncomplete() uint64 {
 // Credentials of the caller (AUTH_SYS style). Permission checks are not
 // enforced yet; the ids are used as owners of new inodes.
 type Cred struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Uid           uint32                 `protobuf:"varint,1,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,2,opt,name=gid,proto3" json:"gid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Uid   uint32                 `protobuf:"varint,1,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid   uint32                 `protobuf:"varint,2,opt,name=gid,proto3" json:"gid,omitempty"`
+	// Supplementary groups (Command.caller: permission checks).
+	Groups        []uint32 `protobuf:"varint,3,rep,packed,name=groups,proto3" json:"groups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +951,13 @@ func (x *Cred) GetGid() uint32 {
 	return 0
 }
 
+func (x *Cred) GetGroups() []uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 // Command is one entry in a group's Raft log.
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -958,6 +967,12 @@ type Command struct {
 	// Wall-clock time chosen by the proposer, used for timestamps so that
 	// every replica applies the same values.
 	NowNs int64 `protobuf:"varint,3,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
+	// The user on whose behalf a namespace change is made: the ministry
+	// checks POSIX permissions against it (namespace/perm.go). Absent: not
+	// checked (the nodes' own commands; a client the metadata node trusts
+	// to have checked, docs/security.md). The metadata node refuses a
+	// caller its certificate does not allow and applies root squash.
+	Caller *Cred `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*Command_Create
@@ -1048,6 +1063,13 @@ func (x *Command) GetNowNs() int64 {
 		return x.NowNs
 	}
 	return 0
+}
+
+func (x *Command) GetCaller() *Cred {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -2125,7 +2147,11 @@ type SetattrOp struct {
 	// changes nothing: a writer growing the size over data it stored in
 	// those chunks learns that another client released them meanwhile
 	// (a truncate), instead of making zeros visible where it wrote.
-	ExpectChunks  []*ChunkRef `protobuf:"bytes,10,rep,name=expect_chunks,json=expectChunks,proto3" json:"expect_chunks,omitempty"`
+	ExpectChunks []*ChunkRef `protobuf:"bytes,10,rep,name=expect_chunks,json=expectChunks,proto3" json:"expect_chunks,omitempty"`
+	// The size changes through a descriptor open for writing (ftruncate,
+	// a write growing the file): write permission was checked at open, so
+	// a later chmod does not stop it.
+	ByHandle      bool `protobuf:"varint,11,opt,name=by_handle,json=byHandle,proto3" json:"by_handle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2228,6 +2254,13 @@ func (x *SetattrOp) GetExpectChunks() []*ChunkRef {
 		return x.ExpectChunks
 	}
 	return nil
+}
+
+func (x *SetattrOp) GetByHandle() bool {
+	if x != nil {
+		return x.ByHandle
+	}
+	return false
 }
 
 type SetXattrOp struct {
@@ -8072,14 +8105,16 @@ const file_govfs_proto_rawDesc = "" +
 	"\tRequestID\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x04R\bclientId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12)\n" +
-	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"*\n" +
+	"\x10first_incomplete\x18\x03 \x01(\x04R\x0ffirstIncomplete\"B\n" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x02 \x01(\rR\x03gid\"\xde\x11\n" +
+	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\x88\x12\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
-	"\x06now_ns\x18\x03 \x01(\x03R\x05nowNs\x12.\n" +
+	"\x06now_ns\x18\x03 \x01(\x03R\x05nowNs\x12(\n" +
+	"\x06caller\x18\x04 \x01(\v2\x10.govfs.wire.CredR\x06caller\x12.\n" +
 	"\x06create\x18\n" +
 	" \x01(\v2\x14.govfs.wire.CreateOpH\x00R\x06create\x12(\n" +
 	"\x04link\x18\v \x01(\v2\x12.govfs.wire.LinkOpH\x00R\x04link\x12.\n" +
@@ -8154,7 +8189,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"new_parent\x18\x03 \x01(\x04R\tnewParent\x12\x19\n" +
 	"\bnew_name\x18\x04 \x01(\fR\anewName\x12\x14\n" +
-	"\x05flags\x18\x05 \x01(\rR\x05flags\"\x8f\x02\n" +
+	"\x05flags\x18\x05 \x01(\rR\x05flags\"\xac\x02\n" +
 	"\tSetattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x14\n" +
 	"\x05valid\x18\x02 \x01(\rR\x05valid\x12\x12\n" +
@@ -8167,7 +8202,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\n" +
 	"chunk_size\x18\t \x01(\x03R\tchunkSize\x129\n" +
 	"\rexpect_chunks\x18\n" +
-	" \x03(\v2\x14.govfs.wire.ChunkRefR\fexpectChunks\"^\n" +
+	" \x03(\v2\x14.govfs.wire.ChunkRefR\fexpectChunks\x12\x1b\n" +
+	"\tby_handle\x18\v \x01(\bR\bbyHandle\"^\n" +
 	"\n" +
 	"SetXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
@@ -8825,142 +8861,143 @@ var file_govfs_proto_depIdxs = []int32{
 	8,   // 2: govfs.wire.Inode.attr:type_name -> govfs.wire.Attr
 	1,   // 3: govfs.wire.Dirent.type:type_name -> govfs.wire.FileType
 	11,  // 4: govfs.wire.Command.req:type_name -> govfs.wire.RequestID
-	14,  // 5: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
-	19,  // 6: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
-	20,  // 7: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
-	21,  // 8: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
-	22,  // 9: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
-	23,  // 10: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
-	24,  // 11: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
-	27,  // 12: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
-	28,  // 13: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
-	26,  // 14: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	57,  // 15: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	58,  // 16: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
-	15,  // 17: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
-	18,  // 18: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
-	16,  // 19: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
-	17,  // 20: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
-	49,  // 21: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
-	50,  // 22: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
-	51,  // 23: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
-	52,  // 24: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
-	53,  // 25: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
-	29,  // 26: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
-	30,  // 27: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
-	32,  // 28: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
-	36,  // 29: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	37,  // 30: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
-	34,  // 31: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
-	35,  // 32: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	45,  // 33: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
-	46,  // 34: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
-	47,  // 35: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
-	48,  // 36: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
-	43,  // 37: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
-	44,  // 38: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
-	1,   // 39: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	12,  // 40: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	13,  // 41: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	25,  // 42: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	25,  // 43: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	39,  // 44: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	31,  // 45: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	8,   // 46: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	25,  // 47: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	38,  // 48: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	41,  // 49: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
-	3,   // 50: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
-	3,   // 51: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	96,  // 52: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	68,  // 53: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
-	13,  // 54: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 55: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	38,  // 56: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 57: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	60,  // 58: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	61,  // 59: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	62,  // 60: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	63,  // 61: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	64,  // 62: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	65,  // 63: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	59,  // 64: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	67,  // 65: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	66,  // 66: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 67: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 68: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 69: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 70: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 71: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	68,  // 72: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 73: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	96,  // 74: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 75: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	39,  // 76: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	40,  // 77: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 78: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 79: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	42,  // 80: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	76,  // 81: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	72,  // 82: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	73,  // 83: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 84: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	73,  // 85: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 86: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	78,  // 87: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 88: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	82,  // 89: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 90: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 91: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 92: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	97,  // 93: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 94: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 95: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 96: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	84,  // 97: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 98: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 99: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	84,  // 100: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	84,  // 101: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	69,  // 102: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	11,  // 103: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 104: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 105: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 106: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 107: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 108: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	93,  // 109: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 110: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	96,  // 111: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	54,  // 112: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	56,  // 113: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	70,  // 114: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	77,  // 115: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	80,  // 116: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	83,  // 117: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	90,  // 118: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	86,  // 119: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	88,  // 120: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	74,  // 121: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	92,  // 122: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	95,  // 123: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	55,  // 124: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	69,  // 125: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	71,  // 126: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	79,  // 127: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	81,  // 128: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	85,  // 129: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	91,  // 130: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	87,  // 131: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	89,  // 132: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	75,  // 133: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	94,  // 134: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	94,  // 135: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	124, // [124:136] is the sub-list for method output_type
-	112, // [112:124] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	12,  // 5: govfs.wire.Command.caller:type_name -> govfs.wire.Cred
+	14,  // 6: govfs.wire.Command.create:type_name -> govfs.wire.CreateOp
+	19,  // 7: govfs.wire.Command.link:type_name -> govfs.wire.LinkOp
+	20,  // 8: govfs.wire.Command.unlink:type_name -> govfs.wire.UnlinkOp
+	21,  // 9: govfs.wire.Command.rename:type_name -> govfs.wire.RenameOp
+	22,  // 10: govfs.wire.Command.setattr:type_name -> govfs.wire.SetattrOp
+	23,  // 11: govfs.wire.Command.set_xattr:type_name -> govfs.wire.SetXattrOp
+	24,  // 12: govfs.wire.Command.remove_xattr:type_name -> govfs.wire.RemoveXattrOp
+	27,  // 13: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
+	28,  // 14: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
+	26,  // 15: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
+	57,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	58,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	15,  // 18: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
+	18,  // 19: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
+	16,  // 20: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
+	17,  // 21: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
+	49,  // 22: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
+	50,  // 23: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
+	51,  // 24: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
+	52,  // 25: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
+	53,  // 26: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
+	29,  // 27: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
+	30,  // 28: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
+	32,  // 29: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
+	36,  // 30: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
+	37,  // 31: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	34,  // 32: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
+	35,  // 33: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
+	45,  // 34: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
+	46,  // 35: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
+	47,  // 36: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
+	48,  // 37: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
+	43,  // 38: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
+	44,  // 39: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
+	1,   // 40: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 41: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 42: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 43: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 44: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	39,  // 45: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 46: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	8,   // 47: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 48: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	38,  // 49: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	41,  // 50: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 51: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 52: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	96,  // 53: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	68,  // 54: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	13,  // 55: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 56: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	38,  // 57: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 58: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	60,  // 59: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	61,  // 60: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	62,  // 61: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	63,  // 62: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	64,  // 63: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	65,  // 64: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	59,  // 65: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	67,  // 66: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	66,  // 67: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 68: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 69: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 70: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 71: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 72: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	68,  // 73: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 74: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	96,  // 75: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 76: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	39,  // 77: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	40,  // 78: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 79: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 80: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	42,  // 81: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	76,  // 82: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	72,  // 83: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	73,  // 84: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 85: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	73,  // 86: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 87: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	78,  // 88: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	39,  // 89: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	82,  // 90: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 91: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 92: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 93: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	97,  // 94: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	31,  // 95: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 96: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 97: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	84,  // 98: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 99: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 100: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	84,  // 101: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	84,  // 102: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	69,  // 103: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	11,  // 104: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 105: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	42,  // 106: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 107: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 108: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	39,  // 109: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	93,  // 110: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 111: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	96,  // 112: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	54,  // 113: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	56,  // 114: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	70,  // 115: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	77,  // 116: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	80,  // 117: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	83,  // 118: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	90,  // 119: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	86,  // 120: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	88,  // 121: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	74,  // 122: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	92,  // 123: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	95,  // 124: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	55,  // 125: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	69,  // 126: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	71,  // 127: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	79,  // 128: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	81,  // 129: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	85,  // 130: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	91,  // 131: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	87,  // 132: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	89,  // 133: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	75,  // 134: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	94,  // 135: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	94,  // 136: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	125, // [125:137] is the sub-list for method output_type
+	113, // [113:125] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }

@@ -1,0 +1,28 @@
+package client
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/wire"
+)
+
+type callerKey struct{}
+
+// WithCaller returns a context under which changes are made on behalf of
+// cred (uid, gid and supplementary groups): the ministry checks POSIX
+// permissions against it. Without it the caller is Config.Cred. A
+// cluster running mutual TLS refuses a caller the client's certificate
+// does not allow (docs/security.md).
+func WithCaller(ctx context.Context, cred *wire.Cred) context.Context {
+	return context.WithValue(ctx, callerKey{}, cred)
+}
+
+// callerFor is the caller of a change made under ctx.
+func (c *Client) callerFor(ctx context.Context) *wire.Cred {
+	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil {
+		return proto.Clone(cred).(*wire.Cred)
+	}
+	return proto.Clone(c.cfg.Cred).(*wire.Cred)
+}
