@@ -39,18 +39,19 @@ fuse3:
 # Programs the mount's tests run: git and sqlite3 (realworld_test.go),
 # from their Debian packages, and pjdfstest (pjdfstest_test.go, the POSIX
 # conformance suite) and fsx (fsx_test.go, the File System eXerciser),
-# built from crates.io with cargo into .tools/bin; each is installed here
-# when missing, and without it its test is skipped.
+# built from crates.io with cargo (found on $PATH or in ~/.cargo/bin, where
+# rustup puts it) into .tools/bin; each is installed here when missing,
+# and without it its test is skipped.
 PJDFSTEST_VERSION := 0.2.2
 FSX_VERSION := 0.3.2
 testtools:
 	@for p in git sqlite3; do command -v $$p >/dev/null || \
 		( [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y $$p) || (sudo apt-get update -qq && sudo apt-get install -y $$p) ) || \
 		echo "warning: $$p missing and not installed: its mount test will be skipped"; done
-	@[ -x .tools/bin/pjdfstest ] || ( command -v cargo >/dev/null && \
+	@[ -x .tools/bin/pjdfstest ] || ( PATH="$$PATH:$$HOME/.cargo/bin"; command -v cargo >/dev/null && \
 		cargo install --quiet --locked pjdfstest --version $(PJDFSTEST_VERSION) --root .tools ) || \
 		echo "warning: pjdfstest not installed (needs cargo): the POSIX conformance test will be skipped"
-	@[ -x .tools/bin/fsx ] || ( command -v cargo >/dev/null && \
+	@[ -x .tools/bin/fsx ] || ( PATH="$$PATH:$$HOME/.cargo/bin"; command -v cargo >/dev/null && \
 		cargo install --quiet --locked fsx --version $(FSX_VERSION) --root .tools ) || \
 		echo "warning: fsx not installed (needs cargo): the file system exerciser test will be skipped"
 

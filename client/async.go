@@ -123,6 +123,7 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 	}
 	op.Ino = uint64(ino)
 	cmd := c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
+	cmd.Caller = c.callerFor(ctx) // sent later, under another context
 	// What namespace.newInode makes of it, with the command's own time
 	// (the ministry keeps a batch command's time when it is close to
 	// its own).
@@ -193,11 +194,12 @@ func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 // queued create of ino (see creating) and returns the time the ministry
 // will stamp it with (ctime, and *_NOW fields). ok false: ino's create is
 // not queued any more; nothing was queued, send op with Setattr.
-func (c *Client) SetattrDeferred(ino ids.Ino, op *wire.SetattrOp, done DeferredDone) (nowNs int64, ok bool) {
+func (c *Client) SetattrDeferred(ctx context.Context, ino ids.Ino, op *wire.SetattrOp, done DeferredDone) (nowNs int64, ok bool) {
 	if op.GetValid()&uint32(wire.SetattrField_SETATTR_SIZE|wire.SetattrField_SETATTR_SIZE_GROW) != 0 || !c.creating(ino) {
 		return 0, false
 	}
 	cmd := c.setattrCmd(ino, op)
+	cmd.Caller = c.callerFor(ctx)
 	if !c.deferFileCmd(ino, cmd, "setattr "+inoPath(uint64(ino)), done) {
 		c.finish(cmd.GetReq().GetSeq())
 		return 0, false
@@ -207,7 +209,7 @@ func (c *Client) SetattrDeferred(ino ids.Ino, op *wire.SetattrOp, done DeferredD
 
 // DeferredUnlink queues the removal of name (a non-directory) from
 // parent, under a directory lease on parent.
-func (c *Client) DeferredUnlink(parent ids.Ino, name string, done DeferredDone) error {
+func (c *Client) DeferredUnlink(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {
 	p := inoNamePath(uint64(parent), name)
 	if err := checkName(name); err != nil {
 		return opErr("remove", p, err)
@@ -215,13 +217,14 @@ func (c *Client) DeferredUnlink(parent ids.Ino, name string, done DeferredDone) 
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name)}}
 	})
+	cmd.Caller = c.callerFor(ctx)
 	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: "remove " + p, done: done})
 	return nil
 }
 
 // DeferredRename queues a rename, under directory leases on both
 // parents (which one ministry must own).
-func (c *Client) DeferredRename(parent ids.Ino, name string, newParent ids.Ino, newName string, flags uint32, done DeferredDone) error {
+func (c *Client) DeferredRename(ctx context.Context, parent ids.Ino, name string, newParent ids.Ino, newName string, flags uint32, done DeferredDone) error {
 	p := inoNamePath(uint64(parent), name)
 	if err := checkRenameFlags(flags); err != nil {
 		return opErr("rename", p, err)
@@ -240,6 +243,7 @@ func (c *Client) DeferredRename(parent ids.Ino, name string, newParent ids.Ino, 
 		cmd.Op = &wire.Command_Rename{Rename: &wire.RenameOp{Parent: uint64(parent), Name: []byte(name),
 			NewParent: uint64(newParent), NewName: []byte(newName), Flags: flags}}
 	})
+	cmd.Caller = c.callerFor(ctx)
 	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done})
 	return nil
 }

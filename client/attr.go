@@ -45,6 +45,7 @@ func (c *Client) setattrCmd(ino ids.Ino, op *wire.SetattrOp) *wire.Command {
 		Ino: uint64(ino), Valid: op.GetValid(), Mode: op.GetMode() & 0o7777,
 		Uid: op.GetUid(), Gid: op.GetGid(), Size: op.GetSize(),
 		AtimeNs: op.GetAtimeNs(), MtimeNs: op.GetMtimeNs(), ChunkSize: op.GetChunkSize(), ExpectChunks: op.GetExpectChunks(),
+		ByHandle: op.GetByHandle(),
 	}
 	return c.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Setattr{Setattr: o} })
 }

@@ -26,3 +26,7 @@ func (c *Client) callerFor(ctx context.Context) *wire.Cred {
 	}
 	return proto.Clone(c.cfg.Cred).(*wire.Cred)
 }
+
+// Caller is the caller of a change made under ctx: WithCaller's, else
+// Config.Cred (a copy).
+func (c *Client) Caller(ctx context.Context) *wire.Cred { return c.callerFor(ctx) }

@@ -46,6 +46,8 @@ func TestDependencyDirection(t *testing.T) {
 		{"internal/multiraft", []string{mod + "internal/namespace", mod + "internal/clustermap", mod + "internal/metanode"}},
 		{"client", []string{mod + "internal/metanode", mod + "internal/multiraft", mod + "internal/namespace", mod + "internal/engine", mod + "internal/rpc"}},
 		{"internal/engine", []string{mod + "internal/multiraft", mod + "internal/namespace"}},
+		// The permission rules are pure: the ministry and the mount share them.
+		{"internal/posix", []string{"net", "os", "time", mod + "internal/rpc", mod + "internal/engine", "google.golang.org/grpc"}},
 		// The mount's disk cache knows files by inode only: no cluster
 		// code, no network.
 		{"internal/diskcache", []string{"net", "google.golang.org/grpc", mod + "client", mod + "internal/wire", mod + "internal/rpc"}},

@@ -64,7 +64,7 @@ func (n *node) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64,
 	if mode&fallocKeepSize == 0 && end > a.GetSize() {
 		// SIZE_GROW: a concurrent writer that already went further is
 		// not cut back.
-		op := &wire.SetattrOp{Size: end,
+		op := &wire.SetattrOp{Size: end, ByHandle: true, // fallocate needs a descriptor open for writing
 			Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)}
 		if a, err = n.fsys.c.Setattr(ctx, n.ino, op); err != nil {
 			return n.fsys.errno("fallocate", err)

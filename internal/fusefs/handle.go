@@ -306,6 +306,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 func (n *node) openTrunc(ctx context.Context, flags uint32) (*client.File, *wire.Attr, syscall.Errno) {
 	trunc := openFlags(flags)&syscall.O_TRUNC != 0
 	if trunc {
+		ctx = n.fsys.asCaller(ctx) // the cut is the opener's change
 		if e := n.flushAll(ctx); e != 0 {
 			return nil, nil, e
 		}

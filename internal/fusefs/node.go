@@ -12,10 +12,12 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/diskcache"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -418,11 +420,11 @@ func (n *node) newCred(ctx context.Context, mode uint32, dir bool) (*wire.Cred, 
 // make creates name in n: under n's directory lease answered here and
 // queued (asyncdir.go), otherwise by the ministry.
 func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out *fuse.EntryOut) (*fs.Inode, *wire.Attr, syscall.Errno) {
-	ctx = bg(ctx)
+	ctx = n.fsys.asCaller(bg(ctx))
 	spec.Cred, spec.Mode = n.newCred(ctx, spec.Mode&0o7777, spec.Type == wire.FileType_DIRECTORY)
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
-	if n.leaseForChangeLocked(ctx) {
+	if n.leaseForChangeLocked(ctx) && n.mayDeferCreate(ctx) {
 		if _, exists := n.dir.names[name]; exists {
 			return nil, nil, syscall.EEXIST
 		}
@@ -496,7 +498,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
-	a, err := n.fsys.c.LinkAt(bg(ctx), t.ino, n.ino, name)
+	a, err := n.fsys.c.LinkAt(n.fsys.asCaller(bg(ctx)), t.ino, n.ino, name)
 	if err != nil {
 		return nil, n.fsys.errno("link", err)
 	}
@@ -505,7 +507,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	ctx = bg(ctx)
+	ctx = n.fsys.asCaller(bg(ctx))
 	var removed *node
 	if e := n.rmdirLocked(ctx, name, &removed); e != 0 {
 		return e
@@ -544,7 +546,7 @@ func (n *node) rmdirLocked(ctx context.Context, name string, removed **node) sys
 // link left is renamed to a hidden name instead, removed at its last
 // release (see the package doc).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	ctx = bg(ctx)
+	ctx = n.fsys.asCaller(bg(ctx))
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
 	ch := n.openChild(name)
@@ -555,8 +557,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 			return syscall.ENOENT
 		case e.typ == wire.FileType_DIRECTORY:
 			return syscall.EISDIR
-		case ch == nil && !e.referral:
-			if err := n.fsys.c.DeferredUnlink(n.ino, name, n.deferredDone(name, nil, "")); err != nil {
+		case ch == nil && !e.referral && n.mayDeferRemove(ctx):
+			if err := n.fsys.c.DeferredUnlink(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
 				return n.fsys.errno("unlink", err)
 			}
 			delete(n.dir.names, name)
@@ -608,7 +610,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
-	ctx = bg(ctx)
+	ctx = n.fsys.asCaller(bg(ctx))
 	defer lockDirs(n, np)()
 	// A dentry the kernel keeps past the entry timeout (leasedEntryLocked)
 	// moves with the rename: its new name must be invalidated at the
@@ -644,6 +646,9 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 	if !n.leaseForChangeLocked(ctx) || (np != n && !np.asyncLocked()) {
 		return false, 0
 	}
+	if !n.mayDeferRemove(ctx) || !np.mayDeferRemove(ctx) {
+		return false, 0 // the ministry judges (and says why)
+	}
 	src, ok := n.dir.names[name]
 	if !ok {
 		return true, syscall.ENOENT
@@ -670,7 +675,7 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 	case !exchange && exists && dst.typ == wire.FileType_DIRECTORY:
 		return false, 0 // is it empty? the ministry knows
 	}
-	if err := n.fsys.c.DeferredRename(n.ino, name, np.ino, newName, flags, n.deferredDone(name, np, newName)); err != nil {
+	if err := n.fsys.c.DeferredRename(ctx, n.ino, name, np.ino, newName, flags, n.deferredDone(name, np, newName)); err != nil {
 		if errors.Is(err, syscall.EXDEV) {
 			return false, 0
 		}
@@ -692,12 +697,18 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 // otherwise) and returns the attributes it gives, made here from those
 // held. A failure is reported as the directory's queued changes' are
 // (its fsync, the file's fsync). nil: not queued, ask the ministry.
-func (n *node) setattrQueued(op *wire.SetattrOp) *wire.Attr {
+func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr {
 	n.mu.Lock()
 	cur := n.mu.attr
 	hs := n.handlesLocked()
 	n.mu.Unlock()
 	if cur == nil || cur.GetType() != wire.FileType_REGULAR {
+		return nil
+	}
+	// Queued only what the ministry will allow unchanged (it checks
+	// again): a refusal or a mode it adjusts goes there now.
+	probe := proto.Clone(op).(*wire.SetattrOp)
+	if clear, err := posix.CheckSetattr(cur, n.fsys.c.Caller(ctx), probe); err != nil || clear != 0 || probe.GetMode() != op.GetMode() {
 		return nil
 	}
 	var pn *node
@@ -712,7 +723,7 @@ func (n *node) setattrQueued(op *wire.SetattrOp) *wire.Attr {
 			pn.dir.noteFailure(err)
 		}
 	}
-	now, ok := n.fsys.c.SetattrDeferred(n.ino, op, done)
+	now, ok := n.fsys.c.SetattrDeferred(ctx, n.ino, op, done)
 	if !ok {
 		return nil
 	}
@@ -751,7 +762,7 @@ func (n *node) setattrQueued(op *wire.SetattrOp) *wire.Attr {
 }
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	ctx = bg(ctx)
+	ctx = n.fsys.asCaller(bg(ctx))
 	var a *wire.Attr
 	if size, ok := in.GetSize(); ok {
 		h, _ := fh.(*handle)
@@ -797,7 +808,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		}
 	}
 	if op.Valid != 0 && a == nil {
-		a = n.setattrQueued(op)
+		a = n.setattrQueued(ctx, op)
 	}
 	if op.Valid != 0 && a == nil {
 		var err error
@@ -825,6 +836,13 @@ func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr,
 	if h != nil {
 		f = h.f
 	} else {
+		// truncate(2) by path: the file opened here for it is the
+		// mount's, so the caller's write permission is checked here.
+		if a := n.cachedAttr(); a != nil {
+			if err := posix.CheckAccess(a, n.fsys.c.Caller(ctx), posix.MayWrite, "truncate"); err != nil {
+				return nil, n.fsys.errno("truncate", err)
+			}
+		}
 		var err error
 		if f, _, err = n.fsys.c.OpenIno(ctx, n.ino, syscall.O_RDWR); err != nil {
 			return nil, n.fsys.errno("truncate", err)
@@ -869,14 +887,14 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if !xattrAllowed(attr) {
 		return syscall.EOPNOTSUPP
 	}
-	return n.fsys.errno("setxattr", n.fsys.c.SetXattrIno(bg(ctx), n.ino, attr, data, flags))
+	return n.fsys.errno("setxattr", n.fsys.c.SetXattrIno(n.fsys.asCaller(bg(ctx)), n.ino, attr, data, flags))
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if !xattrAllowed(attr) {
 		return syscall.ENODATA
 	}
-	return n.fsys.errno("removexattr", n.fsys.c.RemoveXattrIno(bg(ctx), n.ino, attr))
+	return n.fsys.errno("removexattr", n.fsys.c.RemoveXattrIno(n.fsys.asCaller(bg(ctx)), n.ino, attr))
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {

@@ -1,222 +1,51 @@
 package namespace
 
 import (
-	"slices"
-	"syscall"
+	"errors"
 
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
-// POSIX permission checks, made in the state machine against the caller
-// a command names (Command.caller): what Linux's VFS checks before it
-// calls a file system, so that a client holding a user's certificate
-// gets the same answers through the library, the CLI and a mount
-// without default_permissions. A command without a caller is not
-// checked: the nodes' own commands, and clients the edge trusts to have
-// checked (a mount host whose kernel runs default_permissions); the
-// metadata node decides which callers may omit it (metanode/authz.go).
+// The permission rules are package posix's (the mount checks the same
+// before it answers a change itself); here their refusals become the
+// ministry's POSIX errors, with their messages.
 
-// Permission bits asked for.
 const (
-	mayExec  = 1
-	mayWrite = 2
-	mayRead  = 4
+	mayExec  = posix.MayExec
+	mayWrite = posix.MayWrite
 )
 
-// Mode bits.
-const (
-	modeSetuid = 0o4000
-	modeSetgid = 0o2000
-	modeSticky = 0o1000
-	modeGrpX   = 0o010
-)
-
-func isRoot(c *wire.Cred) bool { return c.GetUid() == 0 }
-
-// inGroup says whether the caller's primary or a supplementary group is gid.
-func inGroup(c *wire.Cred, gid uint32) bool {
-	return c.GetGid() == gid || slices.Contains(c.GetGroups(), gid)
+func ministryErr(err error) error {
+	var d *posix.Denied
+	if errors.As(err, &d) {
+		return errnof(d.Errno, "%s", d.Msg)
+	}
+	return err
 }
 
-// permitted is generic_permission: the owner's bits for the owner, the
-// group's for a member, the others' for the rest; root may read and
-// write anything and execute what anyone may execute (search any
-// directory).
-func permitted(a *wire.Attr, c *wire.Cred, want uint32) bool {
-	mode := a.GetMode()
-	if isRoot(c) {
-		if want&mayExec == 0 || a.GetType() == wire.FileType_DIRECTORY {
-			return true
-		}
-		return mode&0o111 != 0
-	}
-	var bits uint32
-	switch {
-	case c.GetUid() == a.GetUid():
-		bits = mode >> 6
-	case inGroup(c, a.GetGid()):
-		bits = mode >> 3
-	default:
-		bits = mode
-	}
-	return bits&7&want == want
-}
-
-func wantName(want uint32) string {
-	s := ""
-	for _, x := range []struct {
-		bit  uint32
-		name string
-	}{{mayRead, "read"}, {mayWrite, "write"}, {mayExec, "search"}} {
-		if want&x.bit != 0 {
-			if s != "" {
-				s += "+"
-			}
-			s += x.name
-		}
-	}
-	return s
-}
-
-// checkAccess fails with EACCES when c (non-nil) lacks want on a.
 func checkAccess(a *wire.Attr, c *wire.Cred, want uint32, what string) error {
-	if c == nil || permitted(a, c, want) {
-		return nil
-	}
-	return errnof(syscall.EACCES, "%s: uid %d lacks %s permission on inode %d (mode %#o, owner %d:%d)",
-		what, c.GetUid(), wantName(want), a.GetIno(), a.GetMode(), a.GetUid(), a.GetGid())
+	return ministryErr(posix.CheckAccess(a, c, want, what))
 }
 
-// mayCreate: write and search permission on the directory.
 func mayCreate(dir *wire.Attr, c *wire.Cred, what string) error {
-	return checkAccess(dir, c, mayWrite|mayExec, what)
+	return ministryErr(posix.MayCreate(dir, c, what))
 }
 
-// mayDelete: write and search permission on the directory, and in a
-// sticky directory the caller must own the directory or the victim (or
-// be root).
 func mayDelete(dir, victim *wire.Attr, c *wire.Cred, what string) error {
-	if err := checkAccess(dir, c, mayWrite|mayExec, what); err != nil {
-		return err
-	}
-	if c == nil || isRoot(c) || dir.GetMode()&modeSticky == 0 {
-		return nil
-	}
-	if c.GetUid() == dir.GetUid() || c.GetUid() == victim.GetUid() {
-		return nil
-	}
-	return errnof(syscall.EPERM, "%s: directory %d is sticky and uid %d owns neither it (%d) nor the entry (%d)",
-		what, dir.GetIno(), c.GetUid(), dir.GetUid(), victim.GetUid())
+	return ministryErr(posix.MayDelete(dir, victim, c, what))
 }
 
-// newOwner is the owner of a new inode made by c in dir, asked for as
-// want (the client's choice, which it computed the same way: the mount
-// answers before the ministry sees the create). The uid is the caller's;
-// the group is the directory's when it is setgid, else a group of the
-// caller; a directory made in a setgid directory is setgid itself.
 func newOwner(dir *wire.Attr, c *wire.Cred, typ wire.FileType, want *wire.Cred, mode uint32) (*wire.Cred, uint32, error) {
-	if c == nil {
-		return want, mode, nil
-	}
-	uid, gid := c.GetUid(), c.GetGid()
-	if want != nil && want.GetUid() != uid && !isRoot(c) {
-		return nil, 0, errnof(syscall.EPERM, "create: uid %d may not make a file owned by uid %d", uid, want.GetUid())
-	}
-	if want != nil {
-		uid = want.GetUid()
-		if isRoot(c) || inGroup(c, want.GetGid()) {
-			gid = want.GetGid()
-		}
-	}
-	if dir.GetMode()&modeSetgid != 0 {
-		gid = dir.GetGid()
-		if typ == wire.FileType_DIRECTORY {
-			mode |= modeSetgid
-		}
-	}
-	// A group-executable setgid file for a group the caller is not in
-	// would hand it that group's rights (inode_init_owner).
-	if typ != wire.FileType_DIRECTORY && mode&(modeSetgid|modeGrpX) == modeSetgid|modeGrpX && !isRoot(c) && !inGroup(c, gid) {
-		mode &^= modeSetgid
-	}
-	return &wire.Cred{Uid: uid, Gid: gid}, mode, nil
+	o, m, err := posix.NewOwner(dir, c, typ, want, mode)
+	return o, m, ministryErr(err)
 }
 
-// checkSetattr applies the rules of chmod, chown, utimens and truncate
-// (notify_change, setattr_prepare) for caller c, and adjusts op's mode
-// the way the kernel does: chmod by a non-member of the file's group
-// drops setgid. It returns the mode bits a chown must clear afterwards.
-func checkSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (clear uint32, err error) {
-	has := func(f wire.SetattrField) bool { return op.Valid&uint32(f) != 0 }
-	ino := a.GetIno()
-	owner := c == nil || isRoot(c) || c.GetUid() == a.GetUid()
-	chown := has(wire.SetattrField_SETATTR_UID) && op.Uid != a.GetUid()
-	chgrp := has(wire.SetattrField_SETATTR_GID) && op.Gid != a.GetGid()
-	if c != nil && !isRoot(c) {
-		if chown {
-			return 0, errnof(syscall.EPERM, "chown %d: only root may give a file away (uid %d to %d)", ino, a.GetUid(), op.Uid)
-		}
-		if has(wire.SetattrField_SETATTR_UID) && op.Uid == a.GetUid() && !owner {
-			return 0, errnof(syscall.EPERM, "chown %d: uid %d does not own it", ino, c.GetUid())
-		}
-		if has(wire.SetattrField_SETATTR_GID) && (!owner || (chgrp && !inGroup(c, op.Gid))) {
-			return 0, errnof(syscall.EPERM, "chgrp %d to %d: uid %d must own the file and be in the group", ino, op.Gid, c.GetUid())
-		}
-		if has(wire.SetattrField_SETATTR_MODE) {
-			if !owner {
-				return 0, errnof(syscall.EPERM, "chmod %d: uid %d does not own it (owner %d)", ino, c.GetUid(), a.GetUid())
-			}
-			gid := a.GetGid()
-			if has(wire.SetattrField_SETATTR_GID) {
-				gid = op.Gid
-			}
-			if op.Mode&modeSetgid != 0 && !inGroup(c, gid) {
-				op.Mode &^= modeSetgid
-			}
-		}
-		explicit := has(wire.SetattrField_SETATTR_ATIME) || has(wire.SetattrField_SETATTR_MTIME)
-		now := has(wire.SetattrField_SETATTR_ATIME_NOW) || has(wire.SetattrField_SETATTR_MTIME_NOW)
-		if explicit && !owner {
-			return 0, errnof(syscall.EPERM, "utimens %d: only the owner (%d) sets explicit times, not uid %d", ino, a.GetUid(), c.GetUid())
-		}
-		// (A write through an open descriptor stamps the time without
-		// a check, as file_update_time does.)
-		if now && !explicit && !owner && !op.ByHandle && !permitted(a, c, mayWrite) {
-			return 0, errnof(syscall.EACCES, "utimens %d: uid %d neither owns it nor may write it", ino, c.GetUid())
-		}
-		if has(wire.SetattrField_SETATTR_SIZE) && !op.ByHandle && !permitted(a, c, mayWrite) {
-			return 0, errnof(syscall.EACCES, "truncate %d: uid %d may not write it (mode %#o, owner %d:%d)", ino, c.GetUid(), a.GetMode(), a.GetUid(), a.GetGid())
-		}
-	}
-	// A chown or chgrp of a non-directory clears setuid, and setgid
-	// when group-executable (the kernel does it for root too).
-	if (has(wire.SetattrField_SETATTR_UID) || has(wire.SetattrField_SETATTR_GID)) && a.GetType() != wire.FileType_DIRECTORY && c != nil {
-		clear = modeSetuid
-		if a.GetMode()&modeGrpX != 0 {
-			clear |= modeSetgid
-		}
-	}
-	return clear, nil
+func checkSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (uint32, error) {
+	clear, err := posix.CheckSetattr(a, c, op)
+	return clear, ministryErr(err)
 }
 
-// mayXattr: user attributes need write permission (on a file or a
-// directory), trusted and security ones root; system ones are refused
-// (ACLs are not stored).
 func mayXattr(a *wire.Attr, c *wire.Cred, name []byte, what string) error {
-	if c == nil {
-		return nil
-	}
-	n := string(name)
-	switch {
-	case len(n) >= 8 && n[:8] == "trusted.", len(n) >= 9 && n[:9] == "security.":
-		if !isRoot(c) {
-			return errnof(syscall.EPERM, "%s %q: only root may set trusted and security attributes", what, n)
-		}
-		return nil
-	case len(n) >= 5 && n[:5] == "user.":
-		if t := a.GetType(); t != wire.FileType_REGULAR && t != wire.FileType_DIRECTORY {
-			return errnof(syscall.EPERM, "%s %q: user attributes only on files and directories", what, n)
-		}
-	}
-	return checkAccess(a, c, mayWrite, what)
+	return ministryErr(posix.MayXattr(a, c, name, what))
 }

@@ -160,6 +160,13 @@ func TestPermissionsSetattr(t *testing.T) {
 	}
 	v.okAs(rootC, chownOp(f, nil, u32(100)))
 
+	// Dropping only setuid/setgid is allowed to anyone (the kernel does
+	// it in the name of a writer who is not the owner).
+	v.okAs(rootC, chmodOp(f, 0o6755))
+	v.failsAs(bob, chmodOp(f, 0o6777), syscall.EPERM)
+	v.okAs(bob, chmodOp(f, 0o755))
+	v.okAs(alice, chmodOp(f, 0o640))
+
 	// chown: root only; the owner may "change" to her own uid.
 	v.failsAs(alice, chownOp(f, u32(1001), nil), syscall.EPERM)
 	v.failsAs(bob, chownOp(f, u32(1000), nil), syscall.EPERM)
