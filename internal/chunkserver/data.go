@@ -89,6 +89,10 @@ func (s *Server) serveConn(c net.Conn) {
 	r := dataproto.NewReader(bufio.NewReader(c), uint32(max(dataproto.DefaultMaxPayload, s.store.ChunkSize())))
 	w := bufio.NewWriter(c)
 	for {
+		// An idle connection is closed after dataIdleTimeout (a client's
+		// pool redials), and a frame must arrive whole within it: a peer
+		// that stalls cannot hold a goroutine and a descriptor for ever.
+		_ = c.SetReadDeadline(time.Now().Add(dataIdleTimeout))
 		f, err := r.Next()
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
@@ -107,6 +111,8 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		s.load.end(f, reply)
 		s.met.served(f, reply)
+		// A peer that stops reading its replies is dropped.
+		_ = c.SetWriteDeadline(time.Now().Add(dataWriteTimeout))
 		if err := dataproto.WriteFrame(w, reply); err != nil {
 			return
 		}
@@ -118,6 +124,13 @@ func (s *Server) serveConn(c net.Conn) {
 
 // handshakeTimeout bounds a data connection's TLS handshake.
 const handshakeTimeout = 10 * time.Second
+
+// Deadlines of the data port (see serveConn): a connection idle this long
+// is closed, and a reply must be taken by the peer within a minute.
+const (
+	dataIdleTimeout  = 5 * time.Minute
+	dataWriteTimeout = time.Minute
+)
 
 // frameRoles is who may send a request type: clients read and change
 // chunks through the primary; chunk servers also replicate, install and

@@ -48,6 +48,9 @@ type Config struct {
 	// (DefaultScrubInterval when 0; negative to never scrub).
 	ScrubInterval time.Duration
 	Logger        *slog.Logger
+	// MaxConnsPerPeer bounds the data connections one remote IP may hold
+	// open (rpc.DefaultMaxConnsPerPeer when 0).
+	MaxConnsPerPeer int
 	// Security is the server's TLS (its chunk certificate, the cluster
 	// CA) for the data port and its calls; nil is plaintext (--insecure).
 	Security *rpc.Security
@@ -177,6 +180,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("chunk server: listen on %s (is another process using it?): %w", cfg.Listen, err)
 	}
+	s.lis = rpc.LimitPerPeer(s.lis, cfg.MaxConnsPerPeer, cfg.Logger)
 	// Register and learn our replica groups before serving: a member
 	// that answered "unknown group" to a primary's forward would miss a
 	// mutation and go stale. Clients wait in the listen backlog meanwhile.

@@ -25,6 +25,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
 	httpAddr := fs.String("http", "", "HOST:PORT to serve /metrics and /healthz on (optional)")
 	debugAddr := fs.String("debug-listen", "", "loopback HOST:PORT for /debug/pprof (off when empty)")
+	maxConns := fs.Int("max-conns-per-peer", 1024, "data connections one remote IP may hold open; more are closed at once")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	var tlsFlags serverTLSFlags
 	tlsFlags.register(fs, certs.RoleChunk)
@@ -57,6 +58,9 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if *maxConns <= 0 {
+		return fmt.Errorf("chunk: --max-conns-per-peer %d must be positive", *maxConns)
+	}
 	var addrs []string
 	for _, a := range strings.Split(*meta, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -64,7 +68,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	s, err := chunkserver.Start(ctx, chunkserver.Config{Listen: *listen, DataDir: *data, MetaAddrs: addrs,
-		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, DebugListen: dbg, Logger: log, Security: sec})
+		Host: *host, Rack: *rack, Pod: *pod, ChunkSize: *chunkSize, RepairRate: rate, ScrubInterval: every, HTTPListen: *httpAddr, DebugListen: dbg, Logger: log, Security: sec, MaxConnsPerPeer: *maxConns})
 	if err != nil {
 		return fmt.Errorf("chunk: %w", err)
 	}

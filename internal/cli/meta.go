@@ -24,6 +24,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	data := fs.String("data", "", "data directory")
 	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
 	debugAddr := fs.String("debug-listen", "", "loopback HOST:PORT for /debug/pprof (off when empty)")
+	maxConns := fs.Int("max-conns-per-peer", 1024, "connections one remote IP may hold open to this node; more are closed at once")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
@@ -75,6 +76,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cfg.DebugListen, err = debugListen("meta", *debugAddr); err != nil {
 		return err
 	}
+	if *maxConns <= 0 {
+		return fmt.Errorf("meta: --max-conns-per-peer %d must be positive", *maxConns)
+	}
+	cfg.MaxConnsPerPeer = *maxConns
 	if *batchDelay < 0 {
 		return fmt.Errorf("meta: --batch-delay %v must not be negative", *batchDelay)
 	}

@@ -71,6 +71,10 @@ type Config struct {
 	// test can kill a process at that step; empty in production.
 	MovePauses map[string]time.Duration
 
+	// MaxConnsPerPeer bounds the connections one remote IP may hold open
+	// to the node (rpc.DefaultMaxConnsPerPeer when 0).
+	MaxConnsPerPeer int
+
 	// Security is the node's TLS (its certificate, the cluster CA); nil
 	// runs plaintext and trusts every caller (--insecure).
 	Security *rpc.Security

@@ -227,7 +227,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (is another process using it?): %w", cfg.Listen, err)
 	}
-	n.lis = lis
+	n.lis = rpc.LimitPerPeer(lis, cfg.MaxConnsPerPeer, n.log)
 	// Track handlers so the store is closed only after the last one has
 	// returned (grpc.Server.Stop does not wait for them).
 	authUnary, authStream := rpc.Authorize(methodRoles())
