@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -27,6 +28,20 @@ func (c *Client) callerFor(ctx context.Context) *wire.Cred {
 	return proto.Clone(c.cfg.Cred).(*wire.Cred)
 }
 
-// Caller is the caller of a change made under ctx: WithCaller's, else
-// Config.Cred (a copy).
-func (c *Client) Caller(ctx context.Context) *wire.Cred { return c.callerFor(ctx) }
+// Caller is the caller of a change made under ctx (WithCaller's, else
+// Config.Cred) as the metadata nodes will take it: squashed and with
+// groups filtered as the client's certificate says (certs.Identity.Vouch).
+// An error means the certificate does not allow it: the change will be
+// refused. For local checks before a change is answered here.
+func (c *Client) Caller(ctx context.Context) (*wire.Cred, error) {
+	cred := c.callerFor(ctx)
+	if c.store == nil {
+		return cred, nil
+	}
+	if id := c.store.Identity(); id.Role == certs.RoleClient || id.Role == certs.RoleAdmin {
+		if err := id.Vouch(cred); err != nil {
+			return nil, err
+		}
+	}
+	return cred, nil
+}

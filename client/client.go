@@ -104,6 +104,7 @@ type Client struct {
 	// tls is the connections' TLS (nil: plaintext); stopWatch ends its
 	// certificate watcher.
 	tls       *tls.Config
+	store     *certs.Store
 	stopWatch func()
 }
 
@@ -126,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		if err != nil {
 			return nil, &Error{Op: "connect", Path: cfg.TLSDir, Err: fmt.Errorf("client certificate: %w", err)}
 		}
-		c.tls = store.ClientConfig()
+		c.tls, c.store = store.ClientConfig(), store
 		c.data.TLS = c.tls
 		wctx, cancel := context.WithCancel(context.Background())
 		c.stopWatch = cancel

@@ -33,6 +33,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/govfs/govfs/internal/wire"
 )
 
 // Role is what a certificate's holder is allowed to be.
@@ -97,6 +99,54 @@ func (id Identity) AllowsGID(gid uint32) bool {
 }
 
 const uriScheme = "govfs"
+
+// NobodyID is the uid and gid root is squashed to.
+const NobodyID = 65534
+
+// Squash maps root to nobody in place, as knfsd's root_squash does: uid
+// 0, and group 0 wherever it appears.
+func Squash(cred *wire.Cred) {
+	if cred.GetUid() == 0 {
+		cred.Uid, cred.Gid, cred.Groups = NobodyID, NobodyID, nil
+		return
+	}
+	if cred.GetGid() == 0 {
+		cred.Gid = NobodyID
+	}
+	cred.Groups = slices.DeleteFunc(cred.Groups, func(g uint32) bool { return g == 0 })
+}
+
+// Vouch makes cred what this certificate may act as, in place: root
+// squashed when it squashes, supplementary groups it does not list
+// dropped (fewer rights, never more). A uid or primary gid it does not
+// list is an error.
+func (id Identity) Vouch(cred *wire.Cred) error {
+	if id.Squash {
+		wasRoot := cred.GetUid() == 0
+		Squash(cred)
+		if wasRoot {
+			return nil // nobody, whatever the certificate lists
+		}
+	}
+	if !id.AllowsUID(cred.GetUid()) {
+		return fmt.Errorf("uid %d: certificate %s may act as uid %s only", cred.GetUid(), id, listIDs(id.AnyUID, id.UIDs))
+	}
+	if !id.AllowsGID(cred.GetGid()) {
+		return fmt.Errorf("gid %d: certificate %s may act with gid %s only", cred.GetGid(), id, listIDs(id.AnyGID, id.GIDs))
+	}
+	cred.Groups = slices.DeleteFunc(cred.Groups, func(g uint32) bool { return !id.AllowsGID(g) })
+	return nil
+}
+
+func listIDs(any bool, xs []uint32) string {
+	if any {
+		return "any"
+	}
+	if len(xs) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(xs)
+}
 
 func (id Identity) validate() error {
 	if _, err := ParseRole(string(id.Role)); err != nil {

@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/govfs/govfs/internal/wire"
 )
 
 func TestIdentityRoundTrip(t *testing.T) {
@@ -49,6 +53,30 @@ func TestIdentityRoundTrip(t *testing.T) {
 		}
 		if got.AllowsUID(4242) != id.AnyUID {
 			t.Errorf("%v: AllowsUID(4242) = %v", id, got.AllowsUID(4242))
+		}
+	}
+}
+
+func TestVouch(t *testing.T) {
+	user := Identity{Role: RoleClient, Name: "alice", UIDs: []uint32{1000}, GIDs: []uint32{100, 27}}
+	cred := &wire.Cred{Uid: 1000, Gid: 100, Groups: []uint32{27, 4, 0}}
+	if err := user.Vouch(cred); err != nil || len(cred.Groups) != 1 || cred.Groups[0] != 27 {
+		t.Errorf("alice's groups: %v %v, want only 27 kept", cred, err)
+	}
+	for _, bad := range []*wire.Cred{{Uid: 0, Gid: 100}, {Uid: 1001, Gid: 100}, {Uid: 1000, Gid: 0}} {
+		if err := user.Vouch(bad); err == nil {
+			t.Errorf("alice's certificate vouched for %v", bad)
+		}
+	}
+	host := Identity{Role: RoleClient, Name: "h", AnyUID: true, AnyGID: true, Squash: true}
+	for _, tc := range []struct{ in, want *wire.Cred }{
+		{&wire.Cred{Uid: 0, Gid: 0, Groups: []uint32{0, 5}}, &wire.Cred{Uid: NobodyID, Gid: NobodyID}},
+		{&wire.Cred{Uid: 1000, Gid: 0, Groups: []uint32{0, 5}}, &wire.Cred{Uid: 1000, Gid: NobodyID, Groups: []uint32{5}}},
+		{&wire.Cred{Uid: 1000, Gid: 100}, &wire.Cred{Uid: 1000, Gid: 100}},
+	} {
+		got := proto.Clone(tc.in).(*wire.Cred)
+		if err := host.Vouch(got); err != nil || !proto.Equal(got, tc.want) {
+			t.Errorf("squash %v: %v %v, want %v", tc.in, got, err, tc.want)
 		}
 	}
 }

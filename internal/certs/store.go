@@ -168,10 +168,13 @@ func (s *Store) current() (*tls.Certificate, *x509.CertPool) {
 	return s.cert, s.pool
 }
 
-func (s *Store) currentTicketKey() [32]byte {
+// currentServer is the certificate, trusted CAs and ticket key in one
+// snapshot: a reload between separate reads could let a client checked
+// against the old CAs get a ticket under the new key.
+func (s *Store) currentServer() (*tls.Certificate, *x509.CertPool, [32]byte) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.ticketKey
+	return s.cert, s.pool, s.ticketKey
 }
 
 // ServerConfig is for a listener: it requires a client certificate from
@@ -179,7 +182,7 @@ func (s *Store) currentTicketKey() [32]byte {
 func (s *Store) ServerConfig() *tls.Config {
 	base := &tls.Config{MinVersion: tls.VersionTLS13}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		cert, pool := s.current()
+		cert, pool, key := s.currentServer()
 		cfg := &tls.Config{
 			MinVersion:   tls.VersionTLS13,
 			Certificates: []tls.Certificate{*cert},
@@ -199,7 +202,7 @@ func (s *Store) ServerConfig() *tls.Config {
 				return nil
 			},
 		}
-		cfg.SetSessionTicketKeys([][32]byte{s.currentTicketKey()})
+		cfg.SetSessionTicketKeys([][32]byte{key})
 		return cfg, nil
 	}
 	return base

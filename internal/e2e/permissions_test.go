@@ -104,6 +104,21 @@ func TestPermissionsThroughLibraryAndCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// In a setgid directory of a group alice's certificate does not list,
+	// her new directory takes that group (as the mount asks for it).
+	must(admin.Mkdir(ctx, "/proj", 0o777))
+	if err := admin.Chown(ctx, "/proj", 0, 50); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Chmod(ctx, "/proj", 0o2777); err != nil {
+		t.Fatal(err)
+	}
+	proj := mustIno(t, ctx, admin, "/proj")
+	pa, err := alice.MakeNode(ctx, proj, "x", client.NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o2755, Cred: &wire.Cred{Uid: 1000, Gid: 50}})
+	if err != nil || pa.GetGid() != 50 || pa.GetUid() != 1000 {
+		t.Fatalf("alice's directory in a setgid group-50 directory: %v %v", pa, err)
+	}
+
 	// Alice's certificate does not let her act as root or as bob.
 	for _, cred := range []*wire.Cred{{Uid: 0, Gid: 0}, {Uid: 1001, Gid: 101}, {Uid: 1000, Gid: 0}} {
 		_, err := alice.Mkdir(client.WithCaller(ctx, cred), "/tmp/as-other", 0o755)

@@ -62,7 +62,10 @@ func groupsOf(pid uint32, primary uint32) []uint32 {
 // queued: the ministry would allow it by the attributes held (it checks
 // again; this only keeps the mount from acknowledging what it refuses).
 func (n *node) mayDeferCreate(ctx context.Context) bool {
-	cred := n.fsys.c.Caller(ctx)
+	cred, err := n.fsys.c.Caller(ctx)
+	if err != nil {
+		return false // refused: let the ministry say so now
+	}
 	if posix.IsRoot(cred) {
 		return true
 	}
@@ -74,7 +77,10 @@ func (n *node) mayDeferCreate(ctx context.Context) bool {
 // sticky directory (whose rule needs the victim's owner) is left to the
 // ministry unless the caller owns it.
 func (n *node) mayDeferRemove(ctx context.Context) bool {
-	cred := n.fsys.c.Caller(ctx)
+	cred, err := n.fsys.c.Caller(ctx)
+	if err != nil {
+		return false
+	}
 	if posix.IsRoot(cred) {
 		return true
 	}

@@ -708,7 +708,11 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	// Queued only what the ministry will allow unchanged (it checks
 	// again): a refusal or a mode it adjusts goes there now.
 	probe := proto.Clone(op).(*wire.SetattrOp)
-	if clear, err := posix.CheckSetattr(cur, n.fsys.c.Caller(ctx), probe); err != nil || clear != 0 || probe.GetMode() != op.GetMode() {
+	cred, err := n.fsys.c.Caller(ctx)
+	if err != nil {
+		return nil
+	}
+	if clear, err := posix.CheckSetattr(cur, cred, probe); err != nil || clear != 0 || probe.GetMode() != op.GetMode() {
 		return nil
 	}
 	var pn *node
@@ -838,12 +842,15 @@ func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr,
 	} else {
 		// truncate(2) by path: the file opened here for it is the
 		// mount's, so the caller's write permission is checked here.
+		cred, err := n.fsys.c.Caller(ctx)
+		if err != nil {
+			return nil, n.fsys.errno("truncate", err)
+		}
 		if a := n.cachedAttr(); a != nil {
-			if err := posix.CheckAccess(a, n.fsys.c.Caller(ctx), posix.MayWrite, "truncate"); err != nil {
+			if err := posix.CheckAccess(a, cred, posix.MayWrite, "truncate"); err != nil {
 				return nil, n.fsys.errno("truncate", err)
 			}
 		}
-		var err error
 		if f, _, err = n.fsys.c.OpenIno(ctx, n.ino, syscall.O_RDWR); err != nil {
 			return nil, n.fsys.errno("truncate", err)
 		}

@@ -2,7 +2,6 @@ package metanode
 
 import (
 	"fmt"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,6 +62,13 @@ func opRoles(cmd *wire.Command) []certs.Role {
 
 // authorizeOp checks that the caller may send cmd.
 func authorizeOp(c rpc.Caller, cmd *wire.Command) error {
+	// Each command of a batch for itself (validateCommand also refuses
+	// anything but namespace changes in one).
+	for _, sub := range cmd.GetBatch().GetCmds() {
+		if err := authorizeOp(c, sub); err != nil {
+			return err
+		}
+	}
 	roles := opRoles(cmd)
 	if c.Is(roles...) {
 		return nil
@@ -92,9 +98,6 @@ func chunkCallerIs(c rpc.Caller, srv *wire.ChunkServer, what string) error {
 	return status.Errorf(codes.PermissionDenied, "%s: chunk server %d was registered by certificate chunk/%s; the caller's certificate is %s",
 		what, srv.GetId(), srv.GetCertName(), c.Identity)
 }
-
-// nobodyID is the uid and gid root is squashed to.
-const nobodyID = 65534
 
 // authorizeCaller checks the caller a client names in a namespace change
 // against what its certificate allows (the uids it may act as, its
@@ -130,40 +133,23 @@ func authorizeCaller(c rpc.Caller, cmd *wire.Command) error {
 	if err := vouch(c, cred, "caller"); err != nil {
 		return err
 	}
-	// The owner asked for a new inode: the same pins (the ministry lets
-	// only root give it away).
-	if op, ok := cmd.GetOp().(*wire.Command_Create); ok && op.Create.GetCred() != nil {
-		if err := vouch(c, op.Create.Cred, "owner of the new inode"); err != nil {
-			return err
-		}
+	// The owner asked for a new inode is squashed like the caller; it
+	// is not checked against the certificate: the ministry lets only root
+	// give a new inode to another uid, and takes the group only from the
+	// caller's vouched groups or a setgid directory (posix.NewOwner).
+	if op, ok := cmd.GetOp().(*wire.Command_Create); ok && op.Create.GetCred() != nil && c.Squash {
+		certs.Squash(op.Create.Cred)
 	}
 	return nil
 }
 
-// vouch squashes and checks one credential in place.
+// vouch squashes and checks one credential in place
+// (certs.Identity.Vouch), as a PermissionDenied refusal.
 func vouch(c rpc.Caller, cred *wire.Cred, what string) error {
-	if c.Squash && cred.GetUid() == 0 {
-		cred.Uid, cred.Gid, cred.Groups = nobodyID, nobodyID, nil
-		return nil
+	if err := c.Identity.Vouch(cred); err != nil {
+		return status.Errorf(codes.PermissionDenied, "%s %v", what, err)
 	}
-	if !c.AllowsUID(cred.GetUid()) {
-		return status.Errorf(codes.PermissionDenied, "%s uid %d: certificate %s may act as uid %s only", what, cred.GetUid(), c.Identity, idList(c.AnyUID, c.UIDs))
-	}
-	if !c.AllowsGID(cred.GetGid()) {
-		return status.Errorf(codes.PermissionDenied, "%s gid %d: certificate %s may act with gid %s only", what, cred.GetGid(), c.Identity, idList(c.AnyGID, c.GIDs))
-	}
-	cred.Groups = slices.DeleteFunc(cred.Groups, func(g uint32) bool { return !c.AllowsGID(g) })
 	return nil
-}
-
-func idList(any bool, xs []uint32) string {
-	if any {
-		return "any"
-	}
-	if len(xs) == 0 {
-		return "none"
-	}
-	return fmt.Sprint(xs)
 }
 
 // namespaceChange says whether a command changes the namespace on a
@@ -171,7 +157,8 @@ func idList(any bool, xs []uint32) string {
 func namespaceChange(cmd *wire.Command) bool {
 	switch cmd.GetOp().(type) {
 	case *wire.Command_Create, *wire.Command_Link, *wire.Command_Unlink, *wire.Command_Rename,
-		*wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr:
+		*wire.Command_Setattr, *wire.Command_SetXattr, *wire.Command_RemoveXattr,
+		*wire.Command_WriteInline, *wire.Command_DropInline, *wire.Command_SetChunk:
 		return true
 	}
 	return false

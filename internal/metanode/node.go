@@ -230,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.lis = rpc.LimitPerPeer(lis, cfg.MaxConnsPerPeer, n.log)
 	// Track handlers so the store is closed only after the last one has
 	// returned (grpc.Server.Stop does not wait for them).
-	authUnary, authStream := rpc.Authorize(methodRoles())
+	authUnary, authStream := rpc.Authorize(cfg.Security, methodRoles())
 	opts := append(rpc.ServerOptions(), cfg.Security.ServerOption(),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			n.inflight.Add(1)

@@ -223,6 +223,9 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 		if err := mayCreate(pin.Attr, t.caller, fmt.Sprintf("create %v/%q", parent, op.Name)); err != nil {
 			return nil, err
 		}
+		if err := mayMknod(op.Type, t.caller, fmt.Sprintf("mknod %v/%q", parent, op.Name)); err != nil {
+			return nil, err
+		}
 	}
 	if d != nil {
 		// open(O_CREAT) without O_EXCL opens an existing regular file.

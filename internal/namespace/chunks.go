@@ -40,6 +40,9 @@ func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
 	default:
 		return nil, errnof(syscall.EINVAL, "set chunk of inode %d: not a regular file", op.GetIno())
 	}
+	if err := mayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %d", op.GetIno())); err != nil {
+		return nil, err
+	}
 	key := chunkKey(ids.Ino(op.GetIno()), c.GetIndex())
 	if v, err := t.r.Get(key); err != nil {
 		return nil, fmt.Errorf("namespace: get chunk: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -66,6 +67,9 @@ func writeInline(t *tx, op *wire.WriteInlineOp) (*wire.Result, error) {
 	default:
 		return nil, errnof(syscall.EINVAL, "write inline %v: a %v", ino, a.Type)
 	}
+	if err := mayWriteData(a, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
+		return nil, err
+	}
 	if end > limit || a.Size > limit {
 		return nil, errnof(syscall.EFBIG, "write inline %v: [%d, %d) with size %d does not fit inline (%d bytes)", ino, op.GetOffset(), end, a.Size, limit)
 	}
@@ -89,6 +93,7 @@ func writeInline(t *tx, op *wire.WriteInlineOp) (*wire.Result, error) {
 	copy(buf[op.GetOffset():], op.GetData())
 	t.set(inlineKey(ino), buf)
 	t.touch(in)
+	a.Mode &^= posix.KillPriv(a, t.caller) // a write by a non-root caller drops setuid
 	a.Size = max(a.Size, end)
 	a.MtimeNs = t.now
 	return attrResult(in), nil
@@ -102,6 +107,9 @@ func dropInline(t *tx, op *wire.DropInlineOp) (*wire.Result, error) {
 	}
 	in, err := t.inode(ino)
 	if err != nil {
+		return nil, err
+	}
+	if err := mayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
 		return nil, err
 	}
 	cur, inline, err := InlineData(t.r, ino)

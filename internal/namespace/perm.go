@@ -46,6 +46,14 @@ func checkSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (uint32, error
 	return clear, ministryErr(err)
 }
 
+func mayWriteData(a *wire.Attr, c *wire.Cred, what string) error {
+	return ministryErr(posix.MayWriteData(a, c, what))
+}
+
+func mayMknod(typ wire.FileType, c *wire.Cred, what string) error {
+	return ministryErr(posix.MayMknod(typ, c, what))
+}
+
 func mayXattr(a *wire.Attr, c *wire.Cred, name []byte, what string) error {
 	return ministryErr(posix.MayXattr(a, c, name, what))
 }

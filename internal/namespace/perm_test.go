@@ -113,6 +113,12 @@ func TestPermissionsCreateAndDelete(t *testing.T) {
 	v.okAs(alice, chmodOp(sub, 0o755))
 	v.okAs(alice, &wire.Command_Rename{Rename: &wire.RenameOp{Parent: uint64(tmp), Name: []byte("sub"), NewParent: uint64(dest), NewName: []byte("sub")}})
 
+	// Device files are root's to make.
+	v.failsAs(alice, &wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(tmp), Name: []byte("dev"), Type: wire.FileType_CHAR_DEVICE,
+		Mode: 0o600, Rdev: 0x0103, Cred: &wire.Cred{Uid: 1000, Gid: 100}, Exclusive: true}}, syscall.EPERM)
+	v.okAs(rootC, &wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(tmp), Name: []byte("dev"), Type: wire.FileType_CHAR_DEVICE,
+		Mode: 0o600, Rdev: 0x0103, Cred: &wire.Cred{Uid: 0, Gid: 0}, Exclusive: true}})
+
 	// Without a caller nothing is checked (the nodes' own commands).
 	v.ok(createAs(ad, "unchecked", wire.FileType_REGULAR, 0o644, bob))
 }
@@ -162,9 +168,13 @@ func TestPermissionsSetattr(t *testing.T) {
 
 	// Dropping only setuid/setgid is allowed to anyone (the kernel does
 	// it in the name of a writer who is not the owner).
+	// Only for one who may write it, and only dropping.
 	v.okAs(rootC, chmodOp(f, 0o6755))
-	v.failsAs(bob, chmodOp(f, 0o6777), syscall.EPERM)
-	v.okAs(bob, chmodOp(f, 0o755))
+	v.failsAs(bob, chmodOp(f, 0o755), syscall.EPERM) // may not write it
+	v.okAs(rootC, chmodOp(f, 0o6777))
+	v.failsAs(bob, chmodOp(f, 0o6777), syscall.EPERM) // nothing dropped: a chmod
+	v.failsAs(bob, chmodOp(f, 0o4776), syscall.EPERM) // more than the bits
+	v.okAs(bob, chmodOp(f, 0o777))
 	v.okAs(alice, chmodOp(f, 0o640))
 
 	// chown: root only; the owner may "change" to her own uid.
@@ -207,9 +217,14 @@ func TestPermissionsSetattr(t *testing.T) {
 	trunc := func(byHandle bool) *wire.Command_Setattr {
 		return &wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 0, ByHandle: byHandle}}
 	}
+	// by_handle is the client's word: it counts for the owner only.
 	v.failsAs(bob, trunc(false), syscall.EACCES)
-	v.okAs(bob, trunc(true))
-	v.okAs(alice, trunc(false))
+	v.failsAs(bob, trunc(true), syscall.EACCES)
+	v.okAs(alice, chmodOp(f, 0))
+	v.okAs(alice, trunc(true)) // the owner, even with mode 0 (O_CREAT|O_RDWR, 0)
+	v.okAs(alice, chmodOp(f, 0o666))
+	v.okAs(bob, trunc(false)) // may write it
+	v.okAs(alice, chmodOp(f, 0o644))
 	v.okAs(nobody, &wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f)}}) // nothing asked, nothing checked
 
 	// xattrs: user.* needs write; trusted.* root.
@@ -221,4 +236,35 @@ func TestPermissionsSetattr(t *testing.T) {
 	v.failsAs(alice, set("trusted.x"), syscall.EPERM)
 	v.okAs(rootC, set("trusted.x"))
 	v.failsAs(bob, &wire.Command_RemoveXattr{RemoveXattr: &wire.RemoveXattrOp{Ino: uint64(f), Name: []byte("user.x")}}, syscall.EACCES)
+}
+
+// TestPermissionsData: writing a file's bytes (inline writes, chunk
+// records, moving inline bytes to a chunk) needs write permission or
+// ownership, and a write or truncate by anyone but root clears setuid
+// (and a group-executable setgid).
+func TestPermissionsData(t *testing.T) {
+	v := newEnv(t)
+	dir := ids.Ino(v.okAs(rootC, createAs(root, "d", wire.FileType_DIRECTORY, 0o777, rootC)).Attr.Ino)
+	f := ids.Ino(v.okAs(alice, createAs(dir, "f", wire.FileType_REGULAR, 0o644, alice)).Attr.Ino)
+	write := &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f), Data: []byte("hi"), MaxInline: 4096}}
+	v.failsAs(bob, write, syscall.EACCES)
+	v.failsAs(bob, &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(f), Chunk: &wire.ChunkRef{Index: 0, Handle: 1<<40 | 1, Group: 1}}}, syscall.EACCES)
+	v.failsAs(bob, &wire.Command_DropInline{DropInline: &wire.DropInlineOp{Ino: uint64(f)}}, syscall.EACCES)
+	v.okAs(alice, write)
+
+	// A setuid, setgid group-executable file everyone may write.
+	v.okAs(rootC, chmodOp(f, 0o6777))
+	v.okAs(bob, write)
+	if m := v.attr(f).Mode; m != 0o777 {
+		t.Fatalf("after bob's write to a 06777 file: %#o, want 0777", m)
+	}
+	v.okAs(rootC, chmodOp(f, 0o6777))
+	v.okAs(rootC, write)
+	if m := v.attr(f).Mode; m != 0o6777 {
+		t.Fatalf("after root's write: %#o, want 06777 kept", m)
+	}
+	v.okAs(bob, &wire.Command_Setattr{Setattr: &wire.SetattrOp{Ino: uint64(f), Valid: uint32(wire.SetattrField_SETATTR_SIZE), Size: 1}})
+	if m := v.attr(f).Mode; m != 0o777 {
+		t.Fatalf("after bob's truncate: %#o, want 0777", m)
+	}
 }

@@ -125,6 +125,14 @@ func MayDelete(dir, victim *wire.Attr, c *wire.Cred, what string) error {
 		what, dir.GetIno(), c.GetUid(), dir.GetUid(), victim.GetUid())
 }
 
+// MayMknod: only root makes character and block devices (CAP_MKNOD).
+func MayMknod(typ wire.FileType, c *wire.Cred, what string) error {
+	if c == nil || IsRoot(c) || (typ != wire.FileType_CHAR_DEVICE && typ != wire.FileType_BLOCK_DEVICE) {
+		return nil
+	}
+	return errnof(syscall.EPERM, "%s: only root makes device files, not uid %d", what, c.GetUid())
+}
+
 // NewOwner is the owner of a new inode made by c in dir, asked for as
 // want (the client's choice, which it computed the same way: the mount
 // answers before the ministry sees the create). The uid is the caller's;
@@ -181,8 +189,12 @@ func CheckSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (clear uint32,
 		// Dropping setuid/setgid and nothing else only takes rights away:
 		// the kernel does it as a write by a non-owner lands (FUSE sends it
 		// as a mode change, in the writer's name).
+		// Only for a regular file, only by a caller who may write it, and
+		// only when some of those bits go and nothing else changes.
+		old, dropped := a.GetMode()&07777, (a.GetMode()&07777)^(op.Mode&07777)
 		dropOnly := has(wire.SetattrField_SETATTR_MODE) && op.Valid == uint32(wire.SetattrField_SETATTR_MODE) &&
-			op.Mode&07777 == a.GetMode()&^(modeSetuid|modeSetgid)&07777
+			a.GetType() == wire.FileType_REGULAR && dropped != 0 && dropped&^(modeSetuid|modeSetgid) == 0 &&
+			old&dropped == dropped && Permitted(a, c, MayWrite)
 		if has(wire.SetattrField_SETATTR_MODE) && !dropOnly {
 			if !owner {
 				return 0, errnof(syscall.EPERM, "chmod %d: uid %d does not own it (owner %d)", ino, c.GetUid(), a.GetUid())
@@ -202,17 +214,25 @@ func CheckSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (clear uint32,
 		}
 		// (A write through an open descriptor stamps the time without
 		// a check, as file_update_time does.)
-		if now && !explicit && !owner && !op.ByHandle && !Permitted(a, c, MayWrite) {
+		if now && !explicit && !owner && !Permitted(a, c, MayWrite) {
 			return 0, errnof(syscall.EACCES, "utimens %d: uid %d neither owns it nor may write it", ino, c.GetUid())
 		}
-		if has(wire.SetattrField_SETATTR_SIZE) && !op.ByHandle && !Permitted(a, c, MayWrite) {
-			return 0, errnof(syscall.EACCES, "truncate %d: uid %d may not write it (mode %#o, owner %d:%d)", ino, c.GetUid(), a.GetMode(), a.GetUid(), a.GetGid())
+		// (by_handle is the client's word: it counts only with what
+		// MayWriteData accepts, i.e. for the owner.)
+		if has(wire.SetattrField_SETATTR_SIZE) {
+			if err := MayWriteData(a, c, fmt.Sprintf("truncate %d", ino)); err != nil {
+				return 0, err
+			}
 		}
+	}
+	// A size change by anyone but root clears them as a write does.
+	if has(wire.SetattrField_SETATTR_SIZE) {
+		clear |= KillPriv(a, c)
 	}
 	// A chown or chgrp of a non-directory clears setuid, and setgid
 	// when group-executable (the kernel does it for root too).
 	if (has(wire.SetattrField_SETATTR_UID) || has(wire.SetattrField_SETATTR_GID)) && a.GetType() != wire.FileType_DIRECTORY && c != nil {
-		clear = modeSetuid
+		clear |= modeSetuid
 		if a.GetMode()&modeGrpX != 0 {
 			clear |= modeSetgid
 		}
@@ -220,9 +240,36 @@ func CheckSetattr(a *wire.Attr, c *wire.Cred, op *wire.SetattrOp) (clear uint32,
 	return clear, nil
 }
 
+// MayWriteData: changing a file's bytes or size needs write permission,
+// or owning it. The ministry records no open descriptors, so "the
+// descriptor was opened for writing" (Linux's rule) is approximated by
+// ownership, which covers a file created with a mode that denies its
+// creator writing (open(O_CREAT|O_RDWR, 0) then ftruncate), and a writer
+// whose permission was taken away after it opened the file is refused.
+func MayWriteData(a *wire.Attr, c *wire.Cred, what string) error {
+	if c == nil || IsRoot(c) || c.GetUid() == a.GetUid() {
+		return nil
+	}
+	return CheckAccess(a, c, MayWrite, what)
+}
+
+// KillPriv is the mode bits a change of the file's bytes by c clears
+// (file_remove_privs): setuid, and setgid when group-executable, unless
+// c is root or unknown.
+func KillPriv(a *wire.Attr, c *wire.Cred) uint32 {
+	if c == nil || IsRoot(c) || a.GetType() != wire.FileType_REGULAR {
+		return 0
+	}
+	kill := a.GetMode() & modeSetuid
+	if a.GetMode()&(modeSetgid|modeGrpX) == modeSetgid|modeGrpX {
+		kill |= modeSetgid
+	}
+	return kill
+}
+
 // MayXattr: user attributes need write permission (on a file or a
-// directory), trusted and security ones root; system ones are refused
-// (ACLs are not stored).
+// directory), trusted and security ones root; others (system.*) write
+// permission.
 func MayXattr(a *wire.Attr, c *wire.Cred, name []byte, what string) error {
 	if c == nil {
 		return nil

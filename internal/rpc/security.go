@@ -146,10 +146,17 @@ func Denied(c Caller, what string, roles ...certs.Role) error {
 // whose role roles[method] lists (full method names, as
 // "/govfs.Meta/Mutate"); a method missing from the table is refused, so
 // a new RPC is closed until someone decides who may call it.
-func Authorize(roles map[string][]certs.Role) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+//
+// sec is the server's security: when it runs TLS, a call without a
+// certificate (which its credentials should make impossible) is refused,
+// never trusted.
+func Authorize(sec *Security, roles map[string][]certs.Role) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	check := func(ctx context.Context, method string) error {
 		c := CallerOf(ctx)
 		if !c.Secure {
+			if sec != nil {
+				return status.Errorf(codes.Unauthenticated, "%s: the connection carries no client certificate", method)
+			}
 			return nil
 		}
 		allowed, ok := roles[method]
