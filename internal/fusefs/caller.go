@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
@@ -89,4 +90,62 @@ func (n *node) mayDeferRemove(ctx context.Context) bool {
 		return false
 	}
 	return dir.GetMode()&0o1000 == 0 || dir.GetUid() == cred.GetUid()
+}
+
+// checkAccess is what the kernel's default_permissions would check before
+// an open, an opendir or access(2), made here against the attributes the
+// mount holds (fetched when it holds none): the mount then keeps users
+// from opening each other's files without that option. (Path walks are
+// not checked this way: the kernel serves cached entries without asking.)
+// Root passes, except execution of a file nobody may execute.
+func (n *node) checkAccess(ctx context.Context, want uint32, what string) syscall.Errno {
+	cred, err := n.fsys.c.Caller(n.fsys.asCaller(ctx))
+	if err != nil {
+		return syscall.EACCES
+	}
+	a := n.cachedAttr()
+	if a == nil {
+		if a, err = n.fsys.c.GetAttr(bg(ctx), n.ino); err != nil {
+			return n.fsys.errno(what, err)
+		}
+	}
+	if err := posix.CheckAccess(a, cred, want, what); err != nil {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+// openWant is the permission an open with flags needs.
+func openWant(flags uint32) uint32 {
+	var want uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		want = posix.MayRead
+	case syscall.O_WRONLY:
+		want = posix.MayWrite
+	default:
+		want = posix.MayRead | posix.MayWrite
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		want |= posix.MayWrite
+	}
+	return want
+}
+
+// Access answers access(2) (and faccessat) with the same rules.
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	var want uint32
+	if mask&4 != 0 { // R_OK
+		want |= posix.MayRead
+	}
+	if mask&2 != 0 { // W_OK
+		want |= posix.MayWrite
+	}
+	if mask&1 != 0 { // X_OK
+		want |= posix.MayExec
+	}
+	if want == 0 {
+		return 0 // F_OK: the file exists (the lookup found it)
+	}
+	return n.checkAccess(ctx, want, "access")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -52,6 +53,9 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	}
 	if a.GetType() != wire.FileType_DIRECTORY {
 		return nil, 0, syscall.ENOTDIR
+	}
+	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
+		return nil, 0, e
 	}
 	return &dirHandle{n: n}, 0, 0
 }

@@ -231,6 +231,9 @@ func openFlags(flags uint32) int {
 // changed since the kernel last saw them, its attribute cache is
 // invalidated, and the page cache is kept only when nothing changed.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if e := n.checkAccess(ctx, openWant(flags), "open"); e != 0 {
+		return nil, 0, e
+	}
 	ctx = bg(ctx)
 	// The lease first: attributes read after it was granted stay current
 	// while it is held (a change by another client revokes it first).

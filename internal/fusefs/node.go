@@ -98,6 +98,7 @@ type node struct {
 
 var (
 	_ fs.InodeEmbedder      = (*node)(nil)
+	_ fs.NodeAccesser       = (*node)(nil)
 	_ fs.NodeLookuper       = (*node)(nil)
 	_ fs.NodeGetattrer      = (*node)(nil)
 	_ fs.NodeSetattrer      = (*node)(nil)

@@ -35,9 +35,16 @@ func TestMountPermissions(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("switching users needs root")
 	}
+	// With the kernel checking first, and with the mount's and the
+	// ministry's checks alone.
+	t.Run("default_permissions", func(t *testing.T) { mountPermissions(t, "--allow-other", "--default-permissions") })
+	t.Run("ministry_checks_only", func(t *testing.T) { mountPermissions(t, "--allow-other") })
+}
+
+func mountPermissions(t *testing.T, opts ...string) {
 	const nobody, nogroup = 65534, 65534
 	c := startCluster(t)
-	mnt := mountProc(t, c, "--allow-other", "--default-permissions")
+	mnt := mountProc(t, c, opts...)
 	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
 		must(t, os.Chmod(d, 0o755)) // t.TempDir is 0700 on the way
 	}
@@ -102,5 +109,37 @@ func TestMountPermissions(t *testing.T) {
 	must(t, err)
 	if s := st.Sys().(*syscall.Stat_t); s.Uid != nobody || s.Gid != nogroup {
 		t.Errorf("nobody's new file is %d:%d", s.Uid, s.Gid)
+	}
+	// Opens, listings and access(2) by the permission bits; chmod of
+	// another's file refused.
+	private := filepath.Join(mnt, "private")
+	must(t, os.Mkdir(private, 0o700))
+	must(t, os.Chmod(rootFile, 0o666)) // (WriteFile's 0666 met the umask)
+	for script, want := range map[string]string{
+		"ls " + private:                                   "Permission denied",
+		"echo x >> " + secret:                             "Permission denied",
+		"test -w " + secret + " || exit 3":                "",
+		"chmod 777 " + secret:                             "not permitted",
+		"truncate -s 0 " + filepath.Join(pub, "rootfile"): "",
+	} {
+		out, err := asUser(t, nobody, nogroup, script)
+		switch {
+		case want == "" && strings.HasPrefix(script, "test"):
+			if err == nil {
+				t.Errorf("%q as nobody: access(W_OK) said yes on root's 0600 file", script)
+			}
+		case want == "":
+			if err != nil {
+				t.Errorf("%q as nobody: %v %q (root's 0666 file)", script, err, out)
+			}
+		case err == nil || !strings.Contains(out, want):
+			t.Errorf("%q as nobody: %v %q, want %q", script, err, out, want)
+		}
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "x" {
+		t.Errorf("root's 0600 file after nobody's attempts: %q %v", b, err)
+	}
+	if m := modeOf(t, secret); m.Perm() != 0o600 {
+		t.Errorf("root's 0600 file after nobody's chmod: %v", m)
 	}
 }
