@@ -7,6 +7,7 @@ import (
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -70,6 +71,11 @@ func applyOp(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	var pe *posixError
 	if errors.As(err, &pe) {
 		return &wire.Result{Errno: uint32(pe.errno), Message: pe.Error()}, nil
+	}
+	// A refusal by the permission rules (package posix) is one too.
+	var denied *posix.Denied
+	if errors.As(err, &denied) {
+		return &wire.Result{Errno: uint32(denied.Errno), Message: "namespace: " + denied.Error()}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -220,10 +226,10 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 		return nil, err
 	}
 	if d == nil {
-		if err := mayCreate(pin.Attr, t.caller, fmt.Sprintf("create %v/%q", parent, op.Name)); err != nil {
+		if err := posix.MayCreate(pin.Attr, t.caller, fmt.Sprintf("create %v/%q", parent, op.Name)); err != nil {
 			return nil, err
 		}
-		if err := mayMknod(op.Type, t.caller, fmt.Sprintf("mknod %v/%q", parent, op.Name)); err != nil {
+		if err := posix.MayMknod(op.Type, t.caller, fmt.Sprintf("mknod %v/%q", parent, op.Name)); err != nil {
 			return nil, err
 		}
 	}
@@ -250,7 +256,7 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	} else if ino, err = allocIno(t); err != nil {
 		return nil, err
 	}
-	owner, mode, err := newOwner(pin.Attr, t.caller, op.Type, op.Cred, op.Mode&07777)
+	owner, mode, err := posix.NewOwner(pin.Attr, t.caller, op.Type, op.Cred, op.Mode&07777)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +301,7 @@ func link(t *tx, op *wire.LinkOp) (*wire.Result, error) {
 	if d != nil {
 		return nil, errnof(syscall.EEXIST, "link %v/%q", parent, op.NewName)
 	}
-	if err := mayCreate(pin.Attr, t.caller, fmt.Sprintf("link %v/%q", parent, op.NewName)); err != nil {
+	if err := posix.MayCreate(pin.Attr, t.caller, fmt.Sprintf("link %v/%q", parent, op.NewName)); err != nil {
 		return nil, err
 	}
 	if in.Attr.Nlink == ^uint32(0) {
@@ -336,7 +342,7 @@ func unlink(t *tx, op *wire.UnlinkOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("namespace: dirent %v/%q names missing inode %d: %w", parent, op.Name, d.Ino, err)
 	}
-	if err := mayDelete(pin.Attr, in.Attr, t.caller, fmt.Sprintf("unlink %v/%q", parent, op.Name)); err != nil {
+	if err := posix.MayDelete(pin.Attr, in.Attr, t.caller, fmt.Sprintf("unlink %v/%q", parent, op.Name)); err != nil {
 		return nil, err
 	}
 	isDir := in.Attr.Type == wire.FileType_DIRECTORY
@@ -418,7 +424,7 @@ func setattr(t *tx, op *wire.SetattrOp) (*wire.Result, error) {
 				ino, want.GetIndex())
 		}
 	}
-	clearBits, err := checkSetattr(a, t.caller, op)
+	clearBits, err := posix.CheckSetattr(a, t.caller, op)
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +485,7 @@ func setXattr(t *tx, op *wire.SetXattrOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mayXattr(in.Attr, t.caller, op.Name, "setxattr"); err != nil {
+	if err := posix.MayXattr(in.Attr, t.caller, op.Name, "setxattr"); err != nil {
 		return nil, err
 	}
 	old, err := t.r.Get(xattrKey(ino, op.Name))
@@ -510,7 +516,7 @@ func removeXattr(t *tx, op *wire.RemoveXattrOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mayXattr(in.Attr, t.caller, op.Name, "removexattr"); err != nil {
+	if err := posix.MayXattr(in.Attr, t.caller, op.Name, "removexattr"); err != nil {
 		return nil, err
 	}
 	old, err := t.r.Get(xattrKey(ino, op.Name))

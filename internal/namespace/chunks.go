@@ -7,6 +7,7 @@ import (
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 	"google.golang.org/protobuf/proto"
 )
@@ -40,7 +41,7 @@ func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
 	default:
 		return nil, errnof(syscall.EINVAL, "set chunk of inode %d: not a regular file", op.GetIno())
 	}
-	if err := mayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %d", op.GetIno())); err != nil {
+	if err := posix.MayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %d", op.GetIno())); err != nil {
 		return nil, err
 	}
 	key := chunkKey(ids.Ino(op.GetIno()), c.GetIndex())

@@ -67,7 +67,7 @@ func writeInline(t *tx, op *wire.WriteInlineOp) (*wire.Result, error) {
 	default:
 		return nil, errnof(syscall.EINVAL, "write inline %v: a %v", ino, a.Type)
 	}
-	if err := mayWriteData(a, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
+	if err := posix.MayWriteData(a, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
 		return nil, err
 	}
 	if end > limit || a.Size > limit {
@@ -109,7 +109,7 @@ func dropInline(t *tx, op *wire.DropInlineOp) (*wire.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
+	if err := posix.MayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %v", ino)); err != nil {
 		return nil, err
 	}
 	cur, inline, err := InlineData(t.r, ino)

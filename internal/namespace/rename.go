@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -209,24 +210,24 @@ func mayRename(c *wire.Cred, src, dst *renameSide, exchange bool) error {
 		return nil
 	}
 	what := fmt.Sprintf("rename %v/%q to %v/%q", src.parent, src.name, dst.parent, dst.name)
-	if err := mayDelete(src.dir.Attr, src.in.Attr, c, what); err != nil {
+	if err := posix.MayDelete(src.dir.Attr, src.in.Attr, c, what); err != nil {
 		return err
 	}
 	if dst.in != nil {
-		if err := mayDelete(dst.dir.Attr, dst.in.Attr, c, what); err != nil {
+		if err := posix.MayDelete(dst.dir.Attr, dst.in.Attr, c, what); err != nil {
 			return err
 		}
-	} else if err := mayCreate(dst.dir.Attr, c, what); err != nil {
+	} else if err := posix.MayCreate(dst.dir.Attr, c, what); err != nil {
 		return err
 	}
 	if src.parent != dst.parent {
 		if src.isDir() {
-			if err := checkAccess(src.in.Attr, c, mayWrite, what+" (a directory moving to another parent)"); err != nil {
+			if err := posix.CheckAccess(src.in.Attr, c, posix.MayWrite, what+" (a directory moving to another parent)"); err != nil {
 				return err
 			}
 		}
 		if exchange && dst.isDir() {
-			if err := checkAccess(dst.in.Attr, c, mayWrite, what+" (a directory moving to another parent)"); err != nil {
+			if err := posix.CheckAccess(dst.in.Attr, c, posix.MayWrite, what+" (a directory moving to another parent)"); err != nil {
 				return err
 			}
 		}
