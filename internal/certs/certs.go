@@ -129,23 +129,29 @@ func (id Identity) Vouch(cred *wire.Cred) error {
 		}
 	}
 	if !id.AllowsUID(cred.GetUid()) {
-		return fmt.Errorf("uid %d: certificate %s may act as uid %s only", cred.GetUid(), id, listIDs(id.AnyUID, id.UIDs))
+		return fmt.Errorf("uid %d: certificate %s may act as uid %s only", cred.GetUid(), id, FormatIDs(id.AnyUID, id.UIDs))
 	}
 	if !id.AllowsGID(cred.GetGid()) {
-		return fmt.Errorf("gid %d: certificate %s may act with gid %s only", cred.GetGid(), id, listIDs(id.AnyGID, id.GIDs))
+		return fmt.Errorf("gid %d: certificate %s may act with gid %s only", cred.GetGid(), id, FormatIDs(id.AnyGID, id.GIDs))
 	}
 	cred.Groups = slices.DeleteFunc(cred.Groups, func(g uint32) bool { return !id.AllowsGID(g) })
 	return nil
 }
 
-func listIDs(any bool, xs []uint32) string {
+// FormatIDs shows a certificate's uid or gid list: "any", "none" or
+// "1000,1001".
+func FormatIDs(any bool, xs []uint32) string {
 	if any {
 		return "any"
 	}
 	if len(xs) == 0 {
 		return "none"
 	}
-	return fmt.Sprint(xs)
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.FormatUint(uint64(x), 10)
+	}
+	return strings.Join(s, ",")
 }
 
 func (id Identity) validate() error {
@@ -167,11 +173,7 @@ func (id Identity) uri() *url.URL {
 		if any {
 			return "*"
 		}
-		s := make([]string, len(xs))
-		for i, x := range xs {
-			s[i] = strconv.FormatUint(uint64(x), 10)
-		}
-		return strings.Join(s, ",")
+		return FormatIDs(false, xs) // not empty: asked for only when set
 	}
 	if id.AnyUID || len(id.UIDs) > 0 {
 		q.Set("uid", list(id.AnyUID, id.UIDs))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/govfs/govfs/internal/certs"
@@ -66,25 +65,11 @@ func adminCert(args []string, stdout, stderr io.Writer) error {
 		id := st.Identity()
 		fmt.Fprintf(stdout, "identity  %s\nexpires   %s\n", id, st.Expires().UTC().Format(time.RFC3339))
 		if id.Role == certs.RoleClient || id.Role == certs.RoleAdmin {
-			fmt.Fprintf(stdout, "uids      %s\ngids      %s\nsquash    %v\n", idList(id.AnyUID, id.UIDs), idList(id.AnyGID, id.GIDs), id.Squash)
+			fmt.Fprintf(stdout, "uids      %s\ngids      %s\nsquash    %v\n", certs.FormatIDs(id.AnyUID, id.UIDs), certs.FormatIDs(id.AnyGID, id.GIDs), id.Squash)
 		}
 		return nil
 	}
 	return fmt.Errorf("admin cert: unknown command %q (want issue or show)", args[0])
-}
-
-func idList(any bool, xs []uint32) string {
-	if any {
-		return "any"
-	}
-	if len(xs) == 0 {
-		return "none"
-	}
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ",")
 }
 
 func adminCertIssue(args []string, stdout, stderr io.Writer) error {
