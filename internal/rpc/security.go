@@ -98,8 +98,18 @@ func (c Caller) Is(roles ...certs.Role) bool {
 	return !c.Secure || slices.Contains(roles, c.Role)
 }
 
-// CallerOf reads the caller of a gRPC request.
+type callerKey struct{}
+
+// CallerOf reads the caller of a gRPC request: as Authorize's unary
+// interceptor left it in ctx, else from the connection's certificate.
 func CallerOf(ctx context.Context) Caller {
+	if c, ok := ctx.Value(callerKey{}).(Caller); ok {
+		return c
+	}
+	return callerOfPeer(ctx)
+}
+
+func callerOfPeer(ctx context.Context) Caller {
 	p, ok := grpcpeer.FromContext(ctx)
 	if !ok {
 		return Caller{}
@@ -151,31 +161,34 @@ func Denied(c Caller, what string, roles ...certs.Role) error {
 // certificate (which its credentials should make impossible) is refused,
 // never trusted.
 func Authorize(sec *Security, roles map[string][]certs.Role) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	check := func(ctx context.Context, method string) error {
-		c := CallerOf(ctx)
+	check := func(ctx context.Context, method string) (Caller, error) {
+		c := callerOfPeer(ctx)
 		if !c.Secure {
 			if sec != nil {
-				return status.Errorf(codes.Unauthenticated, "%s: the connection carries no client certificate", method)
+				return c, status.Errorf(codes.Unauthenticated, "%s: the connection carries no client certificate", method)
 			}
-			return nil
+			return c, nil
 		}
 		allowed, ok := roles[method]
 		if !ok {
-			return status.Errorf(codes.PermissionDenied, "%s is not open to any certificate", method)
+			return c, status.Errorf(codes.PermissionDenied, "%s is not open to any certificate", method)
 		}
 		if !c.Is(allowed...) {
-			return Denied(c, method, allowed...)
+			return c, Denied(c, method, allowed...)
 		}
-		return nil
+		return c, nil
 	}
 	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := check(ctx, info.FullMethod); err != nil {
+		c, err := check(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
-		return h(ctx, req)
+		// The handler's checks (metanode/authz.go) read it from here
+		// instead of parsing the certificate again.
+		return h(context.WithValue(ctx, callerKey{}, c), req)
 	}
 	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := check(ss.Context(), info.FullMethod); err != nil {
+		if _, err := check(ss.Context(), info.FullMethod); err != nil {
 			return err
 		}
 		return h(srv, ss)
