@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TLSDir != "" {
 		store, err := certs.Load(cfg.TLSDir, nil)
 		if err != nil {
-			return nil, &Error{Op: "connect", Path: cfg.TLSDir, Err: fmt.Errorf("client certificate: %w", err)}
+			return nil, &Error{Op: "load client certificate", Path: cfg.TLSDir, Err: err}
 		}
 		c.tls, c.store = store.ClientConfig(), store
 		c.data.TLS = c.tls

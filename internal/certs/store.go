@@ -101,7 +101,7 @@ func (s *Store) Reload() error {
 	stamp := s.fileStamp()
 	caPEM, err := os.ReadFile(filepath.Join(s.dir, CAFile))
 	if err != nil {
-		return fmt.Errorf("read trusted CA (%s): %w", CAFile, err)
+		return fmt.Errorf("read the trusted CA (a certificate directory holds %s, %s and %s, written by govfs admin cert issue): %w", CAFile, CertFile, KeyFile, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
