@@ -23,12 +23,18 @@ import (
 // context without a FUSE caller is returned as it is (the mount's own
 // work: Config.Cred).
 func (f *FS) asCaller(ctx context.Context) context.Context {
+	return withFuseCaller(ctx, func(*wire.Cred) bool { return true })
+}
+
+// withFuseCaller marks ctx with the FUSE caller's identity, reading its
+// supplementary groups only when needGroups says they can matter.
+func withFuseCaller(ctx context.Context, needGroups func(*wire.Cred) bool) context.Context {
 	c, ok := fuse.FromContext(ctx)
 	if !ok {
 		return ctx
 	}
 	cred := &wire.Cred{Uid: c.Uid, Gid: c.Gid}
-	if c.Uid != 0 {
+	if c.Uid != 0 && needGroups(cred) {
 		cred.Groups = groupsOf(c.Pid, c.Gid)
 	}
 	return client.WithCaller(ctx, cred)
@@ -99,15 +105,20 @@ func (n *node) mayDeferRemove(ctx context.Context) bool {
 // not checked this way: the kernel serves cached entries without asking.)
 // Root passes, except execution of a file nobody may execute.
 func (n *node) checkAccess(ctx context.Context, want uint32, what string) syscall.Errno {
-	cred, err := n.fsys.c.Caller(n.fsys.asCaller(ctx))
-	if err != nil {
-		return syscall.EACCES
-	}
 	a := n.cachedAttr()
 	if a == nil {
+		var err error
 		if a, err = n.fsys.c.GetAttr(bg(ctx), n.ino); err != nil {
 			return n.fsys.errno(what, err)
 		}
+	}
+	// Every open asks: /proc is read only for a caller who is neither
+	// the owner nor of the file's primary group, whose class the
+	// supplementary groups decide.
+	ctx = withFuseCaller(ctx, func(c *wire.Cred) bool { return c.GetUid() != a.GetUid() && c.GetGid() != a.GetGid() })
+	cred, err := n.fsys.c.Caller(ctx)
+	if err != nil {
+		return syscall.EACCES
 	}
 	if err := posix.CheckAccess(a, cred, want, what); err != nil {
 		return syscall.EACCES
