@@ -15,6 +15,9 @@ BIN=${1:-bin/govfs}
 K=${2:-1}
 OUT=${3:-/tmp/govfs-profile-k$K}
 DIR=$(mktemp -d /tmp/govfs-profile-XXXXXX)
+# This run's profiles only: the merge below takes every OUT-*.prof, and
+# a previous run's (other ports) would be counted too.
+rm -f "$OUT"-*.prof
 "$BIN" dev --dir "$DIR/cluster" --meta-nodes 3 > "$DIR/dev.out" 2>&1 &
 DEV=$!
 BENCH=
