@@ -92,6 +92,8 @@ type Client struct {
 		chunkSize    int64
 	}
 	data dataproto.Pool
+	// tokens are renewed chunk access tokens (tokens.go).
+	tokens tokenCache
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest

@@ -90,7 +90,7 @@ func (c *Client) newChunk(ctx context.Context, ino ids.Ino, index uint64) (*wire
 	if err != nil {
 		return nil, fmt.Errorf("allocate a chunk handle: %w", err)
 	}
-	return &wire.ChunkRef{Index: index, Handle: handle, Group: group}, nil
+	return &wire.ChunkRef{Index: index, Handle: handle, Group: group, Ino: uint64(ino), Token: res.GetChunk().GetToken()}, nil
 }
 
 // chunkFor returns the chunk record of (ino, index), creating it (a new
@@ -122,6 +122,7 @@ func (c *Client) staleDataPlane(ctx context.Context, cause error) error {
 // is stale or returns a corrupt block (which that member then repairs).
 func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64) ([]byte, error) {
 	var out []byte
+	renewed := 0
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
 		groups, addrs, _ := c.dataPlane()
 		g := groups[ref.GetGroup()]
@@ -134,7 +135,8 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		for _, m := range members {
 			done := c.load.begin(m, n, c.cfg.Clock.Now)
 			rf, err := c.data.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeRead, Handle: ref.GetHandle(),
-				Group: g.GetId(), Epoch: g.GetEpoch(), Offset: off, Payload: binary.BigEndian.AppendUint32(nil, uint32(n))})
+				Group: g.GetId(), Epoch: g.GetEpoch(), Offset: off, Payload: binary.BigEndian.AppendUint32(nil, uint32(n)),
+				Token: c.tokenOf(ref)})
 			done(err == nil && (rf.Status == dataproto.StatusOK || rf.Status == dataproto.StatusNotFound))
 			switch {
 			case err != nil:
@@ -142,6 +144,9 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 			case rf.Status == dataproto.StatusOK:
 				out = rf.Payload
 				return false, nil
+			case rf.Status == dataproto.StatusBadToken || rf.Status == dataproto.StatusDenied:
+				// Every member checks the same token.
+				return c.tokenRefused(ctx, ref, rf, &renewed)
 			case rf.Status == dataproto.StatusNotFound:
 				// Not on this member: a hole if no member has it (a
 				// lagging member must not turn data into zeros).
@@ -173,6 +178,7 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 // ENOSPC and EINVAL are final.
 func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req dataproto.Frame) (*dataproto.Frame, error) {
 	var reply *dataproto.Frame
+	renewed := 0
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
 		groups, addrs, _ := c.dataPlane()
 		g := groups[ref.GetGroup()]
@@ -181,6 +187,7 @@ func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req datapr
 		}
 		f := req
 		f.Handle, f.Group, f.Epoch = ref.GetHandle(), g.GetId(), g.GetEpoch()
+		f.Token = c.tokenOf(ref)
 		rf, err := c.data.Call(addrs[g.GetPrimary()], &f)
 		switch {
 		case err != nil:
@@ -191,6 +198,8 @@ func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req datapr
 			return false, nil
 		case rf.Status == dataproto.StatusStaleEpoch || rf.Status == dataproto.StatusNotPrimary:
 			return true, c.staleDataPlane(ctx, fmt.Errorf("chunk %d: %s", ref.GetHandle(), rf.Payload))
+		case rf.Status == dataproto.StatusBadToken || rf.Status == dataproto.StatusDenied:
+			return c.tokenRefused(ctx, ref, rf, &renewed)
 		case rf.Status == dataproto.StatusNoSpace:
 			return false, fmt.Errorf("chunk %d: %s: %w", ref.GetHandle(), rf.Payload, syscall.ENOSPC)
 		case rf.Status == dataproto.StatusInvalid:

@@ -327,6 +327,12 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
 		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch})
 		res = resp.GetResult()
+		if tok := resp.GetChunkToken(); len(tok) > 0 && res != nil {
+			// alloc_chunk_handles: the write token of the new chunk
+			// rides in the result (never sent back: SetChunk and
+			// DropInline records keep the chunk's place only).
+			res.Chunk = &wire.ChunkRef{Handle: res.GetStart(), Token: tok}
+		}
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
@@ -350,6 +356,11 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	// Deferred changes first: nothing this Client reads may miss them.
 	if !o.noDeferred {
 		c.flushDeferred(ctx)
+	}
+	if req.GetGetChunks() != nil && req.Caller == nil {
+		// The chunk access tokens in the answer allow what this user
+		// may do with the file.
+		req.Caller = c.callerFor(ctx)
 	}
 	var out *wire.ReadResponse
 	rt := &target{group: c.owner(route), ino: route, follow: true, timeout: c.cfg.CallTimeout}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/chunkstore"
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
@@ -106,6 +107,9 @@ func (s *Server) serveConn(c net.Conn) {
 			reply = &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
 				Epoch: f.Epoch, Status: dataproto.StatusDenied,
 				Payload: []byte(fmt.Sprintf("%v requests are for %v certificates; the caller's certificate is %s", f.Type, roles, caller.Identity))}
+		} else if st, err := s.checkToken(caller, f); err != nil {
+			reply = &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
+				Epoch: f.Epoch, Status: st, Payload: []byte(fmt.Sprintf("%v of chunk %d: %v", f.Type, f.Handle, err))}
 		} else {
 			reply = s.handle(f)
 		}
@@ -144,6 +148,39 @@ func frameRoles(t dataproto.Type) []certs.Role {
 		return []certs.Role{certs.RoleNode, certs.RoleChunk}
 	}
 	return []certs.Role{certs.RoleChunk}
+}
+
+// checkToken checks the chunk access token of a client's (or an
+// admin's) request on a TLS connection: chunk servers among themselves
+// are trusted by their certificates' role, and a plaintext cluster
+// checks nothing. A missing, expired or unknown-key token is answered
+// StatusBadToken (the client asks its ministry for a fresh one), any
+// other mismatch StatusDenied.
+func (s *Server) checkToken(caller rpc.Caller, f *dataproto.Frame) (dataproto.Status, error) {
+	if !caller.Secure || (caller.Role != certs.RoleClient && caller.Role != certs.RoleAdmin) {
+		return dataproto.StatusOK, nil
+	}
+	var need chunktoken.Access
+	switch f.Type {
+	case dataproto.TypeRead:
+		need = chunktoken.Read
+		if f.Handle == 0 {
+			return dataproto.StatusOK, nil // a readiness probe: no chunk
+		}
+	case dataproto.TypeWrite, dataproto.TypeAppend, dataproto.TypeTruncate:
+		need = chunktoken.Write
+	default:
+		return dataproto.StatusOK, nil // frameRoles refused the rest
+	}
+	err := s.tokens.Check(f.Token, f.Handle, need, caller.Identity.String(), time.Now())
+	switch {
+	case err == nil:
+		return dataproto.StatusOK, nil
+	case chunktoken.Renewable(err):
+		return dataproto.StatusBadToken, err
+	default:
+		return dataproto.StatusDenied, err
+	}
 }
 
 func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {

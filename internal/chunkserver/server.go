@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/govfs/govfs/internal/chunkstore"
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
@@ -110,6 +111,9 @@ type Server struct {
 	lastBeat time.Time
 
 	groups groupTable
+	// tokens checks clients' chunk access tokens with the keys of the
+	// last heartbeat's answer.
+	tokens chunktoken.Verifier
 	peers  dataproto.Pool
 	locks  chunkLocks
 	// reconciled maps a chunk handle to the group epoch at which this
@@ -386,6 +390,11 @@ func (s *Server) heartbeat() {
 			BytesInFlight: inFlight, ReadBytesPerS: readRate, WriteBytesPerS: writeRate})
 		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK {
 			s.groups.set(resp.GetGroups(), resp.GetMemberAddrs())
+			keys := make([]chunktoken.Key, 0, len(resp.GetTokenKeys()))
+			for _, k := range resp.GetTokenKeys() {
+				keys = append(keys, chunktoken.Key{ID: k.GetId(), Secret: k.GetSecret()})
+			}
+			s.tokens.SetKeys(keys)
 			s.mu.Lock()
 			s.lastBeat = time.Now()
 			s.mu.Unlock()

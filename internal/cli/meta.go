@@ -35,6 +35,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	gcDeleteRate := fs.Int("gc-delete-rate", metanode.DefaultGCDeleteRate, "at most this many chunk copies deleted per second")
 	replaceDead := fs.Duration("replace-dead-after", metanode.DefaultReplaceDeadAfter, "replace a ministry member that sent no heartbeat for this long with a live node (as the president's leader; 0 or negative: never)")
 	movePauses := fs.String("testing-move-pause", "", "for failure tests only: STEP=DURATION,... makes this node, as the president's leader, wait at that step of every subtree move (steps: "+strings.Join(metanode.MovePauseSteps, ", ")+")")
+	tokenLife := fs.Duration("chunk-token-lifetime", metanode.DefaultChunkTokenLifetime, "how long the chunk access tokens this node hands out stay valid; on the president's leader also how often the signing key changes (docs/security.md)")
 	leaseTTL := fs.Duration("lease-ttl", 10*time.Second, "time to live of byte-range leases granted by this node as a minister; a new minister grants none for one TTL (the same on every node)")
 	var tlsFlags serverTLSFlags
 	tlsFlags.register(fs, certs.RoleNode)
@@ -101,6 +102,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --lease-ttl %v must be positive", *leaseTTL)
 	}
 	cfg.LeaseTTL = *leaseTTL
+	if *tokenLife < time.Second {
+		return fmt.Errorf("meta: --chunk-token-lifetime %v: give at least 1s (clients renew expired tokens, so short is safe but costs requests)", *tokenLife)
+	}
+	cfg.ChunkTokenLifetime = *tokenLife
 	cfg.ReplaceDeadAfter = *replaceDead
 	if *replaceDead <= 0 {
 		cfg.ReplaceDeadAfter = -1

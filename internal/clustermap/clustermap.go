@@ -200,6 +200,8 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return createReplicaGroup(rw, op.CreateReplicaGroup)
 	case *wire.Command_AllocChunkHandles:
 		return allocChunkHandles(rw, op.AllocChunkHandles)
+	case *wire.Command_AddTokenKey:
+		return addTokenKey(rw, op.AddTokenKey)
 	case *wire.Command_ReplaceMember:
 		return replaceMember(rw, op.ReplaceMember)
 	case *wire.Command_MemberSynced:

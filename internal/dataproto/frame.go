@@ -127,9 +127,21 @@ const (
 	StatusNotPrimary
 	StatusInternal
 	// StatusDenied: the caller's certificate may not make this request
-	// (a client asking for a chunk server's internal operations).
+	// (a client asking for a chunk server's internal operations), or its
+	// chunk access token does not allow it.
 	StatusDenied
+	// StatusBadToken: the request's chunk access token is missing,
+	// expired or signed with a key the server does not know; a fresh one
+	// from the ministry may be accepted.
+	StatusBadToken
 )
+
+// TokenSize is the length of a chunk access token (chunktoken.Size).
+const TokenSize = 32
+
+// flagToken in a header's flags says a TokenSize-byte chunk access token
+// follows the header, before the payload.
+const flagToken uint16 = 1
 
 // Frame is one decoded frame.
 //
@@ -146,6 +158,9 @@ type Frame struct {
 	Offset    int64
 	Status    Status
 	Payload   []byte
+	// Token is the chunk access token of a client's request (nil or
+	// TokenSize bytes), sent between the header and the payload.
+	Token []byte
 
 	// crc is the CRC32C of crcOf, the payload it was computed for.
 	crc   uint32
@@ -169,6 +184,7 @@ func AppendFrame(dst []byte, f *Frame) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
+	dst = append(dst, f.Token...)
 	return append(dst, f.Payload...), nil
 }
 
@@ -183,9 +199,18 @@ func appendHeader(dst []byte, f *Frame) ([]byte, error) {
 	if uint64(len(f.Payload)) > uint64(^uint32(0)) {
 		return dst, fmt.Errorf("%w: %d bytes", ErrTooLarge, len(f.Payload))
 	}
+	var flags uint16
+	switch len(f.Token) {
+	case 0:
+	case TokenSize:
+		flags |= flagToken
+	default:
+		return dst, fmt.Errorf("dataproto: encode: a token is %d bytes, not %d", TokenSize, len(f.Token))
+	}
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, Magic)
-	dst = append(dst, Version, byte(f.Type), 0, 0)
+	dst = append(dst, Version, byte(f.Type))
+	dst = binary.BigEndian.AppendUint16(dst, flags)
 	dst = binary.BigEndian.AppendUint64(dst, f.RequestID)
 	dst = binary.BigEndian.AppendUint64(dst, f.Handle)
 	dst = binary.BigEndian.AppendUint64(dst, f.Group)
@@ -228,6 +253,9 @@ func WriteFrame(w io.Writer, f *Frame) error {
 	if _, err := w.Write(hdr); err != nil {
 		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
 	}
+	if _, err := w.Write(f.Token); err != nil {
+		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
+	}
 	if _, err := w.Write(f.Payload); err != nil {
 		return fmt.Errorf("dataproto: write %v frame: %w", f.Type, err)
 	}
@@ -235,7 +263,8 @@ func WriteFrame(w io.Writer, f *Frame) error {
 }
 
 // ParseHeader validates a frame header and returns the frame without its
-// payload, the payload length and the payload CRC to check.
+// payload (or token), the payload length and the payload CRC to check.
+// f.Token is non-nil (zeros) when a token follows the header.
 func ParseHeader(h []byte, maxPayload uint32) (f Frame, n uint32, crc uint32, err error) {
 	if len(h) < HeaderSize {
 		return f, 0, 0, fmt.Errorf("%w: %d header bytes", ErrBadHeader, len(h))
@@ -253,8 +282,12 @@ func ParseHeader(h []byte, maxPayload uint32) (f Frame, n uint32, crc uint32, er
 	if f.Type == 0 || f.Type >= typeEnd {
 		return f, 0, 0, fmt.Errorf("%w: unknown type %d", ErrBadHeader, h[5])
 	}
-	if flags := binary.BigEndian.Uint16(h[6:]); flags != 0 {
+	flags := binary.BigEndian.Uint16(h[6:])
+	if flags&^flagToken != 0 {
 		return f, 0, 0, fmt.Errorf("%w: reserved flags %#x set", ErrBadHeader, flags)
+	}
+	if flags&flagToken != 0 {
+		f.Token = make([]byte, TokenSize)
 	}
 	f.RequestID = binary.BigEndian.Uint64(h[8:])
 	f.Handle = binary.BigEndian.Uint64(h[16:])
@@ -299,6 +332,14 @@ func (r *Reader) Next() (*Frame, error) {
 	f, n, crc, err := ParseHeader(r.hdr[:], r.maxPayload)
 	if err != nil {
 		return nil, err
+	}
+	if f.Token != nil {
+		if _, err := io.ReadFull(r.r, f.Token); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("dataproto: read %v token: %w", f.Type, err)
+		}
 	}
 	f.Payload = make([]byte, n)
 	if _, err := io.ReadFull(r.r, f.Payload); err != nil {

@@ -19,6 +19,10 @@ func TestRoundTrip(t *testing.T) {
 		rnd.Read(p)
 		f := &Frame{Type: Type(1 + rnd.Intn(int(typeEnd)-1)), RequestID: rnd.Uint64(), Handle: rnd.Uint64(), Group: rnd.Uint64(),
 			Version: rnd.Uint64(), Epoch: rnd.Uint64(), Offset: rnd.Int63(), Status: Status(rnd.Intn(10)), Payload: p}
+		if rnd.Intn(2) == 0 {
+			f.Token = make([]byte, TokenSize)
+			rnd.Read(f.Token)
+		}
 		if err := WriteFrame(&stream, f); err != nil {
 			t.Fatal(err)
 		}
@@ -36,6 +40,17 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if _, err := r.Next(); err != io.EOF {
 		t.Fatalf("after the last frame: %v, want io.EOF", err)
+	}
+}
+
+func TestTokenSize(t *testing.T) {
+	if _, err := AppendFrame(nil, &Frame{Type: TypeRead, Token: []byte("short")}); err == nil {
+		t.Fatal("a 5-byte token was encoded")
+	}
+	// A stream cut inside the token is an unexpected end, not a frame.
+	b := encode(t, &Frame{Type: TypeRead, Token: make([]byte, TokenSize), Payload: []byte{0, 0, 0, 1}})
+	if _, err := NewReader(bytes.NewReader(b[:HeaderSize+10]), 0).Next(); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("cut token: %v", err)
 	}
 }
 

@@ -114,6 +114,10 @@ func (s *metaService) ChunkHeartbeat(ctx context.Context, req *wire.ChunkHeartbe
 	resp := &wire.ChunkHeartbeatResponse{Status: &wire.Status{}, IntervalMs: uint64(chunkHeartbeatInterval / time.Millisecond),
 		MemberAddrs: map[uint64]string{}}
 	err = s.n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		var err error
+		if resp.TokenKeys, err = clustermap.TokenKeys(r); err != nil {
+			return err
+		}
 		groups, err := clustermap.ReplicaGroups(r)
 		if err != nil {
 			return err

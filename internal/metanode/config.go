@@ -79,6 +79,12 @@ type Config struct {
 	// runs plaintext and trusts every caller (--insecure).
 	Security *rpc.Security
 
+	// ChunkTokenLifetime is how long the chunk access tokens this node
+	// mints stay valid, and on the president's leader how often the
+	// signing key changes (DefaultChunkTokenLifetime when 0). See
+	// tokens.go.
+	ChunkTokenLifetime time.Duration
+
 	// Clock defaults to the wall clock; in-process tests pass a manual one.
 	Clock clock.Clock
 	// Transport, when set, replaces the gRPC raft transport (in-process
@@ -177,6 +183,8 @@ func (c *Config) Validate() error {
 		return errors.New("--peers is required: ID=HOST:PORT of every initial member")
 	case c.TickInterval <= 0:
 		return errors.New("tick interval must be positive")
+	case c.ChunkTokenLifetime < 0:
+		return fmt.Errorf("--chunk-token-lifetime %v must not be negative (0 = default %v)", c.ChunkTokenLifetime, DefaultChunkTokenLifetime)
 	case c.LeaseTTL < 0:
 		return fmt.Errorf("--lease-ttl %v must not be negative (0 = default 10s)", c.LeaseTTL)
 	case c.GCGrace < 0:

@@ -14,6 +14,7 @@ import (
 	"github.com/govfs/govfs/internal/lease"
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -336,7 +337,7 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			resp := &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
 				Off: l.Off, Len: req.GetLen()}}
 			if req.GetOpen() && r.Mode == lease.Read && !r.Lock && !r.Dir {
-				resp.Opened = ls.openAfterGrant(g, r.Ino, req.GetOpenMaxChunks())
+				resp.Opened = ls.openAfterGrant(rpc.CallerOf(ctx), g, r.Ino, req.GetOpenMaxChunks())
 			}
 			return resp, nil
 		}
@@ -368,7 +369,11 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 // read grants; so every such change either finished before this grant,
 // and is in the state read now, or starts after it and revokes this
 // lease first.
-func (ls *leaseService) openAfterGrant(g ids.GroupID, ino ids.Ino, maxChunks uint32) *wire.ReadResponse {
+//
+// A lease request names no user: its chunk records get tokens only for a
+// trusted certificate (trustedForTokens); other clients ask for them
+// when they first use a chunk.
+func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids.Ino, maxChunks uint32) *wire.ReadResponse {
 	var out *wire.ReadResponse
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		mv, err := namespace.ReadMoving(r, ino)
@@ -377,6 +382,9 @@ func (ls *leaseService) openAfterGrant(g ids.GroupID, ino ids.Ino, maxChunks uin
 		}
 		out, _ = query(r, &wire.ReadRequest{Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{
 			Ino: uint64(ino), WithAttr: true, MaxChunks: maxChunks}}})
+		if out != nil {
+			ls.n.tokenizeRefs(caller, nil, r, ino, out)
+		}
 		return nil
 	})
 	return out

@@ -76,6 +76,9 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	if err := n.fetchMap(ctx); err != nil {
 		n.log.Debug("cluster map", "err", err)
 	}
+	if err := n.refreshTokenKeys(ctx, leadsPresident); err != nil {
+		n.log.Debug("chunk token keys", "err", err)
+	}
 	v := n.mapView()
 	if err := n.syncMap(ctx, v); err != nil {
 		n.log.Warn("cluster map", "err", err)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/certs"
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
@@ -263,6 +265,18 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
 	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
+	if res.GetErrno() == 0 {
+		resp.Result = s.n.tokenizeResult(caller, cmd, res)
+		if _, ok := cmd.GetOp().(*wire.Command_AllocChunkHandles); ok {
+			// The chunk is written before a ministry records it (a file
+			// leaving inline): a token to write it, for its allocator.
+			acc := chunktoken.Write
+			if trustedForTokens(caller) {
+				acc |= chunktoken.Read
+			}
+			resp.ChunkToken = s.n.mintToken(caller, res.GetStart(), acc)
+		}
+	}
 	if movingIn(res) {
 		resp.Status = statusOf(wire.Code_UNAVAILABLE, "%s", movingMessage(res))
 		return resp, nil
@@ -295,6 +309,15 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	}
 	if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
 		return &wire.ReadResponse{Status: st}, nil
+	}
+	// The user a chunk table is asked for decides its tokens' access.
+	caller := rpc.CallerOf(ctx)
+	var cred *wire.Cred
+	if req.GetGetChunks() != nil && caller.Secure && req.GetCaller() != nil {
+		cred = proto.Clone(req.GetCaller()).(*wire.Cred)
+		if caller.Identity.Vouch(cred) != nil {
+			cred = nil // a user the certificate may not act for: no tokens
+		}
 	}
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
@@ -330,6 +353,9 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		}
 		resp, err = query(r, req)
 		applied = idx
+		if err == nil && req.GetGetChunks() != nil {
+			s.n.tokenizeRefs(caller, cred, r, ids.Ino(req.GetGetChunks().GetIno()), resp)
+		}
 		return err
 	})
 	if err == nil && moving.To != 0 {
@@ -410,6 +436,13 @@ func query(r interface {
 		return &wire.ReadResponse{Names: names}, nil
 	case *wire.ReadRequest_GetChunks:
 		ino := ids.Ino(op.GetChunks.GetIno())
+		if op.GetChunks.GetOnlyIndex() {
+			c, err := namespace.GetChunk(r, ino, op.GetChunks.GetIndex())
+			if err != nil || c == nil {
+				return &wire.ReadResponse{}, err
+			}
+			return &wire.ReadResponse{Chunks: []*wire.ChunkRef{c}}, nil
+		}
 		cs, more, err := namespace.GetChunksUpTo(r, ino, int(op.GetChunks.GetMaxChunks()))
 		if err != nil {
 			return nil, err
@@ -490,6 +523,12 @@ func (s *metaService) ClusterInfo(ctx context.Context, req *wire.ClusterInfoRequ
 	resp.InodeRanges, resp.Dissolved = slices.Clone(v.ranges), slices.Clone(v.dissolved)
 	if !v.taken.IsZero() {
 		resp.MapAgeMs = max(1, s.n.cfg.Clock.Now().Sub(v.taken).Milliseconds())
+	}
+	// Token keys go to metadata nodes (which mint tokens) only.
+	if c := rpc.CallerOf(ctx); c.Secure && c.Role == certs.RoleNode {
+		if ks, err := s.n.tokenKeys(); err == nil {
+			resp.TokenKeys = ks
+		}
 	}
 	// Liveness and load, on a president member (nodeload.go).
 	var ops map[uint64]float64

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/clock"
 	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/engine"
@@ -45,7 +46,9 @@ type Node struct {
 	gc        *collector
 	leases    *leaseService
 	maps      mapCache
-	epochs    epochCache
+	// signer holds the chunk token keys (tokens.go).
+	signer chunktoken.Signer
+	epochs epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).
 	ops     opsCounter

@@ -44,6 +44,9 @@ func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
 	if err := posix.MayWriteData(in.Attr, t.caller, fmt.Sprintf("write inode %d", op.GetIno())); err != nil {
 		return nil, err
 	}
+	// What a client sent besides the chunk's place (a token, an inode
+	// from an answer) is not recorded.
+	c = &wire.ChunkRef{Index: c.GetIndex(), Handle: c.GetHandle(), Group: c.GetGroup()}
 	key := chunkKey(ids.Ino(op.GetIno()), c.GetIndex())
 	if v, err := t.r.Get(key); err != nil {
 		return nil, fmt.Errorf("namespace: get chunk: %w", err)
@@ -61,6 +64,14 @@ func setChunk(t *tx, op *wire.SetChunkOp) (*wire.Result, error) {
 	t.set(key, b)
 	t.touch(in)
 	return &wire.Result{Chunk: c, Attr: in.Attr}, nil
+}
+
+// GetChunk returns the record of chunk index of ino (nil: none).
+func GetChunk(r engine.Reader, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
+	if _, err := loadInode(r, ino); err != nil {
+		return nil, err
+	}
+	return chunkAt(r, ino, index)
 }
 
 // GetChunks lists the chunks recorded for a regular file, in index order.

@@ -1009,6 +1009,7 @@ type Command struct {
 	//	*Command_JoinNode
 	//	*Command_SetMembers
 	//	*Command_DissolveMinistry
+	//	*Command_AddTokenKey
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1385,6 +1386,15 @@ func (x *Command) GetDissolveMinistry() *DissolveMinistryOp {
 	return nil
 }
 
+func (x *Command) GetAddTokenKey() *AddTokenKeyOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_AddTokenKey); ok {
+			return x.AddTokenKey
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1527,6 +1537,10 @@ type Command_DissolveMinistry struct {
 	DissolveMinistry *DissolveMinistryOp `protobuf:"bytes,43,opt,name=dissolve_ministry,json=dissolveMinistry,proto3,oneof"`
 }
 
+type Command_AddTokenKey struct {
+	AddTokenKey *AddTokenKeyOp `protobuf:"bytes,44,opt,name=add_token_key,json=addTokenKey,proto3,oneof"`
+}
+
 func (*Command_Create) isCommand_Op() {}
 
 func (*Command_Link) isCommand_Op() {}
@@ -1594,6 +1608,8 @@ func (*Command_JoinNode) isCommand_Op() {}
 func (*Command_SetMembers) isCommand_Op() {}
 
 func (*Command_DissolveMinistry) isCommand_Op() {}
+
+func (*Command_AddTokenKey) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -2388,10 +2404,15 @@ func (x *RemoveXattrOp) GetName() []byte {
 // ChunkRef says where chunk `index` of a file lives (a `c/<ino>/<index>`
 // record).
 type ChunkRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Handle        uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`
-	Group         uint64                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Index  uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Handle uint64                 `protobuf:"varint,2,opt,name=handle,proto3" json:"handle,omitempty"`
+	Group  uint64                 `protobuf:"varint,3,opt,name=group,proto3" json:"group,omitempty"`
+	// In answers only, never stored: a chunk access token for this chunk
+	// (internal/chunktoken) for the asker's certificate, and the file's
+	// inode (to ask for a fresh token when it expires).
+	Token         []byte `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	Ino           uint64 `protobuf:"varint,5,opt,name=ino,proto3" json:"ino,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2443,6 +2464,20 @@ func (x *ChunkRef) GetHandle() uint64 {
 func (x *ChunkRef) GetGroup() uint64 {
 	if x != nil {
 		return x.Group
+	}
+	return 0
+}
+
+func (x *ChunkRef) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *ChunkRef) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
 	}
 	return 0
 }
@@ -3173,6 +3208,114 @@ func (x *CreateReplicaGroupOp) GetPlacementNotes() []string {
 	return nil
 }
 
+// TokenKey signs chunk access tokens (internal/chunktoken).
+type TokenKey struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Secret []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// When the president's leader made it (its clock).
+	CreatedNs     int64 `protobuf:"varint,3,opt,name=created_ns,json=createdNs,proto3" json:"created_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenKey) Reset() {
+	*x = TokenKey{}
+	mi := &file_govfs_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenKey) ProtoMessage() {}
+
+func (x *TokenKey) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenKey.ProtoReflect.Descriptor instead.
+func (*TokenKey) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TokenKey) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TokenKey) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *TokenKey) GetCreatedNs() int64 {
+	if x != nil {
+		return x.CreatedNs
+	}
+	return 0
+}
+
+// AddTokenKeyOp records a new chunk token key (its id must be above every
+// recorded one) and forgets all but the newest few.
+type AddTokenKeyOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *TokenKey              `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddTokenKeyOp) Reset() {
+	*x = AddTokenKeyOp{}
+	mi := &file_govfs_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddTokenKeyOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddTokenKeyOp) ProtoMessage() {}
+
+func (x *AddTokenKeyOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddTokenKeyOp.ProtoReflect.Descriptor instead.
+func (*AddTokenKeyOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *AddTokenKeyOp) GetKey() *TokenKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 // AllocChunkHandlesOp hands out `count` chunk handles; Result.start/end.
 type AllocChunkHandlesOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3183,7 +3326,7 @@ type AllocChunkHandlesOp struct {
 
 func (x *AllocChunkHandlesOp) Reset() {
 	*x = AllocChunkHandlesOp{}
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3338,7 @@ func (x *AllocChunkHandlesOp) String() string {
 func (*AllocChunkHandlesOp) ProtoMessage() {}
 
 func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[30]
+	mi := &file_govfs_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3351,7 @@ func (x *AllocChunkHandlesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllocChunkHandlesOp.ProtoReflect.Descriptor instead.
 func (*AllocChunkHandlesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{30}
+	return file_govfs_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AllocChunkHandlesOp) GetCount() uint64 {
@@ -3247,7 +3390,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3402,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[31]
+	mi := &file_govfs_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3415,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{31}
+	return file_govfs_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Result) GetErrno() uint32 {
@@ -3348,7 +3491,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3503,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[32]
+	mi := &file_govfs_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3516,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{32}
+	return file_govfs_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Member) GetId() uint64 {
@@ -3426,7 +3569,7 @@ type Ministry struct {
 
 func (x *Ministry) Reset() {
 	*x = Ministry{}
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3581,7 @@ func (x *Ministry) String() string {
 func (*Ministry) ProtoMessage() {}
 
 func (x *Ministry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[33]
+	mi := &file_govfs_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3594,7 @@ func (x *Ministry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ministry.ProtoReflect.Descriptor instead.
 func (*Ministry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{33}
+	return file_govfs_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Ministry) GetGroup() uint64 {
@@ -3541,7 +3684,7 @@ type Subtree struct {
 
 func (x *Subtree) Reset() {
 	*x = Subtree{}
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3553,7 +3696,7 @@ func (x *Subtree) String() string {
 func (*Subtree) ProtoMessage() {}
 
 func (x *Subtree) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[34]
+	mi := &file_govfs_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3566,7 +3709,7 @@ func (x *Subtree) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subtree.ProtoReflect.Descriptor instead.
 func (*Subtree) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{34}
+	return file_govfs_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Subtree) GetIno() uint64 {
@@ -3625,7 +3768,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3780,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[35]
+	mi := &file_govfs_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3793,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{35}
+	return file_govfs_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Move) GetId() uint64 {
@@ -3758,7 +3901,7 @@ type SetMembersOp struct {
 
 func (x *SetMembersOp) Reset() {
 	*x = SetMembersOp{}
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3913,7 @@ func (x *SetMembersOp) String() string {
 func (*SetMembersOp) ProtoMessage() {}
 
 func (x *SetMembersOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[36]
+	mi := &file_govfs_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3926,7 @@ func (x *SetMembersOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMembersOp.ProtoReflect.Descriptor instead.
 func (*SetMembersOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{36}
+	return file_govfs_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetMembersOp) GetMinistry() uint64 {
@@ -3821,7 +3964,7 @@ type DissolveMinistryOp struct {
 
 func (x *DissolveMinistryOp) Reset() {
 	*x = DissolveMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3976,7 @@ func (x *DissolveMinistryOp) String() string {
 func (*DissolveMinistryOp) ProtoMessage() {}
 
 func (x *DissolveMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[37]
+	mi := &file_govfs_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3989,7 @@ func (x *DissolveMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DissolveMinistryOp.ProtoReflect.Descriptor instead.
 func (*DissolveMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{37}
+	return file_govfs_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DissolveMinistryOp) GetMinistry() uint64 {
@@ -3866,7 +4009,7 @@ type CreateMinistryOp struct {
 
 func (x *CreateMinistryOp) Reset() {
 	*x = CreateMinistryOp{}
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3878,7 +4021,7 @@ func (x *CreateMinistryOp) String() string {
 func (*CreateMinistryOp) ProtoMessage() {}
 
 func (x *CreateMinistryOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[38]
+	mi := &file_govfs_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3891,7 +4034,7 @@ func (x *CreateMinistryOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMinistryOp.ProtoReflect.Descriptor instead.
 func (*CreateMinistryOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{38}
+	return file_govfs_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CreateMinistryOp) GetMembers() []uint64 {
@@ -3921,7 +4064,7 @@ type BeginMoveOp struct {
 
 func (x *BeginMoveOp) Reset() {
 	*x = BeginMoveOp{}
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4076,7 @@ func (x *BeginMoveOp) String() string {
 func (*BeginMoveOp) ProtoMessage() {}
 
 func (x *BeginMoveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[39]
+	mi := &file_govfs_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4089,7 @@ func (x *BeginMoveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeginMoveOp.ProtoReflect.Descriptor instead.
 func (*BeginMoveOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{39}
+	return file_govfs_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BeginMoveOp) GetIno() uint64 {
@@ -4018,7 +4161,7 @@ type MoveStateOp struct {
 
 func (x *MoveStateOp) Reset() {
 	*x = MoveStateOp{}
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4173,7 @@ func (x *MoveStateOp) String() string {
 func (*MoveStateOp) ProtoMessage() {}
 
 func (x *MoveStateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[40]
+	mi := &file_govfs_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4186,7 @@ func (x *MoveStateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveStateOp.ProtoReflect.Descriptor instead.
 func (*MoveStateOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{40}
+	return file_govfs_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MoveStateOp) GetId() uint64 {
@@ -4079,7 +4222,7 @@ type JoinNodeOp struct {
 
 func (x *JoinNodeOp) Reset() {
 	*x = JoinNodeOp{}
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4234,7 @@ func (x *JoinNodeOp) String() string {
 func (*JoinNodeOp) ProtoMessage() {}
 
 func (x *JoinNodeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[41]
+	mi := &file_govfs_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4247,7 @@ func (x *JoinNodeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeOp.ProtoReflect.Descriptor instead.
 func (*JoinNodeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{41}
+	return file_govfs_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *JoinNodeOp) GetAddr() string {
@@ -4132,7 +4275,7 @@ type ExportSubtreeOp struct {
 
 func (x *ExportSubtreeOp) Reset() {
 	*x = ExportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4287,7 @@ func (x *ExportSubtreeOp) String() string {
 func (*ExportSubtreeOp) ProtoMessage() {}
 
 func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[42]
+	mi := &file_govfs_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4300,7 @@ func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ExportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{42}
+	return file_govfs_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExportSubtreeOp) GetMove() uint64 {
@@ -4221,7 +4364,7 @@ type ImportSubtreeOp struct {
 
 func (x *ImportSubtreeOp) Reset() {
 	*x = ImportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4376,7 @@ func (x *ImportSubtreeOp) String() string {
 func (*ImportSubtreeOp) ProtoMessage() {}
 
 func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[43]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4389,7 @@ func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ImportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{43}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ImportSubtreeOp) GetMove() uint64 {
@@ -4324,7 +4467,7 @@ type FinishExportOp struct {
 
 func (x *FinishExportOp) Reset() {
 	*x = FinishExportOp{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4336,7 +4479,7 @@ func (x *FinishExportOp) String() string {
 func (*FinishExportOp) ProtoMessage() {}
 
 func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4349,7 +4492,7 @@ func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishExportOp.ProtoReflect.Descriptor instead.
 func (*FinishExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FinishExportOp) GetMove() uint64 {
@@ -4410,7 +4553,7 @@ type AbortExportOp struct {
 
 func (x *AbortExportOp) Reset() {
 	*x = AbortExportOp{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4565,7 @@ func (x *AbortExportOp) String() string {
 func (*AbortExportOp) ProtoMessage() {}
 
 func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4578,7 @@ func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortExportOp.ProtoReflect.Descriptor instead.
 func (*AbortExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AbortExportOp) GetMove() uint64 {
@@ -4484,7 +4627,7 @@ type FreezeEntriesOp struct {
 
 func (x *FreezeEntriesOp) Reset() {
 	*x = FreezeEntriesOp{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4639,7 @@ func (x *FreezeEntriesOp) String() string {
 func (*FreezeEntriesOp) ProtoMessage() {}
 
 func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4652,7 @@ func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeEntriesOp.ProtoReflect.Descriptor instead.
 func (*FreezeEntriesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FreezeEntriesOp) GetMove() uint64 {
@@ -4556,7 +4699,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4568,7 +4711,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4581,7 +4724,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -4613,17 +4756,20 @@ func (x *MutateRequest) GetEpoch() uint64 {
 }
 
 type MutateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	Result        *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Status       *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Result       *Result                `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// alloc_chunk_handles: a write token for chunk number result.start (a
+	// chunk written before it is recorded, DropInlineOp).
+	ChunkToken    []byte `protobuf:"bytes,4,opt,name=chunk_token,json=chunkToken,proto3" json:"chunk_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +4781,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +4794,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -4672,6 +4818,13 @@ func (x *MutateResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *MutateResponse) GetChunkToken() []byte {
+	if x != nil {
+		return x.ChunkToken
+	}
+	return nil
+}
+
 type ReadRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -4682,6 +4835,9 @@ type ReadRequest struct {
 	Consistency ReadConsistency `protobuf:"varint,4,opt,name=consistency,proto3,enum=govfs.wire.ReadConsistency" json:"consistency,omitempty"`
 	// As MutateRequest.epoch.
 	Epoch uint64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The user asking (as Command.caller): get_chunks answers with chunk
+	// access tokens for what this user may do with the file.
+	Caller *Cred `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
 	// Types that are valid to be assigned to Op:
 	//
 	//	*ReadRequest_Lookup
@@ -4700,7 +4856,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4868,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4881,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -4761,6 +4917,13 @@ func (x *ReadRequest) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *ReadRequest) GetCaller() *Cred {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
 }
 
 func (x *ReadRequest) GetOp() isReadRequest_Op {
@@ -4927,7 +5090,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4939,7 +5102,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4952,7 +5115,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -5001,7 +5164,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5176,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5189,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -5058,15 +5221,18 @@ type GetChunksReq struct {
 	// the same snapshot (an open's one round trip). max_chunks > 0: when
 	// the file has more chunk records, none are returned and
 	// chunks_omitted is set (an open of a large file needs only the attrs).
-	WithAttr      bool   `protobuf:"varint,2,opt,name=with_attr,json=withAttr,proto3" json:"with_attr,omitempty"`
-	MaxChunks     uint32 `protobuf:"varint,3,opt,name=max_chunks,json=maxChunks,proto3" json:"max_chunks,omitempty"`
+	WithAttr  bool   `protobuf:"varint,2,opt,name=with_attr,json=withAttr,proto3" json:"with_attr,omitempty"`
+	MaxChunks uint32 `protobuf:"varint,3,opt,name=max_chunks,json=maxChunks,proto3" json:"max_chunks,omitempty"`
+	// only_index: answer chunk `index`'s record alone (a token renewal).
+	OnlyIndex     bool   `protobuf:"varint,4,opt,name=only_index,json=onlyIndex,proto3" json:"only_index,omitempty"`
+	Index         uint64 `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5078,7 +5244,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5091,7 +5257,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -5115,6 +5281,20 @@ func (x *GetChunksReq) GetMaxChunks() uint32 {
 	return 0
 }
 
+func (x *GetChunksReq) GetOnlyIndex() bool {
+	if x != nil {
+		return x.OnlyIndex
+	}
+	return false
+}
+
+func (x *GetChunksReq) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type LookupReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -5125,7 +5305,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5137,7 +5317,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5150,7 +5330,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -5176,7 +5356,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5188,7 +5368,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5201,7 +5381,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -5224,7 +5404,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5236,7 +5416,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5249,7 +5429,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -5283,7 +5463,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5295,7 +5475,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5308,7 +5488,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -5334,7 +5514,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5346,7 +5526,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5359,7 +5539,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -5378,7 +5558,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5390,7 +5570,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5403,7 +5583,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5429,7 +5609,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5441,7 +5621,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5454,7 +5634,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5493,7 +5673,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5505,7 +5685,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5518,7 +5698,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5562,7 +5742,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5574,7 +5754,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5587,7 +5767,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5658,7 +5838,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5670,7 +5850,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5683,7 +5863,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -5796,7 +5976,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5808,7 +5988,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5821,7 +6001,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ClusterInfoRequest) GetKnownIndex() uint64 {
@@ -5862,15 +6042,18 @@ type ClusterInfoResponse struct {
 	// The applied index of group 0 the answer was read at (president
 	// members only); not_modified: it equals the request's known_index and
 	// the map fields are left empty.
-	MapIndex      uint64 `protobuf:"varint,14,opt,name=map_index,json=mapIndex,proto3" json:"map_index,omitempty"`
-	NotModified   bool   `protobuf:"varint,15,opt,name=not_modified,json=notModified,proto3" json:"not_modified,omitempty"`
+	MapIndex    uint64 `protobuf:"varint,14,opt,name=map_index,json=mapIndex,proto3" json:"map_index,omitempty"`
+	NotModified bool   `protobuf:"varint,15,opt,name=not_modified,json=notModified,proto3" json:"not_modified,omitempty"`
+	// The keys chunk access tokens are signed with: for metadata nodes
+	// only (they mint tokens), never for clients.
+	TokenKeys     []*TokenKey `protobuf:"bytes,16,rep,name=token_keys,json=tokenKeys,proto3" json:"token_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5882,7 +6065,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5895,7 +6078,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -6003,6 +6186,13 @@ func (x *ClusterInfoResponse) GetNotModified() bool {
 	return false
 }
 
+func (x *ClusterInfoResponse) GetTokenKeys() []*TokenKey {
+	if x != nil {
+		return x.TokenKeys
+	}
+	return nil
+}
+
 // InodeRange is a grant of inode numbers [start, end) to a ministry.
 type InodeRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -6015,7 +6205,7 @@ type InodeRange struct {
 
 func (x *InodeRange) Reset() {
 	*x = InodeRange{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6027,7 +6217,7 @@ func (x *InodeRange) String() string {
 func (*InodeRange) ProtoMessage() {}
 
 func (x *InodeRange) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6040,7 +6230,7 @@ func (x *InodeRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
 func (*InodeRange) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *InodeRange) GetStart() uint64 {
@@ -6080,7 +6270,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6092,7 +6282,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6105,7 +6295,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -6154,7 +6344,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6166,7 +6356,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6179,7 +6369,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -6228,7 +6418,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6240,7 +6430,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6253,7 +6443,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -6289,7 +6479,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6301,7 +6491,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6314,7 +6504,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6367,7 +6557,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6379,7 +6569,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6392,7 +6582,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 type GroupStatus struct {
@@ -6413,7 +6603,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6425,7 +6615,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6438,7 +6628,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -6530,7 +6720,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6542,7 +6732,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6555,7 +6745,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -6649,7 +6839,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6661,7 +6851,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6674,7 +6864,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -6741,14 +6931,16 @@ type ChunkHeartbeatResponse struct {
 	// The replica groups the server belongs to, with every member's address.
 	Groups []*ReplicaGroup `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
 	// chunk server id -> data address, for the members of those groups.
-	MemberAddrs   map[uint64]string `protobuf:"bytes,4,rep,name=member_addrs,json=memberAddrs,proto3" json:"member_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	MemberAddrs map[uint64]string `protobuf:"bytes,4,rep,name=member_addrs,json=memberAddrs,proto3" json:"member_addrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The keys chunk access tokens are signed with.
+	TokenKeys     []*TokenKey `protobuf:"bytes,5,rep,name=token_keys,json=tokenKeys,proto3" json:"token_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6760,7 +6952,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6773,7 +6965,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -6804,6 +6996,13 @@ func (x *ChunkHeartbeatResponse) GetMemberAddrs() map[uint64]string {
 	return nil
 }
 
+func (x *ChunkHeartbeatResponse) GetTokenKeys() []*TokenKey {
+	if x != nil {
+		return x.TokenKeys
+	}
+	return nil
+}
+
 // ChunkServerStatus is a chunk server as `admin status` shows it.
 type ChunkServerStatus struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -6825,7 +7024,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6837,7 +7036,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6850,7 +7049,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -6975,7 +7174,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6987,7 +7186,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7000,7 +7199,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -7155,7 +7354,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7167,7 +7366,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7180,7 +7379,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7277,7 +7476,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7289,7 +7488,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7302,7 +7501,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7393,7 +7592,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7405,7 +7604,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7418,7 +7617,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -7508,7 +7707,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7520,7 +7719,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7533,7 +7732,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -7562,7 +7761,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7574,7 +7773,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7587,7 +7786,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -7623,7 +7822,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7635,7 +7834,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7648,7 +7847,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -7687,7 +7886,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7699,7 +7898,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7712,7 +7911,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 type PingResponse struct {
@@ -7723,7 +7922,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7735,7 +7934,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7748,7 +7947,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -7765,7 +7964,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7777,7 +7976,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7790,7 +7989,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -7832,7 +8031,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7844,7 +8043,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7857,7 +8056,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -7883,7 +8082,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7895,7 +8094,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7908,7 +8107,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -7936,7 +8135,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7948,7 +8147,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7961,7 +8160,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8023,7 +8222,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8035,7 +8234,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8048,7 +8247,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KV) GetKey() []byte {
@@ -8109,7 +8308,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\x88\x12\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xc9\x12\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -8153,7 +8352,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\tjoin_node\x18( \x01(\v2\x16.govfs.wire.JoinNodeOpH\x00R\bjoinNode\x12;\n" +
 	"\vset_members\x18* \x01(\v2\x18.govfs.wire.SetMembersOpH\x00R\n" +
 	"setMembers\x12M\n" +
-	"\x11dissolve_ministry\x18+ \x01(\v2\x1e.govfs.wire.DissolveMinistryOpH\x00R\x10dissolveMinistryB\x04\n" +
+	"\x11dissolve_ministry\x18+ \x01(\v2\x1e.govfs.wire.DissolveMinistryOpH\x00R\x10dissolveMinistry\x12?\n" +
+	"\radd_token_key\x18, \x01(\v2\x19.govfs.wire.AddTokenKeyOpH\x00R\vaddTokenKeyB\x04\n" +
 	"\x02op\"\xf6\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -8212,11 +8412,13 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05flags\x18\x04 \x01(\rR\x05flags\"5\n" +
 	"\rRemoveXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"N\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\"v\n" +
 	"\bChunkRef\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x16\n" +
 	"\x06handle\x18\x02 \x01(\x04R\x06handle\x12\x14\n" +
-	"\x05group\x18\x03 \x01(\x04R\x05group\"J\n" +
+	"\x05group\x18\x03 \x01(\x04R\x05group\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\fR\x05token\x12\x10\n" +
+	"\x03ino\x18\x05 \x01(\x04R\x03ino\"J\n" +
 	"\n" +
 	"SetChunkOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12*\n" +
@@ -8266,7 +8468,14 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"Y\n" +
 	"\x14CreateReplicaGroupOp\x12\x18\n" +
 	"\amembers\x18\x01 \x03(\x04R\amembers\x12'\n" +
-	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"+\n" +
+	"\x0fplacement_notes\x18\x02 \x03(\tR\x0eplacementNotes\"Q\n" +
+	"\bTokenKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\x12\x1d\n" +
+	"\n" +
+	"created_ns\x18\x03 \x01(\x03R\tcreatedNs\"7\n" +
+	"\rAddTokenKeyOp\x12&\n" +
+	"\x03key\x18\x01 \x01(\v2\x14.govfs.wire.TokenKeyR\x03key\"+\n" +
 	"\x13AllocChunkHandlesOp\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\"\x8c\x02\n" +
 	"\x06Result\x12\x14\n" +
@@ -8375,18 +8584,21 @@ const file_govfs_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x8d\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xae\x01\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\xb5\x05\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
+	"\vchunk_token\x18\x04 \x01(\fR\n" +
+	"chunkToken\"\xdf\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12\x1b\n" +
 	"\tmin_index\x18\x03 \x01(\x04R\bminIndex\x12=\n" +
 	"\vconsistency\x18\x04 \x01(\x0e2\x1b.govfs.wire.ReadConsistencyR\vconsistency\x12\x14\n" +
-	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12/\n" +
+	"\x05epoch\x18\x05 \x01(\x04R\x05epoch\x12(\n" +
+	"\x06caller\x18\x06 \x01(\v2\x10.govfs.wire.CredR\x06caller\x12/\n" +
 	"\x06lookup\x18\n" +
 	" \x01(\v2\x15.govfs.wire.LookupReqH\x00R\x06lookup\x123\n" +
 	"\bget_attr\x18\v \x01(\v2\x16.govfs.wire.GetAttrReqH\x00R\agetAttr\x122\n" +
@@ -8411,12 +8623,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\fDropInlineOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
 	"\x06expect\x18\x03 \x01(\fR\x06expect\x12*\n" +
-	"\x05chunk\x18\x04 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunkJ\x04\b\x02\x10\x03\"\\\n" +
+	"\x05chunk\x18\x04 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunkJ\x04\b\x02\x10\x03\"\x91\x01\n" +
 	"\fGetChunksReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x1b\n" +
 	"\twith_attr\x18\x02 \x01(\bR\bwithAttr\x12\x1d\n" +
 	"\n" +
-	"max_chunks\x18\x03 \x01(\rR\tmaxChunks\"7\n" +
+	"max_chunks\x18\x03 \x01(\rR\tmaxChunks\x12\x1d\n" +
+	"\n" +
+	"only_index\x18\x04 \x01(\bR\tonlyIndex\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"7\n" +
 	"\tLookupReq\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\"\x1e\n" +
@@ -8470,7 +8685,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03kvs\x18\x0e \x03(\v2\x0e.govfs.wire.KVR\x03kvs\"5\n" +
 	"\x12ClusterInfoRequest\x12\x1f\n" +
 	"\vknown_index\x18\x01 \x01(\x04R\n" +
-	"knownIndex\"\x8f\x05\n" +
+	"knownIndex\"\xc4\x05\n" +
 	"\x13ClusterInfoResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -8493,7 +8708,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\finode_ranges\x18\f \x03(\v2\x16.govfs.wire.InodeRangeR\vinodeRanges\x12\x1c\n" +
 	"\tdissolved\x18\r \x03(\x04R\tdissolved\x12\x1b\n" +
 	"\tmap_index\x18\x0e \x01(\x04R\bmapIndex\x12!\n" +
-	"\fnot_modified\x18\x0f \x01(\bR\vnotModified\"P\n" +
+	"\fnot_modified\x18\x0f \x01(\bR\vnotModified\x123\n" +
+	"\n" +
+	"token_keys\x18\x10 \x03(\v2\x14.govfs.wire.TokenKeyR\ttokenKeys\"P\n" +
 	"\n" +
 	"InodeRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
@@ -8558,13 +8775,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x05 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\x06 \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\a \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\b \x01(\x03R\x0ewriteBytesPerS\"\xaf\x02\n" +
+	"\x11write_bytes_per_s\x18\b \x01(\x03R\x0ewriteBytesPerS\"\xe4\x02\n" +
 	"\x16ChunkHeartbeatResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1f\n" +
 	"\vinterval_ms\x18\x02 \x01(\x04R\n" +
 	"intervalMs\x120\n" +
 	"\x06groups\x18\x03 \x03(\v2\x18.govfs.wire.ReplicaGroupR\x06groups\x12V\n" +
-	"\fmember_addrs\x18\x04 \x03(\v23.govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntryR\vmemberAddrs\x1a>\n" +
+	"\fmember_addrs\x18\x04 \x03(\v23.govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntryR\vmemberAddrs\x123\n" +
+	"\n" +
+	"token_keys\x18\x05 \x03(\v2\x14.govfs.wire.TokenKeyR\ttokenKeys\x1a>\n" +
 	"\x10MemberAddrsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x02\n" +
@@ -8754,7 +8973,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 91)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -8793,67 +9012,69 @@ var file_govfs_proto_goTypes = []any{
 	(*ReplaceMemberOp)(nil),        // 34: govfs.wire.ReplaceMemberOp
 	(*MemberSyncedOp)(nil),         // 35: govfs.wire.MemberSyncedOp
 	(*CreateReplicaGroupOp)(nil),   // 36: govfs.wire.CreateReplicaGroupOp
-	(*AllocChunkHandlesOp)(nil),    // 37: govfs.wire.AllocChunkHandlesOp
-	(*Result)(nil),                 // 38: govfs.wire.Result
-	(*Member)(nil),                 // 39: govfs.wire.Member
-	(*Ministry)(nil),               // 40: govfs.wire.Ministry
-	(*Subtree)(nil),                // 41: govfs.wire.Subtree
-	(*Move)(nil),                   // 42: govfs.wire.Move
-	(*SetMembersOp)(nil),           // 43: govfs.wire.SetMembersOp
-	(*DissolveMinistryOp)(nil),     // 44: govfs.wire.DissolveMinistryOp
-	(*CreateMinistryOp)(nil),       // 45: govfs.wire.CreateMinistryOp
-	(*BeginMoveOp)(nil),            // 46: govfs.wire.BeginMoveOp
-	(*MoveStateOp)(nil),            // 47: govfs.wire.MoveStateOp
-	(*JoinNodeOp)(nil),             // 48: govfs.wire.JoinNodeOp
-	(*ExportSubtreeOp)(nil),        // 49: govfs.wire.ExportSubtreeOp
-	(*ImportSubtreeOp)(nil),        // 50: govfs.wire.ImportSubtreeOp
-	(*FinishExportOp)(nil),         // 51: govfs.wire.FinishExportOp
-	(*AbortExportOp)(nil),          // 52: govfs.wire.AbortExportOp
-	(*FreezeEntriesOp)(nil),        // 53: govfs.wire.FreezeEntriesOp
-	(*MutateRequest)(nil),          // 54: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 55: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 56: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 57: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 58: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 59: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 60: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 61: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 62: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 63: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 64: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 65: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 66: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 67: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 68: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 69: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 70: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 71: govfs.wire.ClusterInfoResponse
-	(*InodeRange)(nil),             // 72: govfs.wire.InodeRange
-	(*GroupLoad)(nil),              // 73: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 74: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 75: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 76: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 77: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 78: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 79: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 80: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 81: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 82: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 83: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 84: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 85: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 86: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 87: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 88: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 89: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 90: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 91: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 92: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 93: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 94: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 95: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 96: govfs.wire.KV
-	nil,                            // 97: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*TokenKey)(nil),               // 37: govfs.wire.TokenKey
+	(*AddTokenKeyOp)(nil),          // 38: govfs.wire.AddTokenKeyOp
+	(*AllocChunkHandlesOp)(nil),    // 39: govfs.wire.AllocChunkHandlesOp
+	(*Result)(nil),                 // 40: govfs.wire.Result
+	(*Member)(nil),                 // 41: govfs.wire.Member
+	(*Ministry)(nil),               // 42: govfs.wire.Ministry
+	(*Subtree)(nil),                // 43: govfs.wire.Subtree
+	(*Move)(nil),                   // 44: govfs.wire.Move
+	(*SetMembersOp)(nil),           // 45: govfs.wire.SetMembersOp
+	(*DissolveMinistryOp)(nil),     // 46: govfs.wire.DissolveMinistryOp
+	(*CreateMinistryOp)(nil),       // 47: govfs.wire.CreateMinistryOp
+	(*BeginMoveOp)(nil),            // 48: govfs.wire.BeginMoveOp
+	(*MoveStateOp)(nil),            // 49: govfs.wire.MoveStateOp
+	(*JoinNodeOp)(nil),             // 50: govfs.wire.JoinNodeOp
+	(*ExportSubtreeOp)(nil),        // 51: govfs.wire.ExportSubtreeOp
+	(*ImportSubtreeOp)(nil),        // 52: govfs.wire.ImportSubtreeOp
+	(*FinishExportOp)(nil),         // 53: govfs.wire.FinishExportOp
+	(*AbortExportOp)(nil),          // 54: govfs.wire.AbortExportOp
+	(*FreezeEntriesOp)(nil),        // 55: govfs.wire.FreezeEntriesOp
+	(*MutateRequest)(nil),          // 56: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 57: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 58: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 59: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 60: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 61: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 62: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 63: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 64: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 65: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 66: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 67: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 68: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 69: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 70: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 71: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 72: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 73: govfs.wire.ClusterInfoResponse
+	(*InodeRange)(nil),             // 74: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 75: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 76: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 77: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 78: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 79: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 80: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 81: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 82: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 83: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 84: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 85: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 86: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 87: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 88: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 89: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 90: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 91: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 92: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 93: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 94: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 95: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 96: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 97: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 98: govfs.wire.KV
+	nil,                            // 99: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -8872,132 +9093,137 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 13: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 14: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 15: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	57,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	58,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	59,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	60,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 18: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 19: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 20: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
 	17,  // 21: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
-	49,  // 22: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
-	50,  // 23: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
-	51,  // 24: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
-	52,  // 25: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
-	53,  // 26: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
+	51,  // 22: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
+	52,  // 23: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
+	53,  // 24: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
+	54,  // 25: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
+	55,  // 26: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
 	29,  // 27: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
 	30,  // 28: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
 	32,  // 29: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
 	36,  // 30: govfs.wire.Command.create_replica_group:type_name -> govfs.wire.CreateReplicaGroupOp
-	37,  // 31: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
+	39,  // 31: govfs.wire.Command.alloc_chunk_handles:type_name -> govfs.wire.AllocChunkHandlesOp
 	34,  // 32: govfs.wire.Command.replace_member:type_name -> govfs.wire.ReplaceMemberOp
 	35,  // 33: govfs.wire.Command.member_synced:type_name -> govfs.wire.MemberSyncedOp
-	45,  // 34: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
-	46,  // 35: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
-	47,  // 36: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
-	48,  // 37: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
-	43,  // 38: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
-	44,  // 39: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
-	1,   // 40: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	12,  // 41: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	13,  // 42: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	25,  // 43: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	25,  // 44: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	39,  // 45: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	31,  // 46: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	8,   // 47: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	25,  // 48: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	38,  // 49: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	41,  // 50: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
-	3,   // 51: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
-	3,   // 52: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	96,  // 53: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	68,  // 54: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
-	13,  // 55: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 56: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	38,  // 57: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 58: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	60,  // 59: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	61,  // 60: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	62,  // 61: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	63,  // 62: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	64,  // 63: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	65,  // 64: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	59,  // 65: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	67,  // 66: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	66,  // 67: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 68: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 69: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 70: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 71: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 72: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	68,  // 73: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 74: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	96,  // 75: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 76: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	39,  // 77: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	40,  // 78: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 79: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 80: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	42,  // 81: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	76,  // 82: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	72,  // 83: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	73,  // 84: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 85: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	73,  // 86: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 87: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	78,  // 88: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	39,  // 89: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	82,  // 90: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 91: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 92: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 93: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	97,  // 94: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	31,  // 95: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 96: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 97: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	84,  // 98: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 99: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 100: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	84,  // 101: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	84,  // 102: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	69,  // 103: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	11,  // 104: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 105: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	42,  // 106: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 107: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 108: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	39,  // 109: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	93,  // 110: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 111: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	96,  // 112: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	54,  // 113: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	56,  // 114: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	70,  // 115: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	77,  // 116: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	80,  // 117: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	83,  // 118: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	90,  // 119: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	86,  // 120: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	88,  // 121: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	74,  // 122: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	92,  // 123: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	95,  // 124: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	55,  // 125: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	69,  // 126: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	71,  // 127: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	79,  // 128: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	81,  // 129: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	85,  // 130: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	91,  // 131: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	87,  // 132: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	89,  // 133: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	75,  // 134: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	94,  // 135: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	94,  // 136: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	125, // [125:137] is the sub-list for method output_type
-	113, // [113:125] is the sub-list for method input_type
-	113, // [113:113] is the sub-list for extension type_name
-	113, // [113:113] is the sub-list for extension extendee
-	0,   // [0:113] is the sub-list for field type_name
+	47,  // 34: govfs.wire.Command.create_ministry:type_name -> govfs.wire.CreateMinistryOp
+	48,  // 35: govfs.wire.Command.begin_move:type_name -> govfs.wire.BeginMoveOp
+	49,  // 36: govfs.wire.Command.move_state:type_name -> govfs.wire.MoveStateOp
+	50,  // 37: govfs.wire.Command.join_node:type_name -> govfs.wire.JoinNodeOp
+	45,  // 38: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
+	46,  // 39: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
+	38,  // 40: govfs.wire.Command.add_token_key:type_name -> govfs.wire.AddTokenKeyOp
+	1,   // 41: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 42: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 43: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 44: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 45: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	41,  // 46: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 47: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	37,  // 48: govfs.wire.AddTokenKeyOp.key:type_name -> govfs.wire.TokenKey
+	8,   // 49: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 50: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	40,  // 51: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	43,  // 52: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 53: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 54: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	98,  // 55: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	70,  // 56: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	13,  // 57: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 58: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	40,  // 59: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 60: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	12,  // 61: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
+	62,  // 62: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	63,  // 63: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	64,  // 64: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	65,  // 65: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	66,  // 66: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	67,  // 67: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	61,  // 68: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	69,  // 69: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	68,  // 70: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 71: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 72: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 73: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 74: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 75: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	70,  // 76: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 77: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	98,  // 78: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 79: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	41,  // 80: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	42,  // 81: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 82: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 83: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	44,  // 84: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	78,  // 85: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	74,  // 86: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	37,  // 87: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
+	75,  // 88: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 89: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	75,  // 90: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 91: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	80,  // 92: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	41,  // 93: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	84,  // 94: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 95: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 96: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 97: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	99,  // 98: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	37,  // 99: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
+	31,  // 100: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 101: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 102: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	86,  // 103: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 104: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 105: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	86,  // 106: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	86,  // 107: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	71,  // 108: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	11,  // 109: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 110: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 111: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 112: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 113: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 114: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	95,  // 115: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 116: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	98,  // 117: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	56,  // 118: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	58,  // 119: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	72,  // 120: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	79,  // 121: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	82,  // 122: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	85,  // 123: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	92,  // 124: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	88,  // 125: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	90,  // 126: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	76,  // 127: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	94,  // 128: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	97,  // 129: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	57,  // 130: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	71,  // 131: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	73,  // 132: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	81,  // 133: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	83,  // 134: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	87,  // 135: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	93,  // 136: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	89,  // 137: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	91,  // 138: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	77,  // 139: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	96,  // 140: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	96,  // 141: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	130, // [130:142] is the sub-list for method output_type
+	118, // [118:130] is the sub-list for method input_type
+	118, // [118:118] is the sub-list for extension type_name
+	118, // [118:118] is the sub-list for extension extendee
+	0,   // [0:118] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -9040,8 +9266,9 @@ func file_govfs_proto_init() {
 		(*Command_JoinNode)(nil),
 		(*Command_SetMembers)(nil),
 		(*Command_DissolveMinistry)(nil),
+		(*Command_AddTokenKey)(nil),
 	}
-	file_govfs_proto_msgTypes[49].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[51].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -9058,7 +9285,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   91,
+			NumMessages:   93,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
