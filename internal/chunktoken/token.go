@@ -14,6 +14,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -27,22 +28,30 @@ const SecretSize = 32
 // Access is what a token allows.
 type Access uint8
 
-// Access bits.
+// Access bits. Alloc marks the token the president hands the allocator
+// of a new chunk: only it lets a client record the chunk in a file
+// (SetChunk, DropInline), so a file cannot be pointed at a chunk some
+// other file holds.
 const (
 	Read  Access = 1
 	Write Access = 2
+	Alloc Access = 4
 )
 
 func (a Access) String() string {
-	switch a {
-	case Read:
-		return "read"
-	case Write:
-		return "write"
-	case Read | Write:
-		return "read+write"
+	var parts []string
+	for _, b := range []struct {
+		bit  Access
+		name string
+	}{{Read, "read"}, {Write, "write"}, {Alloc, "alloc"}} {
+		if a&b.bit != 0 {
+			parts = append(parts, b.name)
+		}
 	}
-	return fmt.Sprintf("access(%d)", uint8(a))
+	if len(parts) == 0 || a&^(Read|Write|Alloc) != 0 {
+		return fmt.Sprintf("access(%d)", uint8(a))
+	}
+	return strings.Join(parts, "+")
 }
 
 // Key signs tokens. ID 0 is never used.
@@ -137,7 +146,8 @@ func (v *Verifier) Len() int {
 }
 
 // Check says whether tok lets holder have access need to handle's chunk
-// at now.
+// at now; a zero now skips the expiry check (proof of an allocation,
+// which stays true).
 func (v *Verifier) Check(tok []byte, handle uint64, need Access, holder string, now time.Time) error {
 	if len(tok) == 0 {
 		return ErrMissing
@@ -155,7 +165,7 @@ func (v *Verifier) Check(tok []byte, handle uint64, need Access, holder string, 
 	if !hmac.Equal(tok[14:30], mac(secret, tok[:14], handle, holder)) {
 		return fmt.Errorf("%w (chunk %d, certificate %q)", ErrForged, handle, holder)
 	}
-	if exp := Expiry(tok); now.After(exp) {
+	if exp := Expiry(tok); !now.IsZero() && now.After(exp) {
 		return fmt.Errorf("%w at %s", ErrExpired, exp.UTC().Format(time.RFC3339))
 	}
 	if have := Access(tok[1]); have&need != need {

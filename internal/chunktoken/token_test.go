@@ -55,6 +55,11 @@ func TestCheck(t *testing.T) {
 	}
 	v.SetKeys([]Key{k1, k2})
 	ok(v.Check(tok2, handle, Write, "client/alice", t0.Add(time.Hour)))
+	// A zero time skips the expiry (an allocation proof).
+	ok(v.Check(tok, handle, Read, "client/alice", time.Time{}))
+	if s := (Read | Write | Alloc).String(); s != "read+write+alloc" {
+		t.Fatalf("access string %q", s)
+	}
 	if got := Expiry(tok2); !got.Equal(t0.Add(2 * time.Hour)) {
 		t.Fatalf("expiry %v", got)
 	}

@@ -53,7 +53,11 @@ func TestChunkTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	meta := wire.NewMetaClient(mustDialTLS(t, c.Addrs()[0], tlsWith(t, malloryBundle)))
+	var malloryMetas []wire.MetaClient
+	for _, a := range c.Addrs() {
+		malloryMetas = append(malloryMetas, wire.NewMetaClient(mustDialTLS(t, a, tlsWith(t, malloryBundle))))
+	}
+	meta := malloryMetas[0]
 	chunksOf := func(path string) []*wire.ChunkRef {
 		t.Helper()
 		a, err := host.Stat(ctx, path)
@@ -168,6 +172,49 @@ func TestChunkTokens(t *testing.T) {
 		_, err = f.ReadAt(ctx, make([]byte, 10), 0)
 		f.Close()
 		wantErrno(t, "mallory reads /secret", err, syscall.EACCES)
+	}
+
+	// She cannot give a file of hers someone else's chunk (then write it
+	// through her file): only a chunk the president allocated to her
+	// certificate may be recorded, and the library's own allocations work.
+	if _, err := host.Mkdir(ctx, "/home-m", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Chown(ctx, "/home-m", 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	own := bytes.Repeat([]byte("m"), 1<<20+10)
+	if _, err := malloryCl.WriteFile(ctx, "/home-m/own", bytes.NewReader(own), 0o644); err != nil {
+		t.Fatalf("mallory writes her own file: %v", err)
+	}
+	ownAttr, err := host.Stat(ctx, "/home-m/own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tok  []byte
+	}{{"no token", nil}, {"the victim's read token", victim[0].GetToken()}, {"a raised access byte", forged}} {
+		ref := &wire.ChunkRef{Index: 7, Handle: victim[0].GetHandle(), Group: victim[0].GetGroup(), Token: tc.tok}
+		// To every node, so that the leader, which would apply it, has it.
+		var resp *wire.MutateResponse
+		var err error
+		for _, mc := range malloryMetas {
+			resp, err = mc.Mutate(ctx, &wire.MutateRequest{ClusterId: host.ClusterID(), Group: 1, Cmd: &wire.Command{Version: 1,
+				Req:    &wire.RequestID{ClientId: 777, Seq: 1, FirstIncomplete: 1},
+				Caller: &wire.Cred{Uid: 1000, Gid: 1000},
+				Op:     &wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: ownAttr.GetIno(), Chunk: ref}}}})
+			if resp.GetStatus().GetCode() != wire.Code_NOT_LEADER {
+				break
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), "allocated to this certificate") {
+			t.Errorf("SetChunk of the victim's chunk into her file, %s: %v %v", tc.name, resp, err)
+		}
+	}
+	buf.Reset()
+	if _, err := malloryCl.ReadFile(ctx, "/home-m/own", &buf); err != nil || !bytes.Equal(buf.Bytes(), own) {
+		t.Fatalf("mallory reads her own file: %v", err)
 	}
 
 	// Expired: after the lifetime her token is refused as such (the

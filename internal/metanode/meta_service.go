@@ -206,6 +206,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if err := authorizeCaller(caller, cmd); err != nil {
 		return nil, err
 	}
+	if err := s.n.checkAllocProofs(caller, cmd); err != nil {
+		return nil, err
+	}
 	if op, ok := cmd.GetOp().(*wire.Command_MemberSynced); ok && caller.Secure {
 		if err := s.checkSyncReporter(caller, op.MemberSynced); err != nil {
 			return nil, err
@@ -268,9 +271,10 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if res.GetErrno() == 0 {
 		resp.Result = s.n.tokenizeResult(caller, cmd, res)
 		if _, ok := cmd.GetOp().(*wire.Command_AllocChunkHandles); ok {
-			// The chunk is written before a ministry records it (a file
-			// leaving inline): a token to write it, for its allocator.
-			acc := chunktoken.Write
+			// The proof of allocation a ministry asks before it records
+			// the chunk in a file (checkAllocProofs), which also lets
+			// the allocator write it first (a file leaving inline).
+			acc := chunktoken.Write | chunktoken.Alloc
 			if trustedForTokens(caller) {
 				acc |= chunktoken.Read
 			}

@@ -46,9 +46,10 @@ type Node struct {
 	gc        *collector
 	leases    *leaseService
 	maps      mapCache
-	// signer holds the chunk token keys (tokens.go).
-	signer chunktoken.Signer
-	epochs epochCache
+	// signer and verifier hold the chunk token keys (tokens.go).
+	signer   chunktoken.Signer
+	verifier chunktoken.Verifier
+	epochs   epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).
 	ops     opsCounter

@@ -3,8 +3,12 @@ package metanode
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/chunktoken"
@@ -105,8 +109,49 @@ func (n *Node) refreshTokenKeys(ctx context.Context, leadsPresident bool) error 
 			}
 		}
 	}
-	n.signer.SetKeys(keysOf(ks))
+	keys := keysOf(ks)
+	n.signer.SetKeys(keys)
+	n.verifier.SetKeys(keys)
 	return nil
+}
+
+// checkAllocProofs refuses a client's set_chunk or drop_inline (also in a
+// batch) whose chunk does not carry the allocation token the president
+// gave this certificate for it (AllocChunkHandles): a chunk number is
+// allocated once, so a file can only be given a fresh chunk, never one
+// another file holds. Nodes (moves) and plaintext clusters are not
+// checked. A key this node has not learnt yet is UNAVAILABLE (retried).
+func (n *Node) checkAllocProofs(c rpc.Caller, cmd *wire.Command) error {
+	if !c.Secure || (c.Role != certs.RoleClient && c.Role != certs.RoleAdmin) {
+		return nil
+	}
+	var ref *wire.ChunkRef
+	switch op := cmd.GetOp().(type) {
+	case *wire.Command_Batch:
+		for _, sub := range op.Batch.GetCmds() {
+			if err := n.checkAllocProofs(c, sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *wire.Command_SetChunk:
+		ref = op.SetChunk.GetChunk()
+	case *wire.Command_DropInline:
+		ref = op.DropInline.GetChunk()
+	}
+	if ref == nil {
+		return nil
+	}
+	err := n.verifier.Check(ref.GetToken(), ref.GetHandle(), chunktoken.Alloc|chunktoken.Write, c.Identity.String(), time.Time{})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, chunktoken.ErrUnknownKey):
+		return status.Errorf(codes.Unavailable, "chunk %d: %v: node %v has not learnt it yet; retry", ref.GetHandle(), err, n.cfg.ID)
+	default:
+		return status.Errorf(codes.PermissionDenied, "chunk %d: a file may only be given a chunk allocated to this certificate (%s) by the president: %v",
+			ref.GetHandle(), c.Identity, err)
+	}
 }
 
 // trustedForTokens says whether a caller gets read and write tokens for
