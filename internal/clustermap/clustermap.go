@@ -202,6 +202,8 @@ func apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 		return allocChunkHandles(rw, op.AllocChunkHandles)
 	case *wire.Command_AddTokenKey:
 		return addTokenKey(rw, op.AddTokenKey)
+	case *wire.Command_BindNodeCert:
+		return bindNodeCert(rw, op.BindNodeCert)
 	case *wire.Command_ReplaceMember:
 		return replaceMember(rw, op.ReplaceMember)
 	case *wire.Command_MemberSynced:

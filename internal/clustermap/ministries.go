@@ -326,6 +326,9 @@ func joinNode(rw engine.ReadWriter, op *wire.JoinNodeOp) (*wire.Result, error) {
 	}
 	var top uint64
 	for _, m := range ms {
+		if c := op.GetCertName(); c != "" && m.GetCertName() == c {
+			return errResult(syscall.EEXIST, "join: certificate %q already speaks for node %d; give each node its own certificate", c, m.GetId()), nil
+		}
 		if m.GetAddr() == op.GetAddr() {
 			// A retried join is answered from the dedup table; this is
 			// another node, or one whose data was lost: under the old id
@@ -336,10 +339,45 @@ func joinNode(rw engine.ReadWriter, op *wire.JoinNodeOp) (*wire.Result, error) {
 		top = max(top, m.GetId())
 	}
 	id := top + 1
-	if err := putMsg(rw, nodeKey(id), &wire.Member{Id: id, Addr: op.GetAddr()}); err != nil {
+	if err := putMsg(rw, nodeKey(id), &wire.Member{Id: id, Addr: op.GetAddr(), CertName: op.GetCertName()}); err != nil {
 		return nil, err
 	}
 	return &wire.Result{Start: id}, nil
+}
+
+func bindNodeCert(rw engine.ReadWriter, op *wire.BindNodeCertOp) (*wire.Result, error) {
+	if op.GetCertName() == "" {
+		return errResult(syscall.EINVAL, "bind node certificate: no name given"), nil
+	}
+	if err := writeOutLegacy(rw); err != nil {
+		return nil, err
+	}
+	ms, err := Members(rw)
+	if err != nil {
+		return nil, err
+	}
+	var me *wire.Member
+	for _, m := range ms {
+		switch {
+		case m.GetId() == op.GetNode():
+			me = m
+		case m.GetCertName() == op.GetCertName():
+			return errResult(syscall.EEXIST, "certificate %q already speaks for node %d", op.GetCertName(), m.GetId()), nil
+		}
+	}
+	switch {
+	case me == nil:
+		return errResult(syscall.ENOENT, "node %d is not a member", op.GetNode()), nil
+	case me.GetCertName() == op.GetCertName():
+		return &wire.Result{}, nil
+	case me.GetCertName() != "":
+		return errResult(syscall.EEXIST, "node %d speaks with certificate %q, not %q", op.GetNode(), me.GetCertName(), op.GetCertName()), nil
+	}
+	me.CertName = op.GetCertName()
+	if err := putMsg(rw, nodeKey(me.GetId()), me); err != nil {
+		return nil, err
+	}
+	return &wire.Result{}, nil
 }
 
 // ministryOwning returns the ministry whose subtree list has ino as a

@@ -158,6 +158,22 @@ func TestHostileClients(t *testing.T) {
 	if _, err := cl.WriteFile(ctx, "/victim", bytes.NewReader(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Founders bind their certificates at their first heartbeats: wait
+	// for it, so that the map stays still during the attacks.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := cl.ClusterMap(ctx)
+		bound := err == nil && len(info.GetMembers()) == 3
+		for _, m := range info.GetMembers() {
+			bound = bound && m.GetCertName() != ""
+		}
+		if bound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metadata nodes not bound to their certificates: %v %v", info.GetMembers(), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	before := readState(t, ctx, c, cl, "/victim")
 	if !bytes.Equal(before.file, data) {
 		t.Fatal("file read back differs before any attack")
@@ -316,6 +332,19 @@ func TestHostileClients(t *testing.T) {
 		}
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "registered by certificate chunk/chunk") {
 			t.Errorf("heartbeat for server %d from chunk/rogue: %v %v", before.servers[0].GetServer().GetId(), resp, err)
+		}
+	}
+	// A node certificate of this cluster speaks only for the node it is
+	// bound to: not in raft traffic, not in heartbeats.
+	rogueNode := issue(c.CADir(), certs.Identity{Role: certs.RoleNode, Name: "rogue-node"}, 0, now)
+	_, err = wire.NewRaftClient(mustDialTLS(t, addr, tlsWith(t, rogueNode))).Send(rctx, &wire.RaftBatch{ClusterId: cid, From: 2, To: 1})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "must come from certificate node/") {
+		t.Errorf("raft traffic as node 2 from node/rogue-node: %v", err)
+	}
+	for _, m := range before.info.GetMembers() {
+		_, err = dialWith(t, addr, tlsWith(t, rogueNode)).MetaHeartbeat(rctx, &wire.MetaHeartbeatRequest{ClusterId: cid, NodeId: m.GetId(), Addr: m.GetAddr()})
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "speaks with certificate") {
+			t.Errorf("heartbeat as node %d from node/rogue-node: %v", m.GetId(), err)
 		}
 	}
 	forPresident := func(cmd *wire.Command) (*wire.MutateResponse, error) {

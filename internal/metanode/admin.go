@@ -16,6 +16,7 @@ import (
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/namespace"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -267,7 +268,7 @@ func (s *metaService) Join(ctx context.Context, req *wire.JoinRequest) (*wire.Jo
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	res, err := n.proposeAnywhere(ctx, ids.PresidentGroup, &wire.Command{Version: 1, Req: req.GetReq(), NowNs: n.cfg.Clock.Now().UnixNano(),
-		Op: &wire.Command_JoinNode{JoinNode: &wire.JoinNodeOp{Addr: req.GetAddr()}}})
+		Op: &wire.Command_JoinNode{JoinNode: &wire.JoinNodeOp{Addr: req.GetAddr(), CertName: certNameOf(rpc.CallerOf(ctx))}}})
 	if err != nil {
 		return &wire.JoinResponse{Status: statusOf(wire.Code_UNAVAILABLE, "join: %v", err)}, nil
 	}

@@ -1,11 +1,17 @@
 package metanode
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/rpc"
+	"github.com/govfs/govfs/internal/wire"
 )
 
 var identityKey = []byte("nident")
@@ -92,5 +98,45 @@ func checkIdentity(cfg *Config, stored *identity) error {
 		return fmt.Errorf("--peers %s conflicts with the members this data directory was formed with (%s): start with --peers %s (membership changes are not supported yet)",
 			FormatPeers(cfg.Peers), FormatPeers(stored.Peers), FormatPeers(stored.Peers))
 	}
+	return nil
+}
+
+// certNameOf is the certificate name a node speaks with ("" on a
+// plaintext connection).
+func certNameOf(c rpc.Caller) string {
+	if !c.Secure {
+		return ""
+	}
+	return c.Name
+}
+
+// bindNodeCert checks that a secure heartbeat for member m comes from the
+// certificate m is bound to; a founder not bound yet is bound to this
+// one by the president's leader (the first heartbeat after formation),
+// so that from then on no other node certificate can speak for it, in
+// raft traffic or heartbeats.
+func (n *Node) bindNodeCert(ctx context.Context, m *wire.Member) error {
+	c := rpc.CallerOf(ctx)
+	if !c.Secure {
+		return nil
+	}
+	if want := m.GetCertName(); want != "" {
+		if want != c.Name {
+			return status.Errorf(codes.PermissionDenied, "node %d speaks with certificate node/%s; the caller's certificate is %s", m.GetId(), want, c.Identity)
+		}
+		return nil
+	}
+	if _, me := n.host.Leader(ids.PresidentGroup); !me {
+		return nil // the leader binds it at one of the next heartbeats
+	}
+	res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
+		Op: &wire.Command_BindNodeCert{BindNodeCert: &wire.BindNodeCertOp{Node: m.GetId(), CertName: c.Name}}})
+	if err != nil {
+		return nil // retried at the next heartbeat
+	}
+	if res.GetErrno() != 0 {
+		return status.Errorf(codes.PermissionDenied, "node %d: %s", m.GetId(), res.GetMessage())
+	}
+	n.log.Info("node certificate bound", "node", m.GetId(), "cert", c.Name)
 	return nil
 }

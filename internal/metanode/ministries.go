@@ -282,6 +282,13 @@ func (n *Node) syncMap(ctx context.Context, v *mapView) error {
 		if changed {
 			cur.SetAddrs(addrs)
 		}
+		names := map[ids.NodeID]string{}
+		for _, m := range v.members {
+			if m.GetCertName() != "" {
+				names[ids.NodeID(m.GetId())] = m.GetCertName()
+			}
+		}
+		cur.SetCertNames(names)
 	}
 	if err := n.rememberAddrs(v); err != nil {
 		return err

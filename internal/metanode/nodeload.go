@@ -188,12 +188,17 @@ func (s *metaService) MetaHeartbeat(ctx context.Context, req *wire.MetaHeartbeat
 	if v := s.n.mapView(); v != nil {
 		members = v.members
 	}
-	known := false
+	var me *wire.Member
 	for _, m := range members {
-		known = known || (m.GetId() == req.GetNodeId() && m.GetAddr() == req.GetAddr())
+		if m.GetId() == req.GetNodeId() && m.GetAddr() == req.GetAddr() {
+			me = m
+		}
 	}
-	if !known {
+	if me == nil {
 		return &wire.MetaHeartbeatResponse{Status: statusOf(wire.Code_INVALID, "node %d at %q is not a metadata node of this cluster (join first)", req.GetNodeId(), req.GetAddr())}, nil
+	}
+	if err := s.n.bindNodeCert(ctx, me); err != nil {
+		return nil, err
 	}
 	s.n.nodes.note(s.n.cfg.Clock.Now(), req)
 	return &wire.MetaHeartbeatResponse{Status: &wire.Status{}, IntervalMs: uint64(metaHeartbeatInterval / time.Millisecond)}, nil

@@ -13,6 +13,8 @@ import (
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/wire"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -28,6 +30,9 @@ type RaftTransport struct {
 	mu    sync.Mutex
 	host  *multiraft.Host
 	peers map[ids.NodeID]*peer
+	// certNames: the certificate each node speaks with, from the map
+	// (Member.cert_name); traffic from another certificate is refused.
+	certNames map[ids.NodeID]string
 
 	stop chan struct{}
 	// ctx is cancelled by Close so that in-flight sends and snapshot
@@ -260,6 +265,33 @@ func (t *RaftTransport) streamSnapshot(to ids.NodeID, g ids.GroupID, msg *pb.Mes
 	return nil
 }
 
+// SetCertNames replaces the certificate names nodes are bound to.
+func (t *RaftTransport) SetCertNames(names map[ids.NodeID]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.certNames = names
+}
+
+// CertName is the certificate name node id is bound to ("" when none is
+// recorded yet).
+func (t *RaftTransport) CertName(id ids.NodeID) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.certNames[id]
+}
+
+// checkCert refuses raft traffic that claims to be node from's but comes
+// from another certificate than the one node from is bound to (the role
+// itself is checked by Authorize).
+func (t *RaftTransport) checkCert(ctx context.Context, from uint64) error {
+	if c := CallerOf(ctx); c.Secure {
+		if want := t.CertName(ids.NodeID(from)); want != "" && want != c.Name {
+			return status.Errorf(codes.PermissionDenied, "raft traffic from node %d must come from certificate node/%s; the caller's certificate is %s", from, want, c.Identity)
+		}
+	}
+	return nil
+}
+
 func (t *RaftTransport) checkPeer(cluster string, from, to uint64) *wire.Status {
 	if t.Addr(ids.NodeID(from)) == "" {
 		return &wire.Status{Code: wire.Code_INVALID, Message: fmt.Sprintf("node %d is not a member of this cluster", from)}
@@ -283,8 +315,11 @@ type RaftService struct {
 func (t *RaftTransport) Service() *RaftService { return &RaftService{t: t} }
 
 // Send implements wire.RaftServer.
-func (s *RaftService) Send(_ context.Context, b *wire.RaftBatch) (*wire.RaftAck, error) {
+func (s *RaftService) Send(ctx context.Context, b *wire.RaftBatch) (*wire.RaftAck, error) {
 	t := s.t
+	if err := t.checkCert(ctx, b.GetFrom()); err != nil {
+		return nil, err
+	}
 	if st := t.checkPeer(b.GetClusterId(), b.GetFrom(), b.GetTo()); st != nil {
 		return &wire.RaftAck{Status: st}, nil
 	}
@@ -320,6 +355,9 @@ func (s *RaftService) SendSnapshot(stream wire.Raft_SendSnapshotServer) error {
 	t := s.t
 	hdr, err := stream.Recv()
 	if err != nil {
+		return err
+	}
+	if err := t.checkCert(stream.Context(), hdr.GetFrom()); err != nil {
 		return err
 	}
 	if st := t.checkPeer(hdr.GetClusterId(), hdr.GetFrom(), hdr.GetTo()); st != nil {

@@ -1010,6 +1010,7 @@ type Command struct {
 	//	*Command_SetMembers
 	//	*Command_DissolveMinistry
 	//	*Command_AddTokenKey
+	//	*Command_BindNodeCert
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1395,6 +1396,15 @@ func (x *Command) GetAddTokenKey() *AddTokenKeyOp {
 	return nil
 }
 
+func (x *Command) GetBindNodeCert() *BindNodeCertOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_BindNodeCert); ok {
+			return x.BindNodeCert
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1541,6 +1551,10 @@ type Command_AddTokenKey struct {
 	AddTokenKey *AddTokenKeyOp `protobuf:"bytes,44,opt,name=add_token_key,json=addTokenKey,proto3,oneof"`
 }
 
+type Command_BindNodeCert struct {
+	BindNodeCert *BindNodeCertOp `protobuf:"bytes,45,opt,name=bind_node_cert,json=bindNodeCert,proto3,oneof"`
+}
+
 func (*Command_Create) isCommand_Op() {}
 
 func (*Command_Link) isCommand_Op() {}
@@ -1610,6 +1624,8 @@ func (*Command_SetMembers) isCommand_Op() {}
 func (*Command_DissolveMinistry) isCommand_Op() {}
 
 func (*Command_AddTokenKey) isCommand_Op() {}
+
+func (*Command_BindNodeCert) isCommand_Op() {}
 
 // CreateOp creates a regular file, directory, symlink or fifo named `name`
 // in directory `parent`.
@@ -3482,9 +3498,14 @@ func (x *Result) GetMore() bool {
 }
 
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	// The name of the node certificate this node speaks with (TLS
+	// clusters): recorded at its join, or at a founder's first heartbeat.
+	// Raft traffic and heartbeats for this id from another certificate are
+	// refused.
+	CertName      string `protobuf:"bytes,3,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3529,6 +3550,13 @@ func (x *Member) GetId() uint64 {
 func (x *Member) GetAddr() string {
 	if x != nil {
 		return x.Addr
+	}
+	return ""
+}
+
+func (x *Member) GetCertName() string {
+	if x != nil {
+		return x.CertName
 	}
 	return ""
 }
@@ -4214,8 +4242,10 @@ func (x *MoveStateOp) GetError() string {
 // its new node id. An address that is already a member's is refused
 // (EEXIST); a retried join is answered from the dedup table.
 type JoinNodeOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Addr          string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Addr  string                 `protobuf:"bytes,1,opt,name=addr,proto3" json:"addr,omitempty"`
+	// The joining node's certificate name (Member.cert_name).
+	CertName      string `protobuf:"bytes,2,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4257,6 +4287,68 @@ func (x *JoinNodeOp) GetAddr() string {
 	return ""
 }
 
+func (x *JoinNodeOp) GetCertName() string {
+	if x != nil {
+		return x.CertName
+	}
+	return ""
+}
+
+// BindNodeCertOp records the certificate name of node `node` (a founder,
+// at its first heartbeat to the president). Refused when the node has
+// another name already, or another node has this one.
+type BindNodeCertOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          uint64                 `protobuf:"varint,1,opt,name=node,proto3" json:"node,omitempty"`
+	CertName      string                 `protobuf:"bytes,2,opt,name=cert_name,json=certName,proto3" json:"cert_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BindNodeCertOp) Reset() {
+	*x = BindNodeCertOp{}
+	mi := &file_govfs_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BindNodeCertOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BindNodeCertOp) ProtoMessage() {}
+
+func (x *BindNodeCertOp) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BindNodeCertOp.ProtoReflect.Descriptor instead.
+func (*BindNodeCertOp) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BindNodeCertOp) GetNode() uint64 {
+	if x != nil {
+		return x.Node
+	}
+	return 0
+}
+
+func (x *BindNodeCertOp) GetCertName() string {
+	if x != nil {
+		return x.CertName
+	}
+	return ""
+}
+
 // ExportSubtreeOp freezes directory `ino` (entry `name` in `parent`) in
 // the source ministry for move `move`: changes to it fail with a
 // retryable UNAVAILABLE until the move ends. Refused (nothing changes)
@@ -4275,7 +4367,7 @@ type ExportSubtreeOp struct {
 
 func (x *ExportSubtreeOp) Reset() {
 	*x = ExportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4287,7 +4379,7 @@ func (x *ExportSubtreeOp) String() string {
 func (*ExportSubtreeOp) ProtoMessage() {}
 
 func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[44]
+	mi := &file_govfs_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4300,7 +4392,7 @@ func (x *ExportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ExportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{44}
+	return file_govfs_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExportSubtreeOp) GetMove() uint64 {
@@ -4364,7 +4456,7 @@ type ImportSubtreeOp struct {
 
 func (x *ImportSubtreeOp) Reset() {
 	*x = ImportSubtreeOp{}
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4376,7 +4468,7 @@ func (x *ImportSubtreeOp) String() string {
 func (*ImportSubtreeOp) ProtoMessage() {}
 
 func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[45]
+	mi := &file_govfs_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4389,7 +4481,7 @@ func (x *ImportSubtreeOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportSubtreeOp.ProtoReflect.Descriptor instead.
 func (*ImportSubtreeOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{45}
+	return file_govfs_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportSubtreeOp) GetMove() uint64 {
@@ -4467,7 +4559,7 @@ type FinishExportOp struct {
 
 func (x *FinishExportOp) Reset() {
 	*x = FinishExportOp{}
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4479,7 +4571,7 @@ func (x *FinishExportOp) String() string {
 func (*FinishExportOp) ProtoMessage() {}
 
 func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[46]
+	mi := &file_govfs_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4492,7 +4584,7 @@ func (x *FinishExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishExportOp.ProtoReflect.Descriptor instead.
 func (*FinishExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{46}
+	return file_govfs_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FinishExportOp) GetMove() uint64 {
@@ -4553,7 +4645,7 @@ type AbortExportOp struct {
 
 func (x *AbortExportOp) Reset() {
 	*x = AbortExportOp{}
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4657,7 @@ func (x *AbortExportOp) String() string {
 func (*AbortExportOp) ProtoMessage() {}
 
 func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[47]
+	mi := &file_govfs_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4670,7 @@ func (x *AbortExportOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortExportOp.ProtoReflect.Descriptor instead.
 func (*AbortExportOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{47}
+	return file_govfs_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AbortExportOp) GetMove() uint64 {
@@ -4627,7 +4719,7 @@ type FreezeEntriesOp struct {
 
 func (x *FreezeEntriesOp) Reset() {
 	*x = FreezeEntriesOp{}
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4639,7 +4731,7 @@ func (x *FreezeEntriesOp) String() string {
 func (*FreezeEntriesOp) ProtoMessage() {}
 
 func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[48]
+	mi := &file_govfs_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4652,7 +4744,7 @@ func (x *FreezeEntriesOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreezeEntriesOp.ProtoReflect.Descriptor instead.
 func (*FreezeEntriesOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{48}
+	return file_govfs_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FreezeEntriesOp) GetMove() uint64 {
@@ -4699,7 +4791,7 @@ type MutateRequest struct {
 
 func (x *MutateRequest) Reset() {
 	*x = MutateRequest{}
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4711,7 +4803,7 @@ func (x *MutateRequest) String() string {
 func (*MutateRequest) ProtoMessage() {}
 
 func (x *MutateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[49]
+	mi := &file_govfs_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4724,7 +4816,7 @@ func (x *MutateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateRequest.ProtoReflect.Descriptor instead.
 func (*MutateRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{49}
+	return file_govfs_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MutateRequest) GetClusterId() string {
@@ -4769,7 +4861,7 @@ type MutateResponse struct {
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +4873,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[50]
+	mi := &file_govfs_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +4886,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{50}
+	return file_govfs_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -4856,7 +4948,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4868,7 +4960,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4881,7 +4973,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -5090,7 +5182,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5194,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5207,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -5164,7 +5256,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5268,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5281,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -5232,7 +5324,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5244,7 +5336,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5257,7 +5349,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -5305,7 +5397,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5317,7 +5409,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5330,7 +5422,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -5356,7 +5448,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5368,7 +5460,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5381,7 +5473,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -5404,7 +5496,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5416,7 +5508,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5429,7 +5521,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -5463,7 +5555,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5475,7 +5567,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5488,7 +5580,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -5514,7 +5606,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5526,7 +5618,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5539,7 +5631,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -5558,7 +5650,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5570,7 +5662,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5583,7 +5675,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5609,7 +5701,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5621,7 +5713,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5634,7 +5726,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5673,7 +5765,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5685,7 +5777,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5698,7 +5790,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5742,7 +5834,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5754,7 +5846,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5767,7 +5859,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5838,7 +5930,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5850,7 +5942,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5863,7 +5955,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -5976,7 +6068,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5988,7 +6080,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6001,7 +6093,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ClusterInfoRequest) GetKnownIndex() uint64 {
@@ -6053,7 +6145,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6065,7 +6157,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6078,7 +6170,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -6205,7 +6297,7 @@ type InodeRange struct {
 
 func (x *InodeRange) Reset() {
 	*x = InodeRange{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6217,7 +6309,7 @@ func (x *InodeRange) String() string {
 func (*InodeRange) ProtoMessage() {}
 
 func (x *InodeRange) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6230,7 +6322,7 @@ func (x *InodeRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
 func (*InodeRange) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *InodeRange) GetStart() uint64 {
@@ -6270,7 +6362,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6282,7 +6374,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6295,7 +6387,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -6344,7 +6436,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6356,7 +6448,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6369,7 +6461,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -6418,7 +6510,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6430,7 +6522,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6443,7 +6535,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -6479,7 +6571,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6491,7 +6583,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6504,7 +6596,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6557,7 +6649,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6569,7 +6661,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6582,7 +6674,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 type GroupStatus struct {
@@ -6603,7 +6695,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6615,7 +6707,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6628,7 +6720,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -6720,7 +6812,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6732,7 +6824,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6745,7 +6837,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -6839,7 +6931,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6851,7 +6943,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6864,7 +6956,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -6940,7 +7032,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6952,7 +7044,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6965,7 +7057,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -7024,7 +7116,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7036,7 +7128,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7049,7 +7141,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -7174,7 +7266,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7186,7 +7278,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7199,7 +7291,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -7354,7 +7446,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7366,7 +7458,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7379,7 +7471,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7476,7 +7568,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7488,7 +7580,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7501,7 +7593,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7592,7 +7684,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7604,7 +7696,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7617,7 +7709,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -7707,7 +7799,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7719,7 +7811,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7732,7 +7824,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -7761,7 +7853,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7773,7 +7865,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7786,7 +7878,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -7822,7 +7914,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7834,7 +7926,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7847,7 +7939,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -7886,7 +7978,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7898,7 +7990,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7911,7 +8003,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 type PingResponse struct {
@@ -7922,7 +8014,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7934,7 +8026,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7947,7 +8039,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -7964,7 +8056,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7976,7 +8068,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7989,7 +8081,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -8031,7 +8123,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8043,7 +8135,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8056,7 +8148,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -8082,7 +8174,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8094,7 +8186,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8107,7 +8199,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -8135,7 +8227,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8147,7 +8239,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8160,7 +8252,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{90}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8222,7 +8314,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8234,7 +8326,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8247,7 +8339,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{91}
+	return file_govfs_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KV) GetKey() []byte {
@@ -8308,7 +8400,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04Cred\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x02 \x01(\rR\x03gid\x12\x16\n" +
-	"\x06groups\x18\x03 \x03(\rR\x06groups\"\xc9\x12\n" +
+	"\x06groups\x18\x03 \x03(\rR\x06groups\"\x8d\x13\n" +
 	"\aCommand\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversion\x12'\n" +
 	"\x03req\x18\x02 \x01(\v2\x15.govfs.wire.RequestIDR\x03req\x12\x15\n" +
@@ -8353,7 +8445,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\vset_members\x18* \x01(\v2\x18.govfs.wire.SetMembersOpH\x00R\n" +
 	"setMembers\x12M\n" +
 	"\x11dissolve_ministry\x18+ \x01(\v2\x1e.govfs.wire.DissolveMinistryOpH\x00R\x10dissolveMinistry\x12?\n" +
-	"\radd_token_key\x18, \x01(\v2\x19.govfs.wire.AddTokenKeyOpH\x00R\vaddTokenKeyB\x04\n" +
+	"\radd_token_key\x18, \x01(\v2\x19.govfs.wire.AddTokenKeyOpH\x00R\vaddTokenKey\x12B\n" +
+	"\x0ebind_node_cert\x18- \x01(\v2\x1a.govfs.wire.BindNodeCertOpH\x00R\fbindNodeCertB\x04\n" +
 	"\x02op\"\xf6\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -8487,10 +8580,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05chunk\x18\x06 \x01(\v2\x14.govfs.wire.ChunkRefR\x05chunk\x12,\n" +
 	"\aresults\x18\a \x03(\v2\x12.govfs.wire.ResultR\aresults\x12\x16\n" +
 	"\x06moving\x18\b \x01(\bR\x06moving\x12\x12\n" +
-	"\x04more\x18\t \x01(\bR\x04more\",\n" +
+	"\x04more\x18\t \x01(\bR\x04more\"I\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x9d\x02\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x1b\n" +
+	"\tcert_name\x18\x03 \x01(\tR\bcertName\"\x9d\x02\n" +
 	"\bMinistry\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x19\n" +
 	"\broot_ino\x18\x02 \x01(\x04R\arootIno\x12\x1b\n" +
@@ -8543,10 +8637,14 @@ const file_govfs_proto_rawDesc = "" +
 	"\vMoveStateOp\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12+\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x15.govfs.wire.MoveStateR\x05state\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\" \n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"=\n" +
 	"\n" +
 	"JoinNodeOp\x12\x12\n" +
-	"\x04addr\x18\x01 \x01(\tR\x04addr\"{\n" +
+	"\x04addr\x18\x01 \x01(\tR\x04addr\x12\x1b\n" +
+	"\tcert_name\x18\x02 \x01(\tR\bcertName\"A\n" +
+	"\x0eBindNodeCertOp\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\x04R\x04node\x12\x1b\n" +
+	"\tcert_name\x18\x02 \x01(\tR\bcertName\"{\n" +
 	"\x0fExportSubtreeOp\x12\x12\n" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12\x16\n" +
@@ -8973,7 +9071,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 93)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -9026,55 +9124,56 @@ var file_govfs_proto_goTypes = []any{
 	(*BeginMoveOp)(nil),            // 48: govfs.wire.BeginMoveOp
 	(*MoveStateOp)(nil),            // 49: govfs.wire.MoveStateOp
 	(*JoinNodeOp)(nil),             // 50: govfs.wire.JoinNodeOp
-	(*ExportSubtreeOp)(nil),        // 51: govfs.wire.ExportSubtreeOp
-	(*ImportSubtreeOp)(nil),        // 52: govfs.wire.ImportSubtreeOp
-	(*FinishExportOp)(nil),         // 53: govfs.wire.FinishExportOp
-	(*AbortExportOp)(nil),          // 54: govfs.wire.AbortExportOp
-	(*FreezeEntriesOp)(nil),        // 55: govfs.wire.FreezeEntriesOp
-	(*MutateRequest)(nil),          // 56: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 57: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 58: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 59: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 60: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 61: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 62: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 63: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 64: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 65: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 66: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 67: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 68: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 69: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 70: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 71: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 72: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 73: govfs.wire.ClusterInfoResponse
-	(*InodeRange)(nil),             // 74: govfs.wire.InodeRange
-	(*GroupLoad)(nil),              // 75: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 76: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 77: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 78: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 79: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 80: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 81: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 82: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 83: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 84: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 85: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 86: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 87: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 88: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 89: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 90: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 91: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 92: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 93: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 94: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 95: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 96: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 97: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 98: govfs.wire.KV
-	nil,                            // 99: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*BindNodeCertOp)(nil),         // 51: govfs.wire.BindNodeCertOp
+	(*ExportSubtreeOp)(nil),        // 52: govfs.wire.ExportSubtreeOp
+	(*ImportSubtreeOp)(nil),        // 53: govfs.wire.ImportSubtreeOp
+	(*FinishExportOp)(nil),         // 54: govfs.wire.FinishExportOp
+	(*AbortExportOp)(nil),          // 55: govfs.wire.AbortExportOp
+	(*FreezeEntriesOp)(nil),        // 56: govfs.wire.FreezeEntriesOp
+	(*MutateRequest)(nil),          // 57: govfs.wire.MutateRequest
+	(*MutateResponse)(nil),         // 58: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 59: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 60: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 61: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 62: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 63: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 64: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 65: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 66: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 67: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 68: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 69: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 70: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 71: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 72: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 73: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 74: govfs.wire.ClusterInfoResponse
+	(*InodeRange)(nil),             // 75: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 76: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 77: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 78: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 79: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 80: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 81: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 82: govfs.wire.StatusResponse
+	(*ChunkHeartbeatRequest)(nil),  // 83: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 84: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 85: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 86: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 87: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 88: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 89: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 90: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 91: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 92: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 93: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 94: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 95: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 96: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 97: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 98: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 99: govfs.wire.KV
+	nil,                            // 100: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -9093,17 +9192,17 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 13: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 14: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 15: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	59,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	60,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	60,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	61,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 18: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 19: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 20: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
 	17,  // 21: govfs.wire.Command.lease_session:type_name -> govfs.wire.LeaseSessionOp
-	51,  // 22: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
-	52,  // 23: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
-	53,  // 24: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
-	54,  // 25: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
-	55,  // 26: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
+	52,  // 22: govfs.wire.Command.export_subtree:type_name -> govfs.wire.ExportSubtreeOp
+	53,  // 23: govfs.wire.Command.import_subtree:type_name -> govfs.wire.ImportSubtreeOp
+	54,  // 24: govfs.wire.Command.finish_export:type_name -> govfs.wire.FinishExportOp
+	55,  // 25: govfs.wire.Command.abort_export:type_name -> govfs.wire.AbortExportOp
+	56,  // 26: govfs.wire.Command.freeze_entries:type_name -> govfs.wire.FreezeEntriesOp
 	29,  // 27: govfs.wire.Command.init_cluster:type_name -> govfs.wire.InitClusterOp
 	30,  // 28: govfs.wire.Command.alloc_inodes:type_name -> govfs.wire.AllocInodesOp
 	32,  // 29: govfs.wire.Command.register_chunk_server:type_name -> govfs.wire.RegisterChunkServerOp
@@ -9118,112 +9217,113 @@ var file_govfs_proto_depIdxs = []int32{
 	45,  // 38: govfs.wire.Command.set_members:type_name -> govfs.wire.SetMembersOp
 	46,  // 39: govfs.wire.Command.dissolve_ministry:type_name -> govfs.wire.DissolveMinistryOp
 	38,  // 40: govfs.wire.Command.add_token_key:type_name -> govfs.wire.AddTokenKeyOp
-	1,   // 41: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
-	12,  // 42: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
-	13,  // 43: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
-	25,  // 44: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
-	25,  // 45: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
-	41,  // 46: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
-	31,  // 47: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
-	37,  // 48: govfs.wire.AddTokenKeyOp.key:type_name -> govfs.wire.TokenKey
-	8,   // 49: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
-	25,  // 50: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
-	40,  // 51: govfs.wire.Result.results:type_name -> govfs.wire.Result
-	43,  // 52: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
-	3,   // 53: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
-	3,   // 54: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	98,  // 55: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	70,  // 56: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
-	13,  // 57: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 58: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	40,  // 59: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 60: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	12,  // 61: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
-	62,  // 62: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	63,  // 63: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	64,  // 64: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	65,  // 65: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	66,  // 66: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	67,  // 67: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	61,  // 68: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	69,  // 69: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	68,  // 70: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 71: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 72: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 73: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 74: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 75: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	70,  // 76: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 77: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	98,  // 78: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 79: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	41,  // 80: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	42,  // 81: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 82: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 83: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	44,  // 84: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	78,  // 85: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	74,  // 86: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	37,  // 87: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
-	75,  // 88: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 89: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	75,  // 90: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 91: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	80,  // 92: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	41,  // 93: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	84,  // 94: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 95: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 96: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 97: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	99,  // 98: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	37,  // 99: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
-	31,  // 100: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 101: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 102: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	86,  // 103: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 104: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 105: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	86,  // 106: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	86,  // 107: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	71,  // 108: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	11,  // 109: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 110: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	44,  // 111: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 112: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 113: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 114: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	95,  // 115: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 116: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	98,  // 117: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	56,  // 118: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	58,  // 119: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	72,  // 120: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	79,  // 121: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	82,  // 122: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	85,  // 123: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	92,  // 124: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	88,  // 125: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	90,  // 126: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	76,  // 127: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	94,  // 128: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	97,  // 129: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	57,  // 130: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	71,  // 131: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	73,  // 132: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	81,  // 133: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	83,  // 134: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	87,  // 135: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	93,  // 136: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	89,  // 137: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	91,  // 138: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	77,  // 139: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	96,  // 140: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	96,  // 141: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	130, // [130:142] is the sub-list for method output_type
-	118, // [118:130] is the sub-list for method input_type
-	118, // [118:118] is the sub-list for extension type_name
-	118, // [118:118] is the sub-list for extension extendee
-	0,   // [0:118] is the sub-list for field type_name
+	51,  // 41: govfs.wire.Command.bind_node_cert:type_name -> govfs.wire.BindNodeCertOp
+	1,   // 42: govfs.wire.CreateOp.type:type_name -> govfs.wire.FileType
+	12,  // 43: govfs.wire.CreateOp.cred:type_name -> govfs.wire.Cred
+	13,  // 44: govfs.wire.BatchOp.cmds:type_name -> govfs.wire.Command
+	25,  // 45: govfs.wire.SetattrOp.expect_chunks:type_name -> govfs.wire.ChunkRef
+	25,  // 46: govfs.wire.SetChunkOp.chunk:type_name -> govfs.wire.ChunkRef
+	41,  // 47: govfs.wire.InitClusterOp.members:type_name -> govfs.wire.Member
+	31,  // 48: govfs.wire.RegisterChunkServerOp.server:type_name -> govfs.wire.ChunkServer
+	37,  // 49: govfs.wire.AddTokenKeyOp.key:type_name -> govfs.wire.TokenKey
+	8,   // 50: govfs.wire.Result.attr:type_name -> govfs.wire.Attr
+	25,  // 51: govfs.wire.Result.chunk:type_name -> govfs.wire.ChunkRef
+	40,  // 52: govfs.wire.Result.results:type_name -> govfs.wire.Result
+	43,  // 53: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
+	3,   // 54: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
+	3,   // 55: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
+	99,  // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	71,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	13,  // 58: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
+	7,   // 59: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	40,  // 60: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	4,   // 61: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	12,  // 62: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
+	63,  // 63: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	64,  // 64: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	65,  // 65: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	66,  // 66: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	67,  // 67: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	68,  // 68: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	62,  // 69: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	70,  // 70: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	69,  // 71: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 72: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 73: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 74: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 75: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 76: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	71,  // 77: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 78: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	99,  // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 80: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	41,  // 81: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	42,  // 82: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 83: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 84: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	44,  // 85: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	79,  // 86: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	75,  // 87: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	37,  // 88: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
+	76,  // 89: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 90: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	76,  // 91: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 92: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	81,  // 93: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	41,  // 94: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	85,  // 95: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 96: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	7,   // 97: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 98: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	100, // 99: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	37,  // 100: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
+	31,  // 101: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 102: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 103: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	87,  // 104: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 105: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 106: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	87,  // 107: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	87,  // 108: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	72,  // 109: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	11,  // 110: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 111: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 112: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 113: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 114: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 115: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	96,  // 116: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 117: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	99,  // 118: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 119: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	59,  // 120: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	73,  // 121: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	80,  // 122: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	83,  // 123: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	86,  // 124: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	93,  // 125: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	89,  // 126: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	91,  // 127: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	77,  // 128: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	95,  // 129: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	98,  // 130: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	58,  // 131: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	72,  // 132: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	74,  // 133: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	82,  // 134: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	84,  // 135: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	88,  // 136: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	94,  // 137: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	90,  // 138: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	92,  // 139: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	78,  // 140: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	97,  // 141: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	97,  // 142: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	131, // [131:143] is the sub-list for method output_type
+	119, // [119:131] is the sub-list for method input_type
+	119, // [119:119] is the sub-list for extension type_name
+	119, // [119:119] is the sub-list for extension extendee
+	0,   // [0:119] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -9267,8 +9367,9 @@ func file_govfs_proto_init() {
 		(*Command_SetMembers)(nil),
 		(*Command_DissolveMinistry)(nil),
 		(*Command_AddTokenKey)(nil),
+		(*Command_BindNodeCert)(nil),
 	}
-	file_govfs_proto_msgTypes[51].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[52].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -9285,7 +9386,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   93,
+			NumMessages:   94,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
