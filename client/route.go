@@ -357,9 +357,10 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 	if !o.noDeferred {
 		c.flushDeferred(ctx)
 	}
-	if req.GetGetChunks() != nil && req.Caller == nil {
-		// The chunk access tokens in the answer allow what this user
-		// may do with the file.
+	if req.Caller == nil {
+		// The ministry checks lookups and listings against this user,
+		// and the chunk access tokens of a chunk table allow what it may
+		// do with the file.
 		req.Caller = c.callerFor(ctx)
 	}
 	var out *wire.ReadResponse

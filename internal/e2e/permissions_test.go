@@ -104,6 +104,32 @@ func TestPermissionsThroughLibraryAndCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Reads: bob may neither look up nor list inside alice's home (0750,
+	// not his group), nor read her user attributes on a 0600 file; alice
+	// may. Attributes of what he can reach need no permission.
+	if err := alice.SetXattr(ctx, "/home/alice/notes", "user.tag", []byte("mine"), 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Stat(ctx, "/home/alice/notes")
+	wantErrno(t, "bob looking up in alice's home", err, syscall.EACCES)
+	_, err = bob.Readdir(ctx, "/home/alice")
+	wantErrno(t, "bob listing alice's home", err, syscall.EACCES)
+	must(admin.Create(ctx, "/tmp/shared", 0o600, true))
+	if err := admin.SetXattr(ctx, "/tmp/shared", "user.tag", []byte("root's"), 0); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.GetXattr(ctx, "/tmp/shared", "user.tag")
+	wantErrno(t, "bob reading a user attribute of root's 0600 file", err, syscall.EACCES)
+	if _, err := bob.Stat(ctx, "/tmp/shared"); err != nil {
+		t.Errorf("bob's stat of a file he can reach: %v", err)
+	}
+	if ents, err := alice.Readdir(ctx, "/home/alice"); err != nil || len(ents) != 1 {
+		t.Errorf("alice listing her home: %v %v", ents, err)
+	}
+	if v, err := alice.GetXattr(ctx, "/home/alice/notes", "user.tag"); err != nil || string(v) != "mine" {
+		t.Errorf("alice reading her attribute: %q %v", v, err)
+	}
+
 	// In a setgid directory of a group alice's certificate does not list,
 	// her new directory takes that group (as the mount asks for it).
 	must(admin.Mkdir(ctx, "/proj", 0o777))

@@ -314,13 +314,17 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
 		return &wire.ReadResponse{Status: st}, nil
 	}
-	// The user a chunk table is asked for decides its tokens' access.
+	// The user asking: lookups, listings and user attributes are
+	// checked against it (namespace.MayRead), and it decides a chunk
+	// table's tokens. The certificate must allow it, as for changes.
 	caller := rpc.CallerOf(ctx)
 	var cred *wire.Cred
-	if req.GetGetChunks() != nil && caller.Secure && req.GetCaller() != nil {
+	if req.GetCaller() != nil && caller.Role != certs.RoleNode {
 		cred = proto.Clone(req.GetCaller()).(*wire.Cred)
-		if caller.Identity.Vouch(cred) != nil {
-			cred = nil // a user the certificate may not act for: no tokens
+		if caller.Secure {
+			if err := vouch(caller, cred, "caller"); err != nil {
+				return nil, err
+			}
 		}
 	}
 	ctx, cancel := withDefaultDeadline(ctx)
@@ -353,6 +357,9 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		mv, err := namespace.ReadMoving(r, readRouteIno(req))
 		if err != nil || mv.Move != 0 {
 			moving = mv
+			return err
+		}
+		if err := namespace.MayRead(r, cred, req); err != nil {
 			return err
 		}
 		resp, err = query(r, req)

@@ -3,12 +3,14 @@ package namespace
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -171,4 +173,40 @@ func Readlink(r engine.Reader, ino ids.Ino) ([]byte, error) {
 		return nil, errnof(syscall.EINVAL, "readlink %v: not a symlink", ino)
 	}
 	return in.SymlinkTarget, nil
+}
+
+// MayRead checks a read against the permissions of the user asking (c;
+// nil: not checked, a node's or a trusted host's read): a lookup needs
+// search permission on the directory, a listing read permission, a user
+// attribute read permission on its inode, a trusted one root. Attributes,
+// link targets and attribute names need none (as in Linux); a file's
+// bytes are guarded by chunk access tokens (what get_chunks hands out).
+func MayRead(r engine.Reader, c *wire.Cred, req *wire.ReadRequest) error {
+	if c == nil {
+		return nil
+	}
+	check := func(ino uint64, want uint32, what string) error {
+		in, err := loadInode(r, ids.Ino(ino))
+		if err != nil {
+			return err
+		}
+		return posix.CheckAccess(in.Attr, c, want, what)
+	}
+	switch op := req.GetOp().(type) {
+	case *wire.ReadRequest_Lookup:
+		return check(op.Lookup.GetParent(), posix.MayExec, fmt.Sprintf("lookup %q", op.Lookup.GetName()))
+	case *wire.ReadRequest_Readdir:
+		return check(op.Readdir.GetIno(), posix.MayRead, "readdir")
+	case *wire.ReadRequest_GetXattr:
+		n := string(op.GetXattr.GetName())
+		switch {
+		case strings.HasPrefix(n, "trusted."):
+			if !posix.IsRoot(c) {
+				return errnof(syscall.EPERM, "getxattr %q: only root may read trusted attributes", n)
+			}
+		case strings.HasPrefix(n, "user."):
+			return check(op.GetXattr.GetIno(), posix.MayRead, fmt.Sprintf("getxattr %q", n))
+		}
+	}
+	return nil
 }
