@@ -12,6 +12,7 @@ import (
 	"github.com/govfs/govfs/internal/certs"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/metanode"
+	"github.com/govfs/govfs/internal/rpc"
 )
 
 func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -25,6 +26,7 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	httpAddr := fs.String("http", "", "HOST:PORT for /metrics and /healthz (off when empty)")
 	debugAddr := fs.String("debug-listen", "", "loopback HOST:PORT for /debug/pprof (off when empty)")
 	maxConns := fs.Int("max-conns-per-peer", 1024, "connections one remote IP may hold open to this node; more are closed at once")
+	maxInFlight := fs.Int("max-inflight-per-client", rpc.DefaultMaxInFlightPerClient, "requests one client certificate (plaintext: one remote IP) may have in progress on this node; more are refused as resource exhausted (the library retries)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
@@ -81,6 +83,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --max-conns-per-peer %d must be positive", *maxConns)
 	}
 	cfg.MaxConnsPerPeer = *maxConns
+	if *maxInFlight <= 0 {
+		return fmt.Errorf("meta: --max-inflight-per-client %d must be positive", *maxInFlight)
+	}
+	cfg.MaxInFlightPerClient = *maxInFlight
 	if *batchDelay < 0 {
 		return fmt.Errorf("meta: --batch-delay %v must not be negative", *batchDelay)
 	}

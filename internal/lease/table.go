@@ -96,6 +96,10 @@ type Config struct {
 	// MaxPerClient bounds the leases one client holds (DefaultMaxPerClient
 	// when 0).
 	MaxPerClient int
+	// MaxClients bounds the clients holding leases at once (each opens a
+	// lease session in the ministry's log), DefaultMaxClients when 0: a
+	// new client past it is refused until others let theirs go.
+	MaxClients int
 	// FirstID is the first lease id handed out (1 when 0). A minister
 	// starts each term's table at term<<32, so that an id of a previous
 	// term, still believed held by a client cut off for longer than the
@@ -108,6 +112,10 @@ const (
 	DefaultTTL = 10 * time.Second
 	// DefaultMaxPerClient bounds one client's leases.
 	DefaultMaxPerClient = 16384
+	// DefaultMaxClients bounds the clients holding leases of one
+	// ministry: far more mounts than a cluster has, far fewer than would
+	// exhaust a minister's memory (16384 leases each at most).
+	DefaultMaxClients = 16384
 )
 
 var (
@@ -156,6 +164,9 @@ func New(cfg Config) *Table {
 	}
 	if cfg.MaxPerClient <= 0 {
 		cfg.MaxPerClient = DefaultMaxPerClient
+	}
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = DefaultMaxClients
 	}
 	first := cfg.FirstID
 	if first == 0 {
@@ -219,8 +230,8 @@ func (t *Table) Reclaim(now time.Time, l Lease) error {
 			return fmt.Errorf("%w: conflicts with lease %d of client %d", ErrNotReclaimable, h.ID, h.Client)
 		}
 	}
-	if len(t.byClient[l.Client]) >= t.cfg.MaxPerClient {
-		return fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
+	if err := t.roomFor(l.Client); err != nil {
+		return err
 	}
 	l.Token = 0
 	l.Expires = now.Add(t.cfg.TTL)
@@ -395,9 +406,22 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 	return out, err
 }
 
+// roomFor says whether client may hold one more lease: under its own
+// bound, and, for a client holding none, under the bound on clients.
+func (t *Table) roomFor(client ClientID) error {
+	held := len(t.byClient[client])
+	if held >= t.cfg.MaxPerClient {
+		return fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
+	}
+	if held == 0 && len(t.byClient) >= t.cfg.MaxClients {
+		return fmt.Errorf("%w: %d clients hold leases of this ministry, the most it serves", ErrTooMany, t.cfg.MaxClients)
+	}
+	return nil
+}
+
 func (t *Table) grant(now time.Time, req Request) (Outcome, error) {
-	if len(t.byClient[req.Client]) >= t.cfg.MaxPerClient {
-		return Outcome{}, fmt.Errorf("%w (%d)", ErrTooMany, t.cfg.MaxPerClient)
+	if err := t.roomFor(req.Client); err != nil {
+		return Outcome{}, err
 	}
 	l := &Lease{ID: t.nextID, Request: req, Expires: now.Add(t.cfg.TTL)}
 	t.nextID++

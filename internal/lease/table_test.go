@@ -295,6 +295,22 @@ func TestMaxPerClient(t *testing.T) {
 	mustGrant(t, tb, now, req(2, 9, Read, 0, 0), 0)
 }
 
+// TestMaxClients: past the bound on clients, a new client is refused
+// while one holding leases still gets more; room comes back when a
+// client's last lease goes.
+func TestMaxClients(t *testing.T) {
+	tb := New(Config{TTL: ttl, MaxClients: 2})
+	now := time.Unix(0, 0)
+	mustGrant(t, tb, now, req(1, 7, Read, 0, 0), 0)
+	mustGrant(t, tb, now, req(2, 7, Read, 0, 0), 0)
+	if _, err := tb.Acquire(now, req(3, 7, Read, 0, 0), 0); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("a third client: %v", err)
+	}
+	mustGrant(t, tb, now, req(1, 8, Read, 0, 0), 0)
+	// All leases expire: the table has room again.
+	mustGrant(t, tb, now.Add(2*ttl), req(3, 7, Read, 0, 0), 0)
+}
+
 func lockReq(c ClientID, owner uint64, ino ids.Ino, m Mode, off, length uint64) Request {
 	r := req(c, ino, m, off, length)
 	r.Lock, r.Owner = true, owner

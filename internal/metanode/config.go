@@ -74,6 +74,10 @@ type Config struct {
 	// MaxConnsPerPeer bounds the connections one remote IP may hold open
 	// to the node (rpc.DefaultMaxConnsPerPeer when 0).
 	MaxConnsPerPeer int
+	// MaxInFlightPerClient bounds the requests one client certificate
+	// (on a plaintext node, one remote IP) may have in progress here
+	// (rpc.DefaultMaxInFlightPerClient when 0).
+	MaxInFlightPerClient int
 
 	// Security is the node's TLS (its certificate, the cluster CA); nil
 	// runs plaintext and trusts every caller (--insecure).

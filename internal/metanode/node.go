@@ -235,17 +235,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// Track handlers so the store is closed only after the last one has
 	// returned (grpc.Server.Stop does not wait for them).
 	authUnary, authStream := rpc.Authorize(cfg.Security, methodRoles())
+	limit := rpc.NewInFlightLimiter(cfg.MaxInFlightPerClient)
 	opts := append(rpc.ServerOptions(), cfg.Security.ServerOption(),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(ctx, req)
-		}, authUnary),
+		}, authUnary, limit.Unary),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(srv, ss)
-		}, authStream))
+		}, authStream, limit.Stream))
 	n.grpc = grpc.NewServer(opts...)
 	wire.RegisterRaftServer(n.grpc, n.transport.Service())
 	wire.RegisterMetaServer(n.grpc, &metaService{n: n})

@@ -1,9 +1,17 @@
 package rpc
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcpeer "google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/govfs/govfs/internal/certs"
 )
 
 // DefaultMaxConnsPerPeer bounds the connections one remote address (IP)
@@ -85,4 +93,89 @@ type countedConn struct {
 func (c *countedConn) Close() error {
 	c.once.Do(c.release)
 	return c.Conn.Close()
+}
+
+// DefaultMaxInFlightPerClient bounds the requests one client (a client or
+// admin certificate; on a plaintext node, a remote IP) may have in
+// progress on a node at once: a busy mount keeps a few hundred, and each
+// waiting request holds a goroutine and its message.
+const DefaultMaxInFlightPerClient = 4096
+
+// InFlightLimiter refuses a client's request while it already has max in
+// progress (ResourceExhausted, retried by the client library). Nodes and
+// chunk servers are not limited: their requests are the cluster's own
+// work. Chain it after Authorize, which names the caller.
+type InFlightLimiter struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+// NewInFlightLimiter returns a limiter of max requests per client (max <=
+// 0: DefaultMaxInFlightPerClient).
+func NewInFlightLimiter(max int) *InFlightLimiter {
+	if max <= 0 {
+		max = DefaultMaxInFlightPerClient
+	}
+	return &InFlightLimiter{max: max, n: map[string]int{}}
+}
+
+// key names the client a request counts against ("" when not limited).
+func (l *InFlightLimiter) key(ctx context.Context) string {
+	c := CallerOf(ctx)
+	if c.Secure {
+		if c.Role != certs.RoleClient && c.Role != certs.RoleAdmin {
+			return ""
+		}
+		return c.Identity.String()
+	}
+	if p, ok := grpcpeer.FromContext(ctx); ok && p.Addr != nil {
+		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			return host
+		}
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// enter counts a request in, or refuses it.
+func (l *InFlightLimiter) enter(ctx context.Context) (func(), error) {
+	k := l.key(ctx)
+	if k == "" {
+		return func() {}, nil
+	}
+	l.mu.Lock()
+	if l.n[k] >= l.max {
+		l.mu.Unlock()
+		return nil, status.Errorf(codes.ResourceExhausted, "%s has %d requests in progress on this node, the most a client may (--max-inflight-per-client); retry later", k, l.max)
+	}
+	l.n[k]++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		if l.n[k]--; l.n[k] <= 0 {
+			delete(l.n, k)
+		}
+		l.mu.Unlock()
+	}, nil
+}
+
+// Unary is the unary server interceptor.
+func (l *InFlightLimiter) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	done, err := l.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return h(ctx, req)
+}
+
+// Stream is the stream server interceptor.
+func (l *InFlightLimiter) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	done, err := l.enter(ss.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
+	return h(srv, ss)
 }

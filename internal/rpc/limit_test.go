@@ -1,9 +1,16 @@
 package rpc
 
 import (
+	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/govfs/govfs/internal/certs"
 )
 
 // TestLimitPerPeer: past the limit a peer's new connections are closed
@@ -66,4 +73,41 @@ func TestLimitPerPeer(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+func TestInFlightLimiter(t *testing.T) {
+	l := NewInFlightLimiter(2)
+	as := func(role certs.Role, name string) context.Context {
+		return context.WithValue(context.Background(), callerKey{}, Caller{Secure: true, Identity: certs.Identity{Role: role, Name: name}})
+	}
+	alice := as(certs.RoleClient, "alice")
+	d1, err1 := l.enter(alice)
+	d2, err2 := l.enter(alice)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if _, err := l.enter(alice); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "client/alice") {
+		t.Fatalf("third request of alice: %v", err)
+	}
+	// Another client, and the cluster's own nodes, are not held up.
+	if d, err := l.enter(as(certs.RoleClient, "bob")); err != nil {
+		t.Fatal(err)
+	} else {
+		d()
+	}
+	for range 5 {
+		if _, err := l.enter(as(certs.RoleNode, "meta1")); err != nil {
+			t.Fatalf("a node's request: %v", err)
+		}
+	}
+	d1()
+	if d, err := l.enter(alice); err != nil {
+		t.Fatalf("after one finished: %v", err)
+	} else {
+		d()
+	}
+	d2()
+	if len(l.n) != 0 {
+		t.Fatalf("counts left behind: %v", l.n)
+	}
 }
