@@ -181,8 +181,10 @@ type chunkServerReport struct {
 }
 
 type memberReport struct {
-	ID        uint64 `json:"id"`
-	Addr      string `json:"addr"`
+	ID   uint64 `json:"id"`
+	Addr string `json:"addr"`
+	// CertName is the node certificate the node is bound to (TLS).
+	CertName  string `json:"cert_name,omitempty"`
 	Reachable bool   `json:"reachable"`
 	Error     string `json:"error,omitempty"`
 	// MeanEntriesPerAppend is the node's raft batching figure.
@@ -252,7 +254,7 @@ func buildStatusReport(clusterID string, members []*wire.Member, resps []*wire.S
 	}
 	byGroup := map[uint64][]view{}
 	for i, m := range members {
-		mr := memberReport{ID: m.GetId(), Addr: m.GetAddr()}
+		mr := memberReport{ID: m.GetId(), Addr: m.GetAddr(), CertName: m.GetCertName()}
 		if errs[i] != nil || resps[i] == nil {
 			if errs[i] != nil {
 				mr.Error = reason(errs[i])
@@ -329,13 +331,17 @@ func roleName(r string) string {
 func writeStatusReport(w io.Writer, rep statusReport) {
 	fmt.Fprintf(w, "cluster %s\n\n", rep.ClusterID)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MEMBER\tADDR\tREACHABLE")
+	fmt.Fprintln(tw, "MEMBER\tADDR\tREACHABLE\tCERTIFICATE")
 	for _, m := range rep.Members {
 		r := "yes"
 		if !m.Reachable {
 			r = "no"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", m.ID, m.Addr, r)
+		cert := "-"
+		if m.CertName != "" {
+			cert = "node/" + m.CertName
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", m.ID, m.Addr, r, cert)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

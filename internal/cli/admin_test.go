@@ -12,7 +12,7 @@ import (
 )
 
 func testStatusReport() statusReport {
-	members := []*wire.Member{{Id: 1, Addr: "127.0.0.1:7001"}, {Id: 2, Addr: "127.0.0.1:7002"}, {Id: 3, Addr: "127.0.0.1:7003"}}
+	members := []*wire.Member{{Id: 1, Addr: "127.0.0.1:7001", CertName: "meta1"}, {Id: 2, Addr: "127.0.0.1:7002", CertName: "meta2"}, {Id: 3, Addr: "127.0.0.1:7003"}}
 	resps := []*wire.StatusResponse{
 		{NodeId: 1, Groups: []*wire.GroupStatus{
 			{Group: 0, Kind: "president", Leader: 1, Term: 2, Commit: 15, Applied: 15, Role: "StateLeader", Voters: []uint64{1, 2, 3}},
@@ -44,10 +44,10 @@ func TestStatusReport(t *testing.T) {
 	writeStatusReport(&b, rep)
 	want := `cluster c-1
 
-MEMBER  ADDR            REACHABLE
-1       127.0.0.1:7001  yes
-2       127.0.0.1:7002  yes
-3       127.0.0.1:7003  no
+MEMBER  ADDR            REACHABLE  CERTIFICATE
+1       127.0.0.1:7001  yes        node/meta1
+2       127.0.0.1:7002  yes        node/meta2
+3       127.0.0.1:7003  no         -
 
 GROUP  KIND       LEADER  TERM  COMMIT  APPLIED  ROLES
 0      president  1       2     15      15       1:leader 2:follower 3:unreachable
