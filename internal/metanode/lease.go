@@ -215,6 +215,9 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	case req.GetClientId() == 0:
 		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "lease request without a client id")}, nil
 	}
+	if err := s.n.clientIDs.check(rpc.CallerOf(ctx), req.GetClientId(), s.n.cfg.Clock.Now()); err != nil {
+		return nil, err
+	}
 	s.n.ops.add(g)
 	ls := s.n.leases
 	ctx, cancel := withDefaultDeadline(ctx)

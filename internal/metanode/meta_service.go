@@ -209,6 +209,13 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if err := s.n.checkAllocProofs(caller, cmd); err != nil {
 		return nil, err
 	}
+	clientID := cmd.GetReq().GetClientId()
+	if subs := cmd.GetBatch().GetCmds(); len(subs) > 0 {
+		clientID = subs[0].GetReq().GetClientId() // one for the whole batch (validateBatch)
+	}
+	if err := s.n.clientIDs.check(caller, clientID, s.n.cfg.Clock.Now()); err != nil {
+		return nil, err
+	}
 	if op, ok := cmd.GetOp().(*wire.Command_MemberSynced); ok && caller.Secure {
 		if err := s.checkSyncReporter(caller, op.MemberSynced); err != nil {
 			return nil, err

@@ -49,7 +49,9 @@ type Node struct {
 	// signer and verifier hold the chunk token keys (tokens.go).
 	signer   chunktoken.Signer
 	verifier chunktoken.Verifier
-	epochs   epochCache
+	// clientIDs binds client ids to certificates (clientids.go).
+	clientIDs clientIDs
+	epochs    epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).
 	ops     opsCounter
