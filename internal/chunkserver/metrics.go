@@ -18,9 +18,12 @@ type metrics struct {
 	requests  *prometheus.CounterVec // by type and status
 	bytesRead prometheus.Counter
 	bytesIn   prometheus.Counter
-	repairs   *prometheus.CounterVec // by outcome
-	installs  prometheus.Counter
-	scrubBad  prometheus.Counter
+	// diskErrors counts requests that failed on the store (I/O errors,
+	// a full disk).
+	diskErrors prometheus.Counter
+	repairs    *prometheus.CounterVec // by outcome
+	installs   prometheus.Counter
+	scrubBad   prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -35,8 +38,14 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		installs: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_chunk_installs_sent_total",
 			Help: "Whole chunks this server sent to another member (reconcile or filling a new member)."}),
 		scrubBad: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_chunk_scrub_bad_blocks_total", Help: "Bad blocks the scrubber found."}),
+		diskErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_chunk_disk_errors_total",
+			Help: "Requests that failed on this server's store: I/O errors and a full disk (corrupt blocks are govfs_chunk_repairs_total and govfs_chunk_scrub_bad_blocks_total)."}),
 	}
-	reg.MustRegister(m.requests, m.bytesRead, m.bytesIn, m.repairs, m.installs, m.scrubBad,
+	// Both outcomes exported from the start (at 0), so that dashboards and
+	// alerts find the series before the first repair.
+	m.repairs.WithLabelValues("ok")
+	m.repairs.WithLabelValues("failed")
+	reg.MustRegister(m.requests, m.bytesRead, m.bytesIn, m.repairs, m.installs, m.scrubBad, m.diskErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "govfs_chunk_bytes_in_flight", Help: "Payload bytes of requests being served."},
 			func() float64 {
 				s.load.mu.Lock()
@@ -68,6 +77,9 @@ func (m *metrics) served(f, reply *dataproto.Frame) {
 		return
 	}
 	m.requests.WithLabelValues(f.Type.String(), strconv.Itoa(int(reply.Status))).Inc()
+	if reply.Status == dataproto.StatusInternal || reply.Status == dataproto.StatusNoSpace {
+		m.diskErrors.Inc()
+	}
 	if reply.Status != dataproto.StatusOK {
 		return
 	}

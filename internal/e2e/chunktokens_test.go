@@ -144,6 +144,9 @@ func TestChunkTokens(t *testing.T) {
 	}
 	// Everything else is refused, and says why.
 	expect("read without a token", send(malloryBundle, read(victim[0], nil), 0), dataproto.StatusBadToken, "missing")
+	expect("write without a token", send(malloryBundle, write(victim[0], nil), 0), dataproto.StatusBadToken, "missing")
+	expect("truncate with a read token", send(malloryBundle, dataproto.Frame{Type: dataproto.TypeTruncate, RequestID: 3,
+		Handle: victim[0].GetHandle(), Group: victim[0].GetGroup(), Token: victim[0].GetToken()}, 0), dataproto.StatusDenied, "allows read")
 	expect("read of /secret with /victim's token", send(malloryBundle, read(secret[0], victim[0].GetToken()), 0),
 		dataproto.StatusDenied, "does not match")
 	expect("read of chunk 1 with chunk 0's token", send(malloryBundle, read(victim[1], victim[0].GetToken()), 0),

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/bloom"
@@ -40,6 +42,40 @@ type Options struct {
 // Engine is a node's Pebble store.
 type Engine struct {
 	db *pebble.DB
+	// stalls counts write stalls and their time (Stats).
+	stalls *stallCounter
+}
+
+type stallCounter struct {
+	n, ns atomic.Int64
+	began atomic.Int64 // UnixNano of the stall under way, 0 if none
+}
+
+// Stats are figures an operator alerts on (govfs_pebble_* metrics).
+type Stats struct {
+	// DiskBytes is the space the store uses on disk (tables, WAL, ...).
+	DiskBytes uint64
+	// Compactions counts compactions since the store was opened;
+	// CompactionDebt estimates the bytes left to compact.
+	Compactions    int64
+	CompactionDebt uint64
+	// WriteStalls counts the times Pebble held writes back (too many
+	// memtables or level-0 files), WriteStallTime their total length.
+	WriteStalls    int64
+	WriteStallTime time.Duration
+	// ReadAmp is the read amplification (sub-levels to look in).
+	ReadAmp int
+}
+
+// Stats reads the store's figures.
+func (e *Engine) Stats() Stats {
+	m := e.db.Metrics()
+	st := Stats{DiskBytes: m.DiskSpaceUsage(), Compactions: m.Compact.Count, CompactionDebt: m.Compact.EstimatedDebt,
+		WriteStalls: e.stalls.n.Load(), WriteStallTime: time.Duration(e.stalls.ns.Load()), ReadAmp: m.ReadAmp()}
+	if b := e.stalls.began.Load(); b != 0 {
+		st.WriteStallTime += time.Since(time.Unix(0, b))
+	}
+	return st
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -68,11 +104,23 @@ func Open(dir string, o Options) (*Engine, error) {
 	if o.InMemory {
 		opts.FS = vfs.NewMem()
 	}
+	stalls := &stallCounter{}
+	opts.EventListener = &pebble.EventListener{
+		WriteStallBegin: func(pebble.WriteStallBeginInfo) {
+			stalls.n.Add(1)
+			stalls.began.Store(time.Now().UnixNano())
+		},
+		WriteStallEnd: func() {
+			if b := stalls.began.Swap(0); b != 0 {
+				stalls.ns.Add(time.Now().UnixNano() - b)
+			}
+		},
+	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	return &Engine{db: db}, nil
+	return &Engine{db: db, stalls: stalls}, nil
 }
 
 // Close closes the store.

@@ -608,6 +608,9 @@ func (t *Table) ClientLeases(now time.Time, client ClientID) int {
 // next call that takes a time).
 func (t *Table) Len() int { return len(t.leases) }
 
+// Clients is how many clients hold leases.
+func (t *Table) Clients() int { return len(t.byClient) }
+
 // NextExpiry returns the earliest expiry of a lease or intent (zero if
 // none): when the table may change by itself.
 func (t *Table) NextExpiry() time.Time {

@@ -238,17 +238,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	// returned (grpc.Server.Stop does not wait for them).
 	authUnary, authStream := rpc.Authorize(cfg.Security, methodRoles())
 	limit := rpc.NewInFlightLimiter(cfg.MaxInFlightPerClient)
+	rpcMetrics := rpc.NewServerMetrics(reg)
 	opts := append(rpc.ServerOptions(), cfg.Security.ServerOption(),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(ctx, req)
-		}, authUnary, limit.Unary),
+		}, rpcMetrics.Unary, authUnary, limit.Unary),
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 			n.inflight.Add(1)
 			defer n.inflight.Done()
 			return h(srv, ss)
-		}, authStream, limit.Stream))
+		}, rpcMetrics.Stream, authStream, limit.Stream))
 	n.grpc = grpc.NewServer(opts...)
 	wire.RegisterRaftServer(n.grpc, n.transport.Service())
 	wire.RegisterMetaServer(n.grpc, &metaService{n: n})
@@ -266,6 +267,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	if cfg.HTTPListen != "" {
+		reg.MustRegister(newNodeCollector(n))
 		if err := n.startHTTP(reg); err != nil {
 			return nil, err
 		}
@@ -335,15 +337,16 @@ func (n *Node) startHTTP(reg *prometheus.Registry) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := n.host.Err(); err != nil {
-			http.Error(w, "fatal: "+err.Error(), http.StatusServiceUnavailable)
+		if err := n.healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		for _, st := range n.host.Status() {
-			if st.Leader == 0 {
-				http.Error(w, fmt.Sprintf("group %v has no leader", st.Group), http.StatusServiceUnavailable)
-				return
-			}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := n.ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
