@@ -6,9 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/fusefs"
@@ -32,6 +38,7 @@ type mountInvocation struct {
 	logLevel   string
 	background bool
 	logFile    string
+	metrics    string
 	cfg        fusefs.Config
 }
 
@@ -56,9 +63,11 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.BoolVar(&c.AsyncDirs, "async-dirs", c.AsyncDirs, "answer creates, unlinks and renames in a directory this mount changes often itself, under a directory lease, and send them in batches (fsync the directory to wait for them)")
 	f.IntVar(&c.ReadAhead, "read-ahead", c.ReadAhead, "the kernel's read-ahead for the mount in bytes (needs root; 0: the kernel's 128 KiB)")
 	f.BoolVar(&c.DirectMount, "direct-mount", os.Geteuid() == 0, "mount with mount(2) rather than fusermount3 (needs root)")
+	f.BoolVar(&c.NonEmpty, "nonempty", false, "allow a mount point that is not empty (its files are hidden while mounted)")
 	f.BoolVar(&c.Debug, "debug", false, "log every FUSE request (with --log-level debug)")
 	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
 	f.BoolVar(&inv.background, "background", false, "detach once mounted: serve from a background process until 'govfs umount'")
+	f.StringVar(&inv.metrics, "metrics", "", "serve this mount's Prometheus /metrics (operations by kind, latency, errors) on ADDR, e.g. 127.0.0.1:9480")
 	f.StringVar(&inv.logFile, "log-file", "", "with --background: where the background process logs (default: govfs-mount-<name>.log in the temp dir)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
@@ -98,10 +107,8 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if st, err := os.Stat(dir); err != nil {
+	if err := fusefs.CheckMountPoint(dir, inv.cfg.NonEmpty); err != nil {
 		return fmt.Errorf("mount: %w", err)
-	} else if !st.IsDir() {
-		return fmt.Errorf("mount: %s is not a directory", dir)
 	}
 	ccfg, err := inv.global.clientConfig(os.Getenv)
 	if err != nil {
@@ -118,6 +125,14 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cl.Close()
 	inv.cfg.Client = cl
 	inv.cfg.Logger = log
+	if inv.metrics != "" {
+		stop, err := serveMountMetrics(inv.metrics, &inv.cfg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		log.Info("metrics", "url", "http://"+inv.metrics+"/metrics")
+	}
 	inv.cfg.FsName = "govfs:" + cl.ClusterID()
 	m, err := fusefs.Mount(ctx, dir, inv.cfg)
 	if err != nil {
@@ -202,4 +217,20 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, st
 		}
 		cl.Close()
 	}, nil
+}
+
+// serveMountMetrics serves the mount's /metrics on addr; stop ends it.
+func serveMountMetrics(addr string, cfg *fusefs.Config) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Metrics = reg
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("mount: --metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(lis) }()
+	return func() { _ = srv.Close() }, nil
 }

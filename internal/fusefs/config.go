@@ -3,6 +3,7 @@ package fusefs
 import (
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"log/slog"
 	"time"
 
@@ -39,6 +40,12 @@ type Config struct {
 	// DirectMount mounts with mount(2) instead of fusermount3; needs root
 	// (CAP_SYS_ADMIN).
 	DirectMount bool
+	// Metrics, when set, receives the mount's per-operation figures
+	// (govfs_mount_*; govfs mount --metrics serves them).
+	Metrics prometheus.Registerer
+	// NonEmpty allows mounting on a directory that has entries (they are
+	// hidden while mounted); Mount refuses one otherwise.
+	NonEmpty bool
 	// FsName is the source shown by mount(8) and df(1).
 	FsName string
 	// Logger receives errors that have no errno and mount events.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -28,6 +29,9 @@ type Mounted struct {
 // Mount mounts the cluster of cfg.Client on dir and serves it until it
 // is unmounted (Unmount, `govfs umount`, fusermount3 -u, umount(8)).
 func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
+	if err := CheckMountPoint(dir, cfg.NonEmpty); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
 	fsys, err := New(cfg)
 	if err != nil {
 		return nil, err
@@ -38,7 +42,11 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 	}
 	closeCache := fsys.closeCache
 	opts := fsys.options()
-	srv, err := fuse.NewServer(newLockFS(fs.NewNodeFS(root, opts)), dir, &opts.MountOptions)
+	var raw fuse.RawFileSystem = newLockFS(fs.NewNodeFS(root, opts))
+	if cfg.Metrics != nil {
+		raw = newMetricsFS(raw, cfg.Metrics)
+	}
+	srv, err := fuse.NewServer(raw, dir, &opts.MountOptions)
 	if err != nil {
 		closeCache()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
@@ -173,7 +181,7 @@ func Unmount(dir string, lazy bool) error {
 			flags = syscall.MNT_DETACH
 		}
 		if err := syscall.Unmount(dir, flags); err != nil {
-			return fmt.Errorf("umount %s: %w", dir, err)
+			return busyError(dir, fmt.Errorf("umount %s: %w", dir, err))
 		}
 		return nil
 	}
@@ -191,7 +199,7 @@ func Unmount(dir string, lazy bool) error {
 		}
 		out, err := exec.Command(path, args...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("umount %s: %s: %w: %s", dir, bin, err, out)
+			return busyError(dir, fmt.Errorf("umount %s: %s: %w: %s", dir, bin, err, strings.TrimSpace(string(out))))
 		}
 		return nil
 	}
