@@ -228,7 +228,7 @@ func (c *Client) Members() []*wire.Member {
 	defer c.mu.Unlock()
 	out := make([]*wire.Member, len(c.mu.members))
 	for i, m := range c.mu.members {
-		out[i] = &wire.Member{Id: m.GetId(), Addr: m.GetAddr()}
+		out[i] = &wire.Member{Id: m.GetId(), Addr: m.GetAddr(), CertName: m.GetCertName()}
 	}
 	return out
 }

@@ -19,7 +19,7 @@ func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	meta := fs.String("meta", "", "metadata node addresses, comma-separated")
 	rack := fs.String("rack", "", "rack of this server")
 	pod := fs.String("pod", "", "pod of this server (optional)")
-	host := fs.String("host", "", "host name for placement (default: the --listen host)")
+	host := fs.String("host", "", "host name for placement: never two replicas of a group on one host (default: this machine's host name)")
 	chunkSize := fs.Int64("chunk-size", 64<<20, "chunk size when the store is created (a multiple of 64 KiB)")
 	repairRate := fs.Int64("repair-rate", chunkserver.DefaultRepairRate>>20, "MiB/s a primary may spend copying chunks to a new member of its group (0: no limit)")
 	scrub := fs.Duration("scrub-interval", chunkserver.DefaultScrubInterval, "how often every block is verified against its checksum (0: never)")
