@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin/govfs
 
-.PHONY: dev test build proto bench-meta bench-fio vet clean fuse3 testtools
+.PHONY: dev test build proto bench-meta bench-fio vet clean fuse3 testtools chromium
 
 dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
@@ -12,7 +12,7 @@ build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/govfs
 
 # Every test, then the concurrent cores again under the race detector.
-test: fuse3 testtools
+test: fuse3 testtools chromium
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 10m -race ./internal/multiraft/... ./internal/metanode ./internal/chunkserver ./internal/chunkstore ./internal/nemesis ./internal/gctest ./client
@@ -31,6 +31,14 @@ proto:
 # FUSE mounts (govfs mount, dev --mount, the mount tests): root mounts with
 # mount(2) and needs only /dev/fuse; other users need fusermount3, from the
 # Debian package fuse3, installed here when missing.
+# The dashboard's browser test (internal/e2e dashboard_test.go) drives
+# Debian's chromium; installed when missing (the test skips without it).
+chromium:
+	@command -v chromium >/dev/null || \
+		( [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) || \
+		  (sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) ) || \
+		echo "warning: chromium missing and not installed: the dashboard's browser test will be skipped"
+
 fuse3:
 	@[ "$$(id -u)" = 0 ] || command -v fusermount3 >/dev/null || \
 		(sudo apt-get update -qq && sudo apt-get install -y fuse3) || \

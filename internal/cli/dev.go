@@ -50,6 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer c.Stop()
 	meta := strings.Join(c.Addrs(), ",")
 	fmt.Fprintf(stdout, "GovFS dev cluster is up: %d metadata nodes and 3 chunk servers, data and logs in %s\n", *metaNodes, abs)
+	fmt.Fprintf(stdout, "  dashboard: http://%s/ (every metadata node serves it)\n", c.HTTPAddrs()[0])
 	if *nodeCPU > 0 {
 		fmt.Fprintf(stdout, "  each metadata node is capped at %v of a core (its own cgroup)\n", *nodeCPU)
 	}

@@ -51,7 +51,9 @@ type Node struct {
 	verifier chunktoken.Verifier
 	// clientIDs binds client ids to certificates (clientids.go).
 	clientIDs clientIDs
-	epochs    epochCache
+	// events are the recent notable log lines (dashboard.go).
+	events *events
+	epochs epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).
 	ops     opsCounter
@@ -108,11 +110,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open data directory %s (is it a GovFS metadata directory, and not in use by another process?): %w", cfg.DataDir, err)
 	}
+	// The node's log also feeds the dashboard's recent events.
+	evs := &events{}
+	cfg.Logger = slog.New(&eventHandler{next: cfg.Logger.Handler(), ev: evs})
 	log := cfg.Logger
 	if cfg.ID != 0 {
 		log = log.With("node", uint64(cfg.ID)) // a joining node learns its id below
 	}
-	n := &Node{cfg: cfg, log: log, eng: eng, pool: rpc.NewPool(cfg.Security), stop: make(chan struct{}),
+	n := &Node{cfg: cfg, log: log, events: evs, eng: eng, pool: rpc.NewPool(cfg.Security), stop: make(chan struct{}),
 		lastCampaign: map[ids.GroupID]time.Time{}, started: cfg.Clock.Now(),
 		lastMemberChange: map[ids.GroupID]time.Time{}, lastDropCheck: map[ids.GroupID]time.Time{}}
 	ok := false
@@ -343,6 +348,7 @@ func (n *Node) startHTTP(reg *prometheus.Registry) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	n.serveDashboard(mux)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := n.ready(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

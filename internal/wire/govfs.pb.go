@@ -6806,8 +6806,10 @@ type StatusResponse struct {
 	NextFreeIno          uint64               `protobuf:"varint,8,opt,name=next_free_ino,json=nextFreeIno,proto3" json:"next_free_ino,omitempty"`
 	ChunkServers         []*ChunkServerStatus `protobuf:"bytes,9,rep,name=chunk_servers,json=chunkServers,proto3" json:"chunk_servers,omitempty"`
 	ReplicaGroups        []*ReplicaGroup      `protobuf:"bytes,10,rep,name=replica_groups,json=replicaGroups,proto3" json:"replica_groups,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// The node's recent notable events, newest first (the dashboard's).
+	Events        []*NodeEvent `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -6910,6 +6912,83 @@ func (x *StatusResponse) GetReplicaGroups() []*ReplicaGroup {
 	return nil
 }
 
+func (x *StatusResponse) GetEvents() []*NodeEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// NodeEvent is a notable line of a node's log (an election, a replica
+// group changed, a move, a warning).
+type NodeEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AtNs          int64                  `protobuf:"varint,1,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
+	Level         string                 `protobuf:"bytes,2,opt,name=level,proto3" json:"level,omitempty"`
+	Msg           string                 `protobuf:"bytes,3,opt,name=msg,proto3" json:"msg,omitempty"`
+	Attrs         string                 `protobuf:"bytes,4,opt,name=attrs,proto3" json:"attrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeEvent) Reset() {
+	*x = NodeEvent{}
+	mi := &file_govfs_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeEvent) ProtoMessage() {}
+
+func (x *NodeEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
+func (*NodeEvent) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *NodeEvent) GetAtNs() int64 {
+	if x != nil {
+		return x.AtNs
+	}
+	return 0
+}
+
+func (x *NodeEvent) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetMsg() string {
+	if x != nil {
+		return x.Msg
+	}
+	return ""
+}
+
+func (x *NodeEvent) GetAttrs() string {
+	if x != nil {
+		return x.Attrs
+	}
+	return ""
+}
+
 // ChunkHeartbeatRequest is a chunk server's periodic report to the
 // president (soft state: liveness and load, not logged).
 type ChunkHeartbeatRequest struct {
@@ -6931,7 +7010,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6943,7 +7022,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6956,7 +7035,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -7032,7 +7111,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7044,7 +7123,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7057,7 +7136,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -7116,7 +7195,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7128,7 +7207,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7141,7 +7220,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -7266,7 +7345,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7278,7 +7357,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7291,7 +7370,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -7446,7 +7525,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7458,7 +7537,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7471,7 +7550,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7568,7 +7647,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7580,7 +7659,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7593,7 +7672,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7684,7 +7763,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7696,7 +7775,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7709,7 +7788,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -7799,7 +7878,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7811,7 +7890,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7824,7 +7903,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -7853,7 +7932,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7865,7 +7944,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7878,7 +7957,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -7914,7 +7993,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7926,7 +8005,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7939,7 +8018,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -7978,7 +8057,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7990,7 +8069,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8003,7 +8082,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 type PingResponse struct {
@@ -8014,7 +8093,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8026,7 +8105,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8039,7 +8118,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -8056,7 +8135,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8068,7 +8147,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8081,7 +8160,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -8123,7 +8202,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8135,7 +8214,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8148,7 +8227,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -8174,7 +8253,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8186,7 +8265,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8199,7 +8278,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{90}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -8227,7 +8306,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8239,7 +8318,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8252,7 +8331,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{91}
+	return file_govfs_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8314,7 +8393,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8326,7 +8405,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8339,7 +8418,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{92}
+	return file_govfs_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KV) GetKey() []byte {
@@ -8850,7 +8929,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\vfirst_index\x18\t \x01(\x04R\n" +
 	"firstIndex\x12\x1a\n" +
 	"\blearners\x18\n" +
-	" \x03(\x04R\blearners\"\xc7\x03\n" +
+	" \x03(\x04R\blearners\"\xf6\x03\n" +
 	"\x0eStatusResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1d\n" +
 	"\n" +
@@ -8863,7 +8942,13 @@ const file_govfs_proto_rawDesc = "" +
 	"\rnext_free_ino\x18\b \x01(\x04R\vnextFreeIno\x12B\n" +
 	"\rchunk_servers\x18\t \x03(\v2\x1d.govfs.wire.ChunkServerStatusR\fchunkServers\x12?\n" +
 	"\x0ereplica_groups\x18\n" +
-	" \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\"\x97\x02\n" +
+	" \x03(\v2\x18.govfs.wire.ReplicaGroupR\rreplicaGroups\x12-\n" +
+	"\x06events\x18\v \x03(\v2\x15.govfs.wire.NodeEventR\x06events\"^\n" +
+	"\tNodeEvent\x12\x13\n" +
+	"\x05at_ns\x18\x01 \x01(\x03R\x04atNs\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\tR\x05level\x12\x10\n" +
+	"\x03msg\x18\x03 \x01(\tR\x03msg\x12\x14\n" +
+	"\x05attrs\x18\x04 \x01(\tR\x05attrs\"\x97\x02\n" +
 	"\x15ChunkHeartbeatRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1b\n" +
@@ -9071,7 +9156,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 94)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -9156,24 +9241,25 @@ var file_govfs_proto_goTypes = []any{
 	(*StatusRequest)(nil),          // 80: govfs.wire.StatusRequest
 	(*GroupStatus)(nil),            // 81: govfs.wire.GroupStatus
 	(*StatusResponse)(nil),         // 82: govfs.wire.StatusResponse
-	(*ChunkHeartbeatRequest)(nil),  // 83: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 84: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 85: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 86: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 87: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 88: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 89: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 90: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 91: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 92: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 93: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 94: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 95: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 96: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 97: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 98: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 99: govfs.wire.KV
-	nil,                            // 100: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*NodeEvent)(nil),              // 83: govfs.wire.NodeEvent
+	(*ChunkHeartbeatRequest)(nil),  // 84: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 85: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 86: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 87: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 88: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 89: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 90: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 91: govfs.wire.AssignResponse
+	(*JoinRequest)(nil),            // 92: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 93: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 94: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 95: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 96: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 97: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 98: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 99: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 100: govfs.wire.KV
+	nil,                            // 101: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -9232,7 +9318,7 @@ var file_govfs_proto_depIdxs = []int32{
 	43,  // 53: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 54: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 55: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	99,  // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	100, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
 	71,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 58: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	7,   // 59: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
@@ -9255,7 +9341,7 @@ var file_govfs_proto_depIdxs = []int32{
 	8,   // 76: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
 	71,  // 77: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
 	25,  // 78: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	99,  // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	100, // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
 	7,   // 80: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
 	41,  // 81: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
 	42,  // 82: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
@@ -9271,59 +9357,60 @@ var file_govfs_proto_depIdxs = []int32{
 	7,   // 92: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
 	81,  // 93: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
 	41,  // 94: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	85,  // 95: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	86,  // 95: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
 	33,  // 96: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	7,   // 97: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 98: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	100, // 99: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	37,  // 100: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
-	31,  // 101: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 102: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 103: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	87,  // 104: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 105: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 106: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	87,  // 107: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	87,  // 108: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	72,  // 109: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	11,  // 110: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 111: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	44,  // 112: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 113: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 114: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 115: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	96,  // 116: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 117: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	99,  // 118: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	57,  // 119: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	59,  // 120: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	73,  // 121: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	80,  // 122: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	83,  // 123: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	86,  // 124: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	93,  // 125: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	89,  // 126: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	91,  // 127: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	77,  // 128: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	95,  // 129: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	98,  // 130: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	58,  // 131: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	72,  // 132: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	74,  // 133: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	82,  // 134: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	84,  // 135: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	88,  // 136: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	94,  // 137: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	90,  // 138: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	92,  // 139: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	78,  // 140: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	97,  // 141: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	97,  // 142: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	131, // [131:143] is the sub-list for method output_type
-	119, // [119:131] is the sub-list for method input_type
-	119, // [119:119] is the sub-list for extension type_name
-	119, // [119:119] is the sub-list for extension extendee
-	0,   // [0:119] is the sub-list for field type_name
+	83,  // 97: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
+	7,   // 98: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 99: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	101, // 100: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	37,  // 101: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
+	31,  // 102: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 103: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 104: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	88,  // 105: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	5,   // 106: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 107: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	88,  // 108: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	88,  // 109: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	72,  // 110: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	11,  // 111: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 112: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 113: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	11,  // 114: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 115: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 116: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	97,  // 117: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 118: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	100, // 119: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 120: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	59,  // 121: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	73,  // 122: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	80,  // 123: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	84,  // 124: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	87,  // 125: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	94,  // 126: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	90,  // 127: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	92,  // 128: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	77,  // 129: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	96,  // 130: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	99,  // 131: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	58,  // 132: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	72,  // 133: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	74,  // 134: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	82,  // 135: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	85,  // 136: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	89,  // 137: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	95,  // 138: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	91,  // 139: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	93,  // 140: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	78,  // 141: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	98,  // 142: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	98,  // 143: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	132, // [132:144] is the sub-list for method output_type
+	120, // [120:132] is the sub-list for method input_type
+	120, // [120:120] is the sub-list for extension type_name
+	120, // [120:120] is the sub-list for extension extendee
+	0,   // [0:120] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -9386,7 +9473,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   94,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
