@@ -14,6 +14,7 @@ import (
 func runChunk(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("govfs chunk", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withSynopsis(fs, stderr, chunkUsage)
 	listen := fs.String("listen", "", "HOST:PORT of the data service (also registered with the president)")
 	data := fs.String("data", "", "directory of the chunk store")
 	meta := fs.String("meta", "", "metadata node addresses, comma-separated")

@@ -16,6 +16,7 @@ import (
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("govfs dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withSynopsis(fs, stderr, devUsage)
 	dir := fs.String("dir", "./govfs-dev", "directory for the nodes' data and logs")
 	mountDir := fs.String("mount", "", "also mount the cluster with FUSE on this directory (see govfs mount)")
 	metaNodes := fs.Int("meta-nodes", 3, "metadata nodes: the first 3 form the cluster, the others join it idle (for ministries: govfs admin assign)")

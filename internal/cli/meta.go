@@ -18,6 +18,7 @@ import (
 func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("govfs meta", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	withSynopsis(fs, stderr, metaUsage)
 	id := fs.String("id", "", "this node's id (a positive integer listed in --peers)")
 	listen := fs.String("listen", "", "HOST:PORT to serve gRPC on")
 	peers := fs.String("peers", "", "every initial member as ID=HOST:PORT,... (including this node)")
