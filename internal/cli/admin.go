@@ -82,9 +82,10 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func adminStatus(ctx context.Context, g fsGlobal, args []string, stdout, stderr io.Writer) error {
-	var asJSON bool
+	var asJSON, rawBytes bool
 	f, err := subFlags("status", &g, stderr, args, func(f *flag.FlagSet) {
 		f.BoolVar(&asJSON, "json", false, "print a JSON object instead of tables")
+		f.BoolVar(&rawBytes, "bytes", false, "print sizes as byte counts (for scripts) instead of KiB, MiB, GiB")
 	})
 	if err != nil {
 		return err
@@ -108,6 +109,7 @@ func adminStatus(ctx context.Context, g fsGlobal, args []string, stdout, stderr 
 	}
 	wg.Wait()
 	rep := buildStatusReport(cl.ClusterID(), members, resps, errs)
+	rep.Bytes = rawBytes
 	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -130,6 +132,9 @@ type statusReport struct {
 	Groups        []groupReport        `json:"groups"`
 	ChunkServers  []chunkServerReport  `json:"chunk_servers"`
 	ReplicaGroups []replicaGroupReport `json:"replica_groups"`
+	// Bytes prints sizes as byte counts (--bytes, for scripts); JSON
+	// always has byte counts.
+	Bytes bool `json:"-"`
 }
 
 type replicaGroupReport struct {
@@ -373,8 +378,12 @@ func writeStatusReport(w io.Writer, rep statusReport) {
 			if pod == "" {
 				pod = "-"
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.1f\t%.1f\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks, c.Used, c.Capacity,
-				float64(c.ReadBytesPerS)/1e6, float64(c.WriteBytesPerS)/1e6)
+			size := humanSize
+			if rep.Bytes {
+				size = func(n int64) string { return strconv.FormatInt(n, 10) }
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%.1f\t%.1f\n", c.ID, c.Addr, c.Host, c.Rack, pod, state, c.Chunks,
+				size(c.Used), size(c.Capacity), float64(c.ReadBytesPerS)/1e6, float64(c.WriteBytesPerS)/1e6)
 		}
 		tw.Flush()
 	}

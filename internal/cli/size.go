@@ -64,6 +64,21 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// humanSize prints n for people: one decimal in the largest binary unit
+// under it ("182.3 GiB"), bytes below 1 KiB.
+func humanSize(n int64) string {
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	if n < 1<<10 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	v, i := float64(n)/(1<<10), 0
+	for v >= 1<<10 && i < len(units)-1 {
+		v /= 1 << 10
+		i++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + units[i]
+}
+
 // sizeFlag is a flag.Value for a byte count given with or without a unit.
 type sizeFlag struct{ p *int64 }
 

@@ -21,3 +21,11 @@ func TestParseSize(t *testing.T) {
 		t.Errorf("formatSize = %q", s)
 	}
 }
+
+func TestHumanSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 195_000_000_000: "181.6 GiB", 1 << 50: "1.0 PiB"} {
+		if got := humanSize(n); got != want {
+			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

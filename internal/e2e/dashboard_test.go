@@ -168,6 +168,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !strings.Contains(health, "dead") {
 		t.Errorf("the health line does not mention the dead server: %q", health)
 	}
+	events, err := chromedp.Run(bctx, chromedp.Text(`#events`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"chunk server stopped sending heartbeats: dead", "replica group membership changed"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("recent events lack %q:\n%s", want, events)
+		}
+	}
 	art := filepath.Join("..", "..", "test-artifacts")
 	if err := os.MkdirAll(art, 0o755); err == nil {
 		if err := os.WriteFile(filepath.Join(art, "dashboard.png"), shot, 0o644); err != nil {

@@ -74,7 +74,9 @@ var notable = map[string]bool{
 	"chunk token key rotated":          true,
 	"hosting ministry":                 true,
 	"ministry dissolved: its move aborted before it held anything": true,
-	"cluster id": true,
+	"cluster id":            true,
+	"metadata node is back": true,
+	"chunk server is back":  true,
 }
 
 // eventHandler passes records on to the node's log handler and keeps the

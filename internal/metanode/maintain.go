@@ -68,6 +68,7 @@ func (n *Node) maintainOnce(ctx context.Context) error {
 	_, leadsPresident := n.host.Leader(ids.PresidentGroup)
 	n.chunks.leading(n.cfg.Clock.Now(), leadsPresident)
 	n.gc.tick(n.cfg.Clock.Now(), leadsPresident)
+	n.logLiveness(leadsPresident)
 	if leadsPresident {
 		if err := n.planReplicaGroups(ctx); err != nil {
 			n.log.Debug("replica group planning", "err", err)

@@ -53,6 +53,9 @@ type Node struct {
 	clientIDs clientIDs
 	// events are the recent notable log lines (dashboard.go).
 	events *events
+	// alive is what the president's leader last logged about servers'
+	// liveness (maintain goroutine only).
+	alive livenessLog
 	epochs epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).

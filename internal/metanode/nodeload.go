@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/internal/clustermap"
+	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -202,4 +204,63 @@ func (s *metaService) MetaHeartbeat(ctx context.Context, req *wire.MetaHeartbeat
 	}
 	s.n.nodes.note(s.n.cfg.Clock.Now(), req)
 	return &wire.MetaHeartbeatResponse{Status: &wire.Status{}, IntervalMs: uint64(metaHeartbeatInterval / time.Millisecond)}, nil
+}
+
+// livenessLog remembers what the president's leader last said about each
+// metadata node and chunk server, so that it logs (and the dashboard
+// lists) a server going silent and coming back, once each.
+type livenessLog struct {
+	meta  map[uint64]bool
+	chunk map[uint64]bool
+}
+
+// logLiveness runs on the president's leader in the maintenance loop.
+func (n *Node) logLiveness(leads bool) {
+	if !leads {
+		n.alive = livenessLog{} // a new leader starts from what it sees
+		return
+	}
+	now := n.cfg.Clock.Now()
+	v := n.mapView()
+	if v == nil {
+		return
+	}
+	if n.alive.meta == nil {
+		n.alive.meta, n.alive.chunk = map[uint64]bool{}, map[uint64]bool{}
+	}
+	for _, l := range n.nodes.loads(now, n.started, v.members) {
+		if !l.GetKnown() {
+			continue
+		}
+		was, seen := n.alive.meta[l.GetNodeId()]
+		switch {
+		case seen && was && !l.GetAlive():
+			n.log.Warn("metadata node stopped sending heartbeats: dead", "peer", l.GetNodeId(), "silent_for", time.Duration(l.GetLastHeartbeatMsAgo())*time.Millisecond)
+		case seen && !was && l.GetAlive():
+			n.log.Info("metadata node is back", "peer", l.GetNodeId())
+		}
+		n.alive.meta[l.GetNodeId()] = l.GetAlive()
+	}
+	var servers []uint64
+	_ = n.host.Read(ids.PresidentGroup, func(r engine.Reader, _ uint64) error {
+		cs, err := clustermap.ChunkServers(r)
+		for _, s := range cs {
+			servers = append(servers, s.GetId())
+		}
+		return err
+	})
+	for _, id := range servers {
+		alive, dead := n.chunks.state(id, now)
+		if !alive && !dead {
+			continue // not known yet
+		}
+		was, seen := n.alive.chunk[id]
+		switch {
+		case seen && was && dead:
+			n.log.Warn("chunk server stopped sending heartbeats: dead", "server", id)
+		case seen && !was && alive:
+			n.log.Info("chunk server is back", "server", id)
+		}
+		n.alive.chunk[id] = alive
+	}
 }
