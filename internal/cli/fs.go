@@ -248,7 +248,7 @@ func runFS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dialError("fs "+inv.sub, err)
 	}
 	defer cl.Close()
-	r := &fsRunner{cl: cl, out: stdout, loc: time.Local, sub: inv.sub}
+	r := &fsRunner{cl: cl, out: stdout, errOut: stderr, loc: time.Local, sub: inv.sub}
 	if isTerminal(stderr) {
 		r.progress = stderr
 	}
@@ -278,8 +278,10 @@ func reason(err error) string {
 type fsRunner struct {
 	cl  *client.Client
 	out io.Writer
-	loc *time.Location
-	sub string
+	// errOut receives notes that are not the command's output.
+	errOut io.Writer
+	loc    *time.Location
+	sub    string
 	// progress receives progress bars (a terminal), nil for none.
 	progress io.Writer
 }

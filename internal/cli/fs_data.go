@@ -167,8 +167,8 @@ func (r *fsRunner) appendFile(ctx context.Context, local, remote string, verify 
 	bar := startProgress(r.progress, "append "+remote, size)
 	defer bar.Finish()
 	buf := make([]byte, min(appendRecord, maxRec))
-	var total int64
-	first := true
+	var total, firstOff, next int64
+	records, gaps := 0, false
 	for {
 		n, rerr := io.ReadFull(in, buf)
 		if n > 0 {
@@ -176,10 +176,14 @@ func (r *fsRunner) appendFile(ctx context.Context, local, remote string, verify 
 			if err != nil {
 				return r.fail(remote, fmt.Errorf("after %d bytes: %w", total, err))
 			}
-			if first {
+			if records == 0 {
 				fmt.Fprintln(r.out, off)
-				first = false
+				firstOff = off
+			} else if off != next {
+				gaps = true
 			}
+			records++
+			next = off + int64(n)
 			sum.Write(buf[:n])
 			total += int64(n)
 			bar.add(int64(n))
@@ -193,6 +197,16 @@ func (r *fsRunner) appendFile(ctx context.Context, local, remote string, verify 
 	}
 	if verify {
 		fmt.Fprintf(r.out, "%s  %s (%d bytes)\n", hex.EncodeToString(sum.Sum(nil)), remote, total)
+	}
+	// Say what became of input larger than one record: appends are
+	// atomic per record, not per file.
+	switch {
+	case records > 1 && gaps:
+		fmt.Fprintf(r.errOut, "fs append: %s went in as %d records of up to %s, each whole, from offset %d; they are not contiguous: a record that did not fit in the rest of a chunk went to the next one (the rest reads as zeros), or another appender's records came between. To copy a file byte for byte, use fs put.\n",
+			local, records, humanSize(int64(len(buf))), firstOff)
+	case records > 1:
+		fmt.Fprintf(r.errOut, "fs append: %s went in as %d records of up to %s, contiguous from offset %d to %d (each record is atomic; the whole file is not: another appender's record could have come between).\n",
+			local, records, humanSize(int64(len(buf))), firstOff, next)
 	}
 	return nil
 }

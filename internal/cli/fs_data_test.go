@@ -164,12 +164,28 @@ func TestFSDataCommands(t *testing.T) {
 		}
 		return first
 	}
-	out := run("append", "--verify", local, "/log")
+	// More than one record: a note on stderr says what happened.
+	appendRun := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		if err := Run(ctx, append([]string{"fs", "--meta", meta, "--tls", c.ClientTLSDir(), "append"}, args...), &out, &errb); err != nil {
+			t.Fatalf("govfs fs append %v: %v (stderr %q)", args, err, errb.String())
+		}
+		return out.String(), errb.String()
+	}
+	out, note := appendRun("--verify", local, "/log")
 	if want := fmt.Sprintf("%d\n%s  /log (%d bytes)\n", place(data), hexSum, len(data)); out != want {
 		t.Fatalf("first append printed %q, want %q", out, want)
 	}
-	if out, want := run("append", local, "/log"), fmt.Sprintf("%d\n", place(data)); out != want {
+	if !strings.Contains(note, "9 records of up to 256.0 KiB, contiguous from offset 0") {
+		t.Errorf("first append's note: %q", note)
+	}
+	out, note = appendRun(local, "/log")
+	if want := fmt.Sprintf("%d\n", place(data)); out != want {
 		t.Fatalf("second append printed %q, want %q", out, want)
+	}
+	if !strings.Contains(note, "9 records") || !strings.Contains(note, "not contiguous") || !strings.Contains(note, "fs put") {
+		t.Errorf("second append's note: %q", note)
 	}
 	var got bytes.Buffer
 	if err := Run(ctx, []string{"fs", "--meta", meta, "--tls", c.ClientTLSDir(), "cat", "/log"}, &got, &bytes.Buffer{}); err != nil {
