@@ -3,10 +3,18 @@
 GO ?= go
 BIN := bin/govfs
 
-.PHONY: dev test build proto bench-meta bench-fio vet clean fuse3 testtools chromium
+.PHONY: dev dev-clean test build proto bench-meta bench-fio vet clean fuse3 testtools chromium
 
 dev: build fuse3
 	./$(BIN) dev --dir ./govfs-dev
+
+# Removes the dev cluster's data, logs and certificates (stop make dev
+# first); a mount left under it is detached.
+dev-clean:
+	@if pgrep -f "govfs (meta|chunk) .*$(CURDIR)/govfs-dev" >/dev/null; then \
+		echo "a dev cluster is running on govfs-dev: stop it (Ctrl-C) first"; exit 1; fi
+	@awk '{print $$2}' /proc/self/mounts | grep "^$(CURDIR)/govfs-dev" | while read m; do umount -l "$$m" 2>/dev/null || fusermount3 -uz "$$m"; done; true
+	rm -rf govfs-dev
 
 build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/govfs

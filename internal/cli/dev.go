@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/testcluster"
 )
 
@@ -60,12 +62,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "  node %d: %s  (metrics http://%s/metrics, pprof http://%s/debug/pprof/, log %s)\n", i+1, a, c.HTTPAddrs()[i], dbg[i], c.LogPath(i))
 	}
 	chunkHTTP := c.ChunkHTTPAddrs()
+	ids := devChunkIDs(ctx, c)
 	for k, a := range c.ChunkAddrs() {
 		metrics := ""
 		if k < len(chunkHTTP) {
 			metrics = fmt.Sprintf("metrics http://%s/metrics, pprof http://%s/debug/pprof/, ", chunkHTTP[k], dbg[len(c.Addrs())+k])
 		}
-		fmt.Fprintf(stdout, "  chunk server %d (rack r%d): %s  (%slog %s)\n", k+1, k+1, a, metrics, c.LogPath(len(c.Addrs())+k))
+		// The id the president gave it, as admin status and the
+		// dashboard show it.
+		name := fmt.Sprintf("chunk server (rack r%d)", k+1)
+		if id, ok := ids[a]; ok {
+			name = fmt.Sprintf("chunk server %d (rack r%d)", id, k+1)
+		}
+		fmt.Fprintf(stdout, "  %s: %s  (%slog %s)\n", name, a, metrics, c.LogPath(len(c.Addrs())+k))
 	}
 	tlsLine := "  export GOVFS_TLS=" + c.ClientTLSDir()
 	if *insecure {
@@ -74,7 +83,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	} else {
 		fmt.Fprintf(stdout, "  mutual TLS: cluster CA in %s, an admin certificate in %s\n", c.CADir(), c.ClientTLSDir())
 	}
-	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n%s\n  govfs fs ls /\n  govfs admin status\n\nCtrl-C stops the cluster; run again on the same --dir to get it back.\n", meta, tlsLine)
+	self := devCommand(bin)
+	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n%s\n  %s fs ls /\n  %s admin status\n\nA process that dies is started again after %v (kill one to watch the cluster cope). Ctrl-C stops the cluster; run again on the same --dir to get it back.\n",
+		meta, tlsLine, self, self, devRestartAfter)
 	if *mountDir != "" {
 		unmount, err := devMount(ctx, *mountDir, c.Addrs(), c.ClientTLSDir(), stdout, stderr)
 		if err != nil {
@@ -82,14 +93,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer unmount()
 	}
-	// Report a node that dies under us; the others keep serving (a
+	// A process that dies under us is reported, and started again after
+	// devRestartAfter (long enough to watch the cluster notice: a chunk
+	// server is declared dead after 10 s); the others keep serving (a
 	// majority is enough) until Ctrl-C.
 	type exited struct {
 		i   int
 		err error
 	}
 	died := make(chan exited, c.Procs())
-	for i := range c.Procs() {
+	watch := func(i int) {
 		done, status := c.Exited(i)
 		go func() {
 			select {
@@ -99,15 +112,85 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}()
 	}
+	for i := range c.Procs() {
+		watch(i)
+	}
+	restart := make(chan int, c.Procs())
 	for {
 		select {
 		case d := <-died:
-			fmt.Fprintf(stderr, "dev: node %d exited unexpectedly (%v); see %s\n", d.i+1, d.err, c.LogPath(d.i))
+			fmt.Fprintf(stderr, "dev: %s exited (%v); starting it again in %v (log %s)\n", devProcName(c, d.i), d.err, devRestartAfter, c.LogPath(d.i))
+			time.AfterFunc(devRestartAfter, func() { restart <- d.i })
+			continue
+		case i := <-restart:
+			if ctx.Err() != nil {
+				break
+			}
+			if err := c.Restart(i); err != nil {
+				fmt.Fprintf(stderr, "dev: start %s again: %v\n", devProcName(c, i), err)
+			} else {
+				fmt.Fprintf(stderr, "dev: %s started again (pid %d)\n", devProcName(c, i), c.Pid(i))
+				watch(i)
+			}
 			continue
 		case <-ctx.Done():
 		}
 		break
 	}
-	fmt.Fprintln(stdout, "stopping...")
+	fmt.Fprintln(stdout, "stopping: unmounting, then stopping the chunk servers and metadata nodes...")
 	return nil
+}
+
+// devRestartAfter is how long dev waits before it starts a dead process
+// again.
+const devRestartAfter = 20 * time.Second
+
+// devProcName names process i of the dev cluster as its output does.
+func devProcName(c *testcluster.ProcCluster, i int) string {
+	if i < len(c.Addrs()) {
+		return fmt.Sprintf("metadata node %d", i+1)
+	}
+	return fmt.Sprintf("the chunk server on %s", c.ChunkAddrs()[i-len(c.Addrs())])
+}
+
+// devChunkIDs maps chunk servers' addresses to the ids the president
+// gave them (empty if the map cannot be read).
+func devChunkIDs(ctx context.Context, c *testcluster.ProcCluster) map[string]uint64 {
+	out := map[string]uint64{}
+	cfg := client.DefaultConfig()
+	cfg.MetaAddrs, cfg.TLSDir = c.Addrs(), c.ClientTLSDir() // "" for an --insecure cluster
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cl, err := client.New(cctx, cfg)
+	if err != nil {
+		return out
+	}
+	defer cl.Close()
+	info, err := cl.ClusterMap(cctx)
+	if err != nil {
+		return out
+	}
+	for _, s := range info.GetChunkServers() {
+		out[s.GetAddr()] = s.GetId()
+	}
+	return out
+}
+
+// devCommand is how the user should run this binary from the current
+// directory: "govfs" when that is what the shell finds, else its path
+// (bin/govfs after make build).
+func devCommand(bin string) string {
+	if p, err := exec.LookPath("govfs"); err == nil {
+		if a, err := filepath.EvalSymlinks(p); err == nil {
+			if b, err := filepath.EvalSymlinks(bin); err == nil && a == b {
+				return "govfs"
+			}
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, bin); err == nil && !strings.HasPrefix(rel, "..") {
+			return "./" + rel
+		}
+	}
+	return bin
 }

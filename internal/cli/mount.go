@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,6 +213,11 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, st
 	}
 	fmt.Fprintf(stdout, "  mounted on %s (FUSE; unmounted when dev stops)\n", abs)
 	return func() {
+		// A shell sitting in the mount keeps it busy: say who, rather
+		// than wait in silence.
+		if h := fusefs.Holders(abs); len(h) > 0 {
+			fmt.Fprintf(stderr, "dev: %s is in use by %s: detaching it now; dev stops once they close their files or leave it\n", abs, strings.Join(h, ", "))
+		}
 		if err := m.Unmount(); err != nil {
 			fmt.Fprintf(stderr, "dev: %v\n", err)
 		}

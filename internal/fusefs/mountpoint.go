@@ -105,6 +105,9 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// Holders lists the processes using files under dir (see holders).
+func Holders(dir string) []string { return holders(dir) }
+
 // holders lists the processes using files under dir, as fuser -m would
 // name them: those whose working directory, root or an open descriptor is
 // inside it ("pid (command)"). Processes this user may not inspect are

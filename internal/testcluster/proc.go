@@ -420,6 +420,21 @@ func (c *ProcCluster) Start(i int) error {
 	return nil
 }
 
+// Restart starts node i again after its process exited by itself (a
+// crash, a kill from outside); it does nothing while it still runs.
+func (c *ProcCluster) Restart(i int) error {
+	c.mu.Lock()
+	if ex := c.exits[i]; ex != nil {
+		select {
+		case <-ex.done:
+			c.procs[i] = nil
+		default:
+		}
+	}
+	c.mu.Unlock()
+	return c.Start(i)
+}
+
 // Pid returns node i's process id (0 when not running).
 func (c *ProcCluster) Pid(i int) int {
 	c.mu.Lock()
