@@ -55,7 +55,7 @@ type Node struct {
 	events *events
 	// alive is what the president's leader last logged about servers'
 	// liveness (maintain goroutine only).
-	alive livenessLog
+	alive  livenessLog
 	epochs epochCache
 	// ops counts requests served per group; nodes is the president
 	// members' view of every metadata node's heartbeats (nodeload.go).
