@@ -49,13 +49,40 @@ type rpcAttempt func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wi
 // metadata RPC of the Client goes through here.
 func (c *Client) call(ctx context.Context, rt *target, rpc rpcAttempt) error {
 	c.routeStats.calls.Add(1)
+	start := c.cfg.Clock.Now()
 	err := c.retry.do(ctx, func(ctx context.Context) (bool, error) {
-		return c.callOnce(ctx, rt, rpc)
+		retry, err := c.callOnce(ctx, rt, rpc)
+		if retry && err != nil && c.cfg.Clock.Now().Sub(start) >= outageAfter {
+			c.noteOutage(rt, err)
+		}
+		return retry, err
 	})
+	if err == nil {
+		c.noteRecovered()
+	}
 	if rt.hops > 0 {
 		c.routeStats.redirected.Add(1)
 	}
 	return err
+}
+
+// outageAfter is how long one call must have been retrying before the
+// Client logs that the cluster (or a group of it) cannot be reached.
+const outageAfter = 3 * time.Second
+
+// noteOutage logs, once per outage, that calls keep failing: a mount's
+// log then says when its users started to wait, and noteRecovered when
+// they stopped.
+func (c *Client) noteOutage(rt *target, err error) {
+	if c.outageSince.CompareAndSwap(0, c.cfg.Clock.Now().UnixNano()) {
+		c.log.Warn("metadata service unreachable: retrying", "group", uint64(rt.group), "err", err)
+	}
+}
+
+func (c *Client) noteRecovered() {
+	if since := c.outageSince.Swap(0); since != 0 {
+		c.log.Warn("metadata service reachable again", "unreachable_for", c.cfg.Clock.Now().Sub(time.Unix(0, since)).Round(100*time.Millisecond))
+	}
 }
 
 // RouteStats counts this Client's metadata calls: all of them, and those

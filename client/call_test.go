@@ -3,9 +3,13 @@ package client
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -104,3 +108,47 @@ func TestRedirectLoopGivesUp(t *testing.T) {
 		t.Fatalf("%d reads for one GetAttr: the bound is %d hops", len(reads), maxRedirects)
 	}
 }
+
+// TestOutageLogged: a call that keeps meeting UNAVAILABLE for longer
+// than outageAfter logs the outage once, and the next call that succeeds
+// logs the recovery.
+func TestOutageLogged(t *testing.T) {
+	fc := startFake(t, 1)
+	var logs strings.Builder
+	var mu sync.Mutex
+	cfg := DefaultConfig()
+	cfg.MetaAddrs = fc.addrs[:1]
+	cfg.CallTimeout, cfg.OpTimeout = time.Second, 10*time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	c, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var down atomic.Bool
+	down.Store(true)
+	fc.set(func(_ int, req *wire.MutateRequest) *wire.MutateResponse {
+		if down.Load() {
+			return &wire.MutateResponse{Status: &wire.Status{Code: wire.Code_UNAVAILABLE, Message: "no leader"}}
+		}
+		return &wire.MutateResponse{Status: ok(), Result: &wire.Result{Attr: &wire.Attr{Ino: 3}}}
+	}, nil)
+	time.AfterFunc(outageAfter+time.Second, func() { down.Store(false) })
+	if _, err := c.MkdirAt(context.Background(), 1, "x", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := logs.String()
+	mu.Unlock()
+	if strings.Count(got, "metadata service unreachable") != 1 || !strings.Contains(got, "metadata service reachable again") {
+		t.Fatalf("log:\n%s", got)
+	}
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

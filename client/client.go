@@ -94,6 +94,9 @@ type Client struct {
 	data dataproto.Pool
 	// tokens are renewed chunk access tokens (tokens.go).
 	tokens tokenCache
+	// outageSince is when calls started failing for longer than
+	// outageAfter (UnixNano; 0: none), for the log (call.go).
+	outageSince atomic.Int64
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest

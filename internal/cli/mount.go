@@ -69,7 +69,7 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
 	f.BoolVar(&inv.background, "background", false, "detach once mounted: serve from a background process until 'govfs umount'")
 	f.StringVar(&inv.metrics, "metrics", "", "serve this mount's Prometheus /metrics (operations by kind, latency, errors) on ADDR, e.g. 127.0.0.1:9480")
-	f.StringVar(&inv.logFile, "log-file", "", "with --background: where the background process logs (default: govfs-mount-<name>.log in the temp dir)")
+	f.StringVar(&inv.logFile, "log-file", "", "with --background: where the background process logs (default: /var/log/govfs/mount-<name>.log as root, else ~/.local/state/govfs/mount-<name>.log)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func runUmount(_ context.Context, args []string, _, stderr io.Writer) error {
 
 // devMount mounts the dev cluster on dir in this process (govfs dev
 // --mount) and returns the function that unmounts it.
-func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, stdout, stderr io.Writer) (func(), error) {
+func devMount(ctx context.Context, dir string, addrs []string, tlsDir, logPath string, stdout, stderr io.Writer) (func(), error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -190,16 +190,25 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, st
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("mount: %w", err)
 	}
-	log, err := newLogger(stderr, "warn")
+	// The mount logs beside the cluster's nodes (outages and recoveries
+	// included), not on the terminal.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		return nil, fmt.Errorf("mount: log: %w", err)
+	}
+	log, err := newLogger(logf, "info")
+	if err != nil {
+		logf.Close()
 		return nil, err
 	}
 	ccfg := client.DefaultConfig()
+	ccfg.Logger = log.With("component", "client")
 	ccfg.MetaAddrs = addrs
 	ccfg.TLSDir = tlsDir
 	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
 	cl, err := client.New(ctx, ccfg)
 	if err != nil {
+		logf.Close()
 		return nil, dialError("mount", err)
 	}
 	cfg := fusefs.DefaultConfig()
@@ -209,9 +218,10 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, st
 	m, err := fusefs.Mount(ctx, abs, cfg)
 	if err != nil {
 		cl.Close()
+		logf.Close()
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "  mounted on %s (FUSE; unmounted when dev stops)\n", abs)
+	fmt.Fprintf(stdout, "  mounted on %s (FUSE; unmounted when dev stops; log %s)\n", abs, logPath)
 	return func() {
 		// A shell sitting in the mount keeps it busy: say who, rather
 		// than wait in silence.
@@ -222,6 +232,7 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir string, st
 			fmt.Fprintf(stderr, "dev: %v\n", err)
 		}
 		cl.Close()
+		logf.Close()
 	}, nil
 }
 

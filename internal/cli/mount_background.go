@@ -14,13 +14,34 @@ import (
 	"time"
 )
 
+// defaultMountLog is where a background mount of dir logs unless
+// --log-file says otherwise: /var/log/govfs for root, else the user's
+// state directory ($XDG_STATE_HOME/govfs, ~/.local/state/govfs), named
+// after the mount point (docs/fuse.md).
+func defaultMountLog(dir string) string {
+	name := "mount-" + strings.Trim(strings.ReplaceAll(dir, "/", "-"), "-") + ".log"
+	if os.Geteuid() == 0 {
+		return filepath.Join("/var/log/govfs", name)
+	}
+	if s := os.Getenv("XDG_STATE_HOME"); s != "" {
+		return filepath.Join(s, "govfs", name)
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "govfs", name)
+	}
+	return filepath.Join(os.TempDir(), "govfs-"+name)
+}
+
 // mountInBackground runs `govfs mount` again, without --background, as a
 // process of its own session (so it outlives this one and the terminal),
 // logging to logFile, and returns once dir is mounted — or with the end
 // of the log if the background process exits first.
 func mountInBackground(ctx context.Context, dir, logFile string, args []string, stdout io.Writer) error {
 	if logFile == "" {
-		logFile = filepath.Join(os.TempDir(), "govfs-mount-"+strings.Trim(strings.ReplaceAll(dir, "/", "-"), "-")+".log")
+		logFile = defaultMountLog(dir)
+		if err := os.MkdirAll(filepath.Dir(logFile), 0o700); err != nil {
+			return fmt.Errorf("mount: log directory for the background mount: %w (give --log-file)", err)
+		}
 	}
 	bin, err := os.Executable()
 	if err != nil {
