@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 )
 
@@ -40,6 +41,11 @@ var errUsage = errors.New("bad usage (see above)")
 
 // Run runs the govfs command line.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// Asked for help (govfs CMD ... -h): the usage is the output, on
+	// stdout, as govfs help CMD prints it.
+	if len(args) > 1 && slices.ContainsFunc(args[1:], func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+		stderr = stdout
+	}
 	err := run(ctx, args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil // -h printed the usage: not a failure

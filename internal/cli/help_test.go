@@ -32,3 +32,17 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Error("help with two names accepted")
 	}
 }
+
+// TestHelpFlagToStdout: CMD --help prints the command's synopsis and
+// flags on stdout and succeeds, for the server commands too.
+func TestHelpFlagToStdout(t *testing.T) {
+	for _, args := range [][]string{{"chunk", "--help"}, {"meta", "-h"}, {"dev", "--help"}, {"mount", "--help"}} {
+		var out, errb bytes.Buffer
+		if err := Run(context.Background(), args, &out, &errb); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		if !strings.HasPrefix(out.String(), "Usage: govfs "+args[0]) || !strings.Contains(out.String(), "-") || errb.Len() != 0 {
+			t.Errorf("%v: stdout %q, stderr %q", args, out.String()[:min(out.Len(), 80)], errb.String())
+		}
+	}
+}
