@@ -18,6 +18,7 @@ func adminCA(args []string, stdout, stderr io.Writer) error {
 	}
 	f := flag.NewFlagSet("govfs admin ca init", flag.ContinueOnError)
 	f.SetOutput(stderr)
+	withSubHelp(f, stderr, "admin ca init")
 	cluster := f.String("cluster", "", "a name for the cluster, shown in the CA's subject (default: the directory's name)")
 	days := f.Int("days", int(certs.DefaultCAValidity/(24*time.Hour)), "days the CA is valid")
 	pos, err := parseInterleaved(f, args[1:])
@@ -75,6 +76,7 @@ func adminCert(args []string, stdout, stderr io.Writer) error {
 func adminCertIssue(args []string, stdout, stderr io.Writer) error {
 	f := flag.NewFlagSet("govfs admin cert issue", flag.ContinueOnError)
 	f.SetOutput(stderr)
+	withSubHelp(f, stderr, "admin cert issue")
 	caDir := f.String("ca", "", "the CA directory (from 'govfs admin ca init')")
 	out := f.String("out", "", "directory to write ca.crt, tls.crt and tls.key into (made if missing; files there are replaced, which running processes pick up)")
 	node := f.String("node", "", "a metadata node certificate with this name")

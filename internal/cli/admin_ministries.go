@@ -22,6 +22,7 @@ import (
 func subFlags(name string, g *fsGlobal, stderr io.Writer, args []string, def func(*flag.FlagSet)) (*flag.FlagSet, error) {
 	f := flag.NewFlagSet("govfs admin "+name, flag.ContinueOnError)
 	f.SetOutput(stderr)
+	withSubHelp(f, stderr, "admin "+name)
 	f.StringVar(&g.meta, "meta", g.meta, "comma-separated metadata node addresses")
 	f.DurationVar(&g.timeout, "timeout", g.timeout, "give up after this long")
 	f.StringVar(&g.tls, "tls", g.tls, "client certificate directory (default $"+tlsEnv+")")

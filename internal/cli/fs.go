@@ -181,6 +181,7 @@ func parseFS(args []string, stderr io.Writer) (*fsInvocation, error) {
 	}
 	f := flag.NewFlagSet("govfs fs "+inv.sub, flag.ContinueOnError)
 	f.SetOutput(stderr)
+	withSubHelp(f, stderr, "fs "+inv.sub)
 	// --meta and --timeout are accepted after the command too.
 	f.StringVar(&inv.global.meta, "meta", inv.global.meta, "comma-separated metadata node addresses")
 	f.DurationVar(&inv.global.timeout, "timeout", inv.global.timeout, "give up on an operation after this long")

@@ -46,3 +46,19 @@ func TestHelpFlagToStdout(t *testing.T) {
 		}
 	}
 }
+
+// TestSubcommandHelp: every fs and admin subcommand with a flag set
+// prints its synopsis, description and an example before its flags.
+func TestSubcommandHelp(t *testing.T) {
+	for name := range subHelp {
+		args := append(strings.Fields(name), "--help")
+		var out, errb bytes.Buffer
+		if err := Run(context.Background(), args, &out, &errb); err != nil {
+			t.Errorf("%s --help: %v", name, err)
+			continue
+		}
+		if !strings.HasPrefix(out.String(), "Usage: govfs "+name) || !strings.Contains(out.String(), "Example") || !strings.Contains(out.String(), "Flags:") {
+			t.Errorf("%s --help printed %q (stderr %q)", name, out.String()[:min(out.Len(), 120)], errb.String())
+		}
+	}
+}
