@@ -176,7 +176,7 @@ func TestDeployThreeHosts(t *testing.T) {
 			_ = fusefs.Unmount(mnt, true)
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); !isMountPoint(mnt); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !fusefs.IsMounted(mnt); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s was not mounted", mnt)
 		}
@@ -265,18 +265,4 @@ func readEnv(t *testing.T, path string) map[string]string {
 		env[k] = v
 	}
 	return env
-}
-
-// isMountPoint says whether dir is a mount point (/proc/self/mountinfo).
-func isMountPoint(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
 }

@@ -50,6 +50,12 @@ func CheckMountPoint(dir string, nonEmpty bool) error {
 	return nil
 }
 
+// IsMounted says whether dir is a mount point (of any file system).
+func IsMounted(dir string) bool {
+	_, _, ok := mountAt(dir)
+	return ok
+}
+
 // mountAt reports the file system type and source of the mount whose
 // mount point is exactly dir (from /proc/self/mountinfo; the last one
 // stacked wins).
