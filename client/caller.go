@@ -45,3 +45,23 @@ func (c *Client) Caller(ctx context.Context) (*wire.Cred, error) {
 	}
 	return cred, nil
 }
+
+// TrustedWithEveryFile says whether this Client's certificate is given
+// read and write chunk access tokens for every file whatever the user (a
+// mount host's certificate for every uid and gid without root squash, an
+// admin's; and every client of a plaintext cluster, which checks no
+// token). A mount whose certificate is not must make each File's I/O in
+// its opener's name (File.ActAs).
+func (c *Client) TrustedWithEveryFile() bool {
+	if c.store == nil {
+		return true
+	}
+	id := c.store.Identity()
+	switch id.Role {
+	case certs.RoleAdmin, certs.RoleNode:
+		return true
+	case certs.RoleClient:
+		return id.AnyUID && id.AnyGID && !id.Squash
+	}
+	return false
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/dataproto"
@@ -40,6 +41,10 @@ type File struct {
 	ino  ids.Ino
 	// Set by Open, read-only afterwards.
 	readable, writable, appendOnly, dir bool
+	// actAs, when set (ActAs), is the user this File's reads and writes
+	// are made for when their context names none: its chunk tables and
+	// the chunk access tokens in them are asked for as that user.
+	actAs atomic.Pointer[wire.Cred]
 
 	mu struct {
 		sync.Mutex
@@ -159,6 +164,22 @@ func (c *Client) open(ctx context.Context, path string, flags int, mode uint32) 
 // Path returns the path the File was opened with.
 func (f *File) Path() string { return f.path }
 
+// ActAs makes cred the user of this File's I/O whose context names none
+// (WithCaller): the mount of a certificate that is not trusted with
+// every file (root squash, or chosen uids) opens files in its own name
+// and then reads and writes them for the user who opened them, whose
+// permissions the chunk access tokens then follow (docs/security.md).
+func (f *File) ActAs(cred *wire.Cred) { f.actAs.Store(cred) }
+
+func (f *File) asUser(ctx context.Context) context.Context {
+	if cred := f.actAs.Load(); cred != nil {
+		if c, ok := ctx.Value(callerKey{}).(*wire.Cred); !ok || c == nil {
+			return WithCaller(ctx, cred)
+		}
+	}
+	return ctx
+}
+
 // Ino returns the File's inode number.
 func (f *File) Ino() ids.Ino { return f.ino }
 
@@ -186,6 +207,7 @@ func (f *File) Close() error {
 // both at once. As with NFS and JuiceFS, other clients see such
 // overwrites' mtime after Sync or Close (close-to-open).
 func (f *File) Sync(ctx context.Context) error {
+	ctx = f.asUser(ctx)
 	if err := f.usable(true); err != nil {
 		return opErr("sync", f.path, err)
 	}
@@ -371,6 +393,7 @@ func (f *File) ref(ctx context.Context, index uint64) (*wire.ChunkRef, error) {
 // zeros. A large p is fetched a few requests at a time in parallel, from
 // the members of each chunk's replica group in turn.
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	ctx = f.asUser(ctx)
 	n, err := f.readAt(ctx, p, off)
 	if err != nil && err != io.EOF {
 		err = opErr("read", f.path, err)
@@ -474,6 +497,7 @@ func (f *File) checkWrite(off, n int64) error {
 // nothing. On an error the bytes counted in n are stored and the size
 // covers them.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	ctx = f.asUser(ctx)
 	n, err := f.writeAt(ctx, p, off)
 	return n, opErr("write", f.path, err)
 }
@@ -622,6 +646,7 @@ func (c *Client) MaxRecord(ctx context.Context) (int64, error) {
 // of the file, if later): space a growing Truncate added at the end of
 // that chunk may receive records.
 func (f *File) Append(ctx context.Context, record []byte) (int64, error) {
+	ctx = f.asUser(ctx)
 	off, err := f.append(ctx, record)
 	return off, opErr("append", f.path, err)
 }
@@ -734,6 +759,7 @@ func newAppendID() uint64 {
 // NB: Truncate assumes no Append or WriteAt runs at the same time past
 // the new end; one that does may leave bytes the shrink missed.
 func (f *File) Truncate(ctx context.Context, size int64) error {
+	ctx = f.asUser(ctx)
 	return opErr("truncate", f.path, f.truncate(ctx, size))
 }
 

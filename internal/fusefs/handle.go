@@ -202,7 +202,20 @@ func (h *handle) sync(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (n *node) addHandle(f *client.File) *handle {
+func (n *node) addHandle(ctx context.Context, f *client.File) *handle {
+	// A mount whose certificate is not trusted with every file (root
+	// squash, chosen uids) reads and writes each file in its opener's
+	// name, so the chunk access tokens follow that user's permissions
+	// (docs/security.md).
+	if !n.fsys.c.TrustedWithEveryFile() {
+		if c, ok := fuse.FromContext(ctx); ok {
+			cred := &wire.Cred{Uid: c.Uid, Gid: c.Gid}
+			if c.Uid != 0 {
+				cred.Groups = groupsOf(c.Pid, c.Gid)
+			}
+			f.ActAs(cred)
+		}
+	}
 	h := &handle{n: n, f: f}
 	n.mu.Lock()
 	if n.mu.handles == nil {
@@ -262,7 +275,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 				n.mu.cacheLease, n.mu.openVersion = l, a.GetVersion()
 				n.mu.Unlock()
 				n.setCacheVersion(a.GetVersion())
-				return n.addHandle(f), fuseFlags, 0
+				return n.addHandle(ctx, f), fuseFlags, 0
 			}
 		}
 	}
@@ -297,7 +310,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// them, so O_APPEND writes start at the current end.
 		n.NotifyContent(-1, 0)
 	}
-	return n.addHandle(f), fuseFlags, 0
+	return n.addHandle(ctx, f), fuseFlags, 0
 }
 
 // openTrunc opens a client File of the inode, reading its attributes.
@@ -345,7 +358,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 			return nil, nil, 0, e
 		}
 		ch.setAttr(a, &out.Attr)
-		return in, ch.addHandle(f), 0, 0
+		return in, ch.addHandle(ctx, f), 0, 0
 	}
 	if e != 0 {
 		return nil, nil, 0, e
@@ -354,7 +367,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
-	return in, in.Operations().(*node).addHandle(f), 0, 0
+	return in, in.Operations().(*node).addHandle(ctx, f), 0, 0
 }
 
 // Read pushes the inode's buffered writes first, so a process reads what

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/govfs/govfs/internal/certs"
 )
 
 // asUser runs a shell script as uid/gid and returns its combined output.
@@ -141,5 +144,50 @@ func mountPermissions(t *testing.T, opts ...string) {
 	}
 	if m := modeOf(t, secret); m.Perm() != 0o600 {
 		t.Errorf("root's 0600 file after nobody's chmod: %v", m)
+	}
+}
+
+// TestSquashMountUsersReadTheirFiles: through a mount whose certificate
+// squashes root, a user reads and rewrites a 0600 file of their own (the
+// chunk access tokens are asked for in that user's name, not the
+// squashed mount's), and another user cannot read it.
+func TestSquashMountUsersReadTheirFiles(t *testing.T) {
+	canMount(t)
+	if os.Geteuid() != 0 {
+		t.Skip("switching users needs root")
+	}
+	c := startCluster(t)
+	b, err := certs.Issue(c.CADir(), certs.Identity{Role: certs.RoleClient, Name: "squashhost", AnyUID: true, AnyGID: true, Squash: true}, 0, time.Now())
+	must(t, err)
+	dir := filepath.Join(t.TempDir(), "squash-tls")
+	must(t, b.Write(dir))
+	mnt := mountProc(t, c, "--allow-other", "--tls", dir)
+	for d := filepath.Dir(mnt); d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
+		must(t, os.Chmod(d, 0o755))
+	}
+	// Root is squashed: a directory for the user is made with the
+	// operators' certificate, then given to uid 1000.
+	adm := newClient(t, c, c.Addrs())
+	ctx := t.Context()
+	if _, err := adm.Mkdir(ctx, "/home1000", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	must(t, adm.Chown(ctx, "/home1000", 1000, 1000))
+	p := filepath.Join(mnt, "home1000", "private")
+	// More than one chunk (4 MiB chunks): the table has several records.
+	script := "head -c 9000000 /dev/urandom > " + p + " && chmod 600 " + p + " && sha256sum < " + p + " && cat " + p + " > /dev/null && echo ok"
+	out, err := asUser(t, 1000, 1000, script)
+	if err != nil || !strings.HasSuffix(out, "ok") {
+		t.Fatalf("uid 1000 writing and reading their 0600 file through a squash mount: %v: %s", err, out)
+	}
+	if out, err := asUser(t, 1001, 1001, "cat "+p+" > /dev/null"); err == nil {
+		t.Fatalf("uid 1001 read uid 1000's 0600 file: %s", out)
+	}
+	// After a remount (nothing cached), the owner still reads it whole.
+	mnt2 := mountProc(t, c, "--allow-other", "--tls", dir)
+	p2 := filepath.Join(mnt2, "home1000", "private")
+	out2, err := asUser(t, 1000, 1000, "sha256sum < "+p2)
+	if err != nil || strings.Fields(out2)[0] != strings.Fields(out)[0] {
+		t.Fatalf("uid 1000 reading their file through a fresh squash mount: %v: %q vs %q", err, out2, out)
 	}
 }
