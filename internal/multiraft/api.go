@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -279,24 +278,7 @@ func (h *Host) PriorLeader(g ids.GroupID) bool {
 	return err != nil || t > 1
 }
 
-// memberOf says whether node is a voter or learner of cs (either half of
-// a joint configuration). A replica that knows no configuration yet (a
-// new member waiting for its first snapshot) accepts anyone: its group's
-// leader is not known to it.
-func memberOf(cs *pb.ConfState, node uint64) bool {
-	if cs == nil || len(cs.GetVoters())+len(cs.GetLearners()) == 0 {
-		return true
-	}
-	for _, set := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
-		if slices.Contains(set, node) {
-			return true
-		}
-	}
-	return false
-}
-
-// Receive steps messages that arrived from another node; those from
-// nodes that are not members of the group are dropped.
+// Receive steps messages that arrived from another node.
 func (h *Host) Receive(msgs []GroupMessage) {
 	now := h.cfg.Clock.Now().UnixNano()
 	for _, gm := range msgs {
@@ -305,13 +287,6 @@ func (h *Host) Receive(msgs []GroupMessage) {
 			continue
 		}
 		r.mu.Lock()
-		if !memberOf(r.mu.cs, gm.Msg.GetFrom()) {
-			// A node that is not (or no longer) a member of the group: a
-			// vote or append from it must not move the group's term.
-			r.mu.Unlock()
-			h.log.Debug("raft message from a non-member dropped", "group", uint64(gm.Group), "from", gm.Msg.GetFrom(), "type", gm.Msg.GetType())
-			continue
-		}
 		if err := r.mu.rn.Step(gm.Msg); err != nil && !errors.Is(err, raft.ErrStepPeerNotFound) {
 			h.log.Debug("step", "group", uint64(gm.Group), "err", err)
 		}
@@ -338,12 +313,6 @@ func (h *Host) ReceiveSnapshot(g ids.GroupID, msg *pb.Message, kvs func(add func
 	r := h.replica(g)
 	if r == nil {
 		return ErrUnknownGroup
-	}
-	r.mu.Lock()
-	member := memberOf(r.mu.cs, msg.GetFrom())
-	r.mu.Unlock()
-	if !member {
-		return fmt.Errorf("multiraft: snapshot of group %v from node %d, which is not a member", g, msg.GetFrom())
 	}
 	ps := &pendingSnapshot{index: msg.GetSnapshot().GetMetadata().GetIndex(), seq: r.stageSeq.Add(1)}
 	stage, err := h.stageSnapshot(g, ps.index, ps.seq, kvs)
