@@ -160,3 +160,32 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	}
 	return n.checkAccess(ctx, want, "access")
 }
+
+// userCred is the FUSE caller's credential when the mount's certificate
+// is not trusted with every file (root squash, chosen uids), nil
+// otherwise: such a mount makes its users' reads in their names, so the
+// ministry checks lookups, listings and attributes, and hands out chunk
+// tokens, as for that user rather than the mount (which would be nobody,
+// or refused).
+func (f *FS) userCred(ctx context.Context) *wire.Cred {
+	if f.c.TrustedWithEveryFile() {
+		return nil
+	}
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	cred := &wire.Cred{Uid: c.Uid, Gid: c.Gid}
+	if c.Uid != 0 {
+		cred.Groups = groupsOf(c.Pid, c.Gid)
+	}
+	return cred
+}
+
+// forUser marks ctx with userCred's credential, if any.
+func (f *FS) forUser(ctx context.Context) context.Context {
+	if cred := f.userCred(ctx); cred != nil {
+		return client.WithCaller(ctx, cred)
+	}
+	return ctx
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -23,6 +24,9 @@ const dirPage = 512
 // is sent (Lookup below).
 type dirHandle struct {
 	n *node
+	// cred is the opener's, for a mount that lists in its users' names
+	// (FS.userCred); nil otherwise.
+	cred *wire.Cred
 
 	mu struct {
 		sync.Mutex
@@ -57,10 +61,13 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
 		return nil, 0, e
 	}
-	return &dirHandle{n: n}, 0, 0
+	return &dirHandle{n: n, cred: n.fsys.userCred(ctx)}, 0, 0
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if d.cred != nil {
+		ctx = client.WithCaller(ctx, d.cred)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch d.mu.pos {

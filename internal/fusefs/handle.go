@@ -207,14 +207,8 @@ func (n *node) addHandle(ctx context.Context, f *client.File) *handle {
 	// squash, chosen uids) reads and writes each file in its opener's
 	// name, so the chunk access tokens follow that user's permissions
 	// (docs/security.md).
-	if !n.fsys.c.TrustedWithEveryFile() {
-		if c, ok := fuse.FromContext(ctx); ok {
-			cred := &wire.Cred{Uid: c.Uid, Gid: c.Gid}
-			if c.Uid != 0 {
-				cred.Groups = groupsOf(c.Pid, c.Gid)
-			}
-			f.ActAs(cred)
-		}
+	if cred := n.fsys.userCred(ctx); cred != nil {
+		f.ActAs(cred)
 	}
 	h := &handle{n: n, f: f}
 	n.mu.Lock()
@@ -247,7 +241,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.checkAccess(ctx, openWant(flags), "open"); e != 0 {
 		return nil, 0, e
 	}
-	ctx = bg(ctx)
+	ctx = bg(n.fsys.forUser(ctx))
 	// The lease first: attributes read after it was granted stay current
 	// while it is held (a change by another client revokes it first).
 	// A write-only open does not ask for one: it reads nothing to cache,

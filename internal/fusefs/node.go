@@ -254,6 +254,7 @@ func (n *node) openChild(name string) *node {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.forUser(ctx)
 	if n.fsys.cfg.AsyncDirs {
 		n.dir.mu.Lock()
 		if n.asyncLocked() {
@@ -881,7 +882,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if !xattrAllowed(attr) {
 		return 0, syscall.ENODATA
 	}
-	v, err := n.fsys.c.GetXattrIno(bg(ctx), n.ino, attr)
+	v, err := n.fsys.c.GetXattrIno(bg(n.fsys.forUser(ctx)), n.ino, attr)
 	if err != nil {
 		return 0, n.fsys.errno("getxattr", err)
 	}

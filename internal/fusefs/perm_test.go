@@ -169,10 +169,19 @@ func TestSquashMountUsersReadTheirFiles(t *testing.T) {
 	// operators' certificate, then given to uid 1000.
 	adm := newClient(t, c, c.Addrs())
 	ctx := t.Context()
-	if _, err := adm.Mkdir(ctx, "/home1000", 0o755); err != nil {
+	if _, err := adm.Mkdir(ctx, "/home1000", 0o700); err != nil {
 		t.Fatal(err)
 	}
 	must(t, adm.Chown(ctx, "/home1000", 1000, 1000))
+	// A 0700 home: its owner looks up and lists in it (the mount asks
+	// the ministry in the user's name, not as the squashed mount), others
+	// cannot.
+	if out, err := asUser(t, 1000, 1000, "touch "+filepath.Join(mnt, "home1000", "f")+" && ls "+filepath.Join(mnt, "home1000")+" && getfattr -n user.x "+filepath.Join(mnt, "home1000", "f")+" 2>/dev/null; echo listed"); err != nil || !strings.Contains(out, "f") || !strings.HasSuffix(out, "listed") {
+		t.Fatalf("uid 1000 in their 0700 home through a squash mount: %v: %s", err, out)
+	}
+	if out, err := asUser(t, 1001, 1001, "ls "+filepath.Join(mnt, "home1000")); err == nil {
+		t.Fatalf("uid 1001 listed uid 1000's 0700 home: %s", out)
+	}
 	p := filepath.Join(mnt, "home1000", "private")
 	// More than one chunk (4 MiB chunks): the table has several records.
 	script := "head -c 9000000 /dev/urandom > " + p + " && chmod 600 " + p + " && sha256sum < " + p + " && cat " + p + " > /dev/null && echo ok"

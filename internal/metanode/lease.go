@@ -385,8 +385,8 @@ func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids
 		}
 		out, _ = query(r, &wire.ReadRequest{Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{
 			Ino: uint64(ino), WithAttr: true, MaxChunks: maxChunks}}})
-		if out != nil {
-			ls.n.tokenizeRefs(caller, nil, r, ino, out)
+		if out != nil && ls.n.tokenizeRefs(caller, nil, r, ino, out) != nil {
+			out = nil // the client reads for itself, naming its user
 		}
 		return nil
 	})

@@ -18,6 +18,8 @@ import (
 	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -276,7 +278,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	}
 	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
 	if res.GetErrno() == 0 {
-		resp.Result = s.n.tokenizeResult(caller, cmd, res)
+		resp.Result = s.n.tokenizeResult(caller, g, cmd, res)
 		if _, ok := cmd.GetOp().(*wire.Command_AllocChunkHandles); ok {
 			// The proof of allocation a ministry asks before it records
 			// the chunk in a file (checkAllocProofs), which also lets
@@ -325,6 +327,17 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	// checked against it (namespace.MayRead), and it decides a chunk
 	// table's tokens. The certificate must allow it, as for changes.
 	caller := rpc.CallerOf(ctx)
+	if caller.Secure && caller.Role != certs.RoleNode {
+		switch req.GetOp().(type) {
+		case *wire.ReadRequest_ExportKeys, *wire.ReadRequest_ChunkTable:
+			// Raw keys of a moving subtree, every chunk record: the
+			// nodes' own reads (moves, garbage collection).
+			return nil, status.Errorf(codes.PermissionDenied, "%T is for node certificates; the caller's certificate is %s", req.GetOp(), caller.Identity)
+		}
+		if req.GetCaller() == nil && !trustedForTokens(caller) {
+			return nil, status.Errorf(codes.PermissionDenied, "certificate %s acts for chosen users only, and the read names none (the client library sends Config.Cred)", caller.Identity)
+		}
+	}
 	var cred *wire.Cred
 	if req.GetCaller() != nil && caller.Role != certs.RoleNode {
 		cred = proto.Clone(req.GetCaller()).(*wire.Cred)
@@ -372,7 +385,7 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		resp, err = query(r, req)
 		applied = idx
 		if err == nil && req.GetGetChunks() != nil {
-			s.n.tokenizeRefs(caller, cred, r, ids.Ino(req.GetGetChunks().GetIno()), resp)
+			err = s.n.tokenizeRefs(caller, cred, r, ids.Ino(req.GetGetChunks().GetIno()), resp)
 		}
 		return err
 	})
@@ -384,6 +397,9 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	}
 	if errors.Is(err, multiraft.ErrUnknownGroup) {
 		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+	}
+	if errors.Is(err, errNoTokenKeys) {
+		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "node %v: %v", s.n.cfg.ID, err)}, nil
 	}
 	if err != nil {
 		var errno syscall.Errno

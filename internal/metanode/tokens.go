@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -146,7 +147,7 @@ func (n *Node) checkAllocProofs(c rpc.Caller, cmd *wire.Command) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, chunktoken.ErrUnknownKey):
+	case errors.Is(err, chunktoken.ErrUnknownKey) || n.verifier.Len() == 0:
 		return status.Errorf(codes.Unavailable, "chunk %d: %v: node %v has not learnt it yet; retry", ref.GetHandle(), err, n.cfg.ID)
 	default:
 		return status.Errorf(codes.PermissionDenied, "chunk %d: a file may only be given a chunk allocated to this certificate (%s) by the president: %v",
@@ -207,9 +208,14 @@ func (n *Node) mintToken(c rpc.Caller, handle uint64, acc chunktoken.Access) []b
 // get_chunks answer (records read from the store for this answer: not
 // shared). r reads the attributes when the answer lacks them and the
 // caller's access depends on them.
-func (n *Node) tokenizeRefs(c rpc.Caller, cred *wire.Cred, r engine.Reader, ino ids.Ino, resp *wire.ReadResponse) {
-	if len(resp.GetChunks()) == 0 {
-		return
+//
+// A small file's bytes travel inline in the answer, where no chunk server
+// checks a token: a caller who may neither read nor write the file gets
+// EACCES instead. A node without keys yet answers errNoTokenKeys
+// (UNAVAILABLE: retried) rather than records without tokens.
+func (n *Node) tokenizeRefs(c rpc.Caller, cred *wire.Cred, r engine.Reader, ino ids.Ino, resp *wire.ReadResponse) error {
+	if len(resp.GetChunks()) == 0 && len(resp.GetInlineData()) == 0 {
+		return nil
 	}
 	var acc chunktoken.Access
 	if c.Secure {
@@ -218,31 +224,53 @@ func (n *Node) tokenizeRefs(c rpc.Caller, cred *wire.Cred, r engine.Reader, ino 
 			a, _ = namespace.GetAttr(r, ino)
 		}
 		acc = tokenAccess(c, cred, a)
+		if len(resp.GetInlineData()) > 0 && acc == 0 {
+			return fmt.Errorf("%w: the bytes of inode %v: the caller may neither read nor write it", syscall.EACCES, ino)
+		}
+		if len(resp.GetChunks()) > 0 && acc != 0 {
+			if _, ok := n.signer.Key(n.cfg.Clock.Now(), n.tokenSettle()); !ok {
+				return errNoTokenKeys
+			}
+		}
 	}
 	for _, ref := range resp.Chunks {
 		ref.Ino = uint64(ino)
 		ref.Token = n.mintToken(c, ref.GetHandle(), acc)
 	}
+	return nil
 }
 
+// errNoTokenKeys: this node has not learnt the chunk token keys yet (it
+// just started, or the cluster is new); the client retries.
+var errNoTokenKeys = errors.New("this node has no chunk token keys yet (starting); retry")
+
 // tokenizeResult returns the result of cmd with the chunk records in it
-// (set_chunk's, also inside a batch) given tokens for writing (the
-// ministry just checked that the caller may write the file), and for
-// reading too for a trusted caller. The result itself may be shared (the
-// dedup table's), so a copy is changed.
-func (n *Node) tokenizeResult(c rpc.Caller, cmd *wire.Command, res *wire.Result) *wire.Result {
+// (set_chunk's, also inside a batch) given tokens for what the caller may
+// do with the file now: its attributes are read again rather than
+// trusting the result, which a retried request gets from the dedup table
+// (a replay long after a chmod must not yield a fresh write token). The
+// result itself may be shared (the dedup table's), so a copy is changed.
+func (n *Node) tokenizeResult(c rpc.Caller, g ids.GroupID, cmd *wire.Command, res *wire.Result) *wire.Result {
 	if !hasChunk(res) {
 		return res
 	}
 	out := proto.Clone(res).(*wire.Result)
-	acc := chunktoken.Write
-	if trustedForTokens(c) {
-		acc |= chunktoken.Read
-	}
 	var walk func(cmd *wire.Command, res *wire.Result)
 	walk = func(cmd *wire.Command, res *wire.Result) {
 		if ch := res.GetChunk(); ch != nil {
-			ch.Ino = cmd.GetSetChunk().GetIno()
+			ino := cmd.GetSetChunk().GetIno()
+			ch.Ino = ino
+			var acc chunktoken.Access
+			if c.Secure {
+				var a *wire.Attr
+				if !trustedForTokens(c) {
+					_ = n.host.Read(g, func(r engine.Reader, _ uint64) error {
+						a, _ = namespace.GetAttr(r, ids.Ino(ino))
+						return nil
+					})
+				}
+				acc = tokenAccess(c, cmd.GetCaller(), a)
+			}
 			ch.Token = n.mintToken(c, ch.GetHandle(), acc)
 		}
 		subs := cmd.GetBatch().GetCmds()
