@@ -131,6 +131,7 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		}
 		members := c.readOrder(g, n)
 		var errs []error
+		var refused *dataproto.Frame
 		notFound := 0
 		for _, m := range members {
 			done := c.load.begin(m, n, c.cfg.Clock.Now)
@@ -145,8 +146,10 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 				out = rf.Payload
 				return false, nil
 			case rf.Status == dataproto.StatusBadToken || rf.Status == dataproto.StatusDenied:
-				// Every member checks the same token.
-				return c.tokenRefused(ctx, ref, rf, &renewed)
+				// Another member may know the token's key already (one
+				// whose heartbeats lag learns keys late): try them first.
+				refused = rf
+				errs = append(errs, fmt.Errorf("member %d: status %d: %s", m, rf.Status, rf.Payload))
 			case rf.Status == dataproto.StatusNotFound:
 				// Not on this member: a hole if no member has it (a
 				// lagging member must not turn data into zeros).
@@ -162,6 +165,9 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 		if notFound == len(members) {
 			out = nil // recorded but never written: zeros
 			return false, nil
+		}
+		if refused != nil {
+			return c.tokenRefused(ctx, ref, refused, &renewed)
 		}
 		return true, fmt.Errorf("chunk %d: no member served it: %w", ref.GetHandle(), errors.Join(errs...))
 	})

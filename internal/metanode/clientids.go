@@ -21,6 +21,9 @@ import (
 type clientIDs struct {
 	mu sync.Mutex
 	m  map[uint64]clientBinding
+	// per counts the bindings of each certificate: one certificate may
+	// not fill the table for everyone else.
+	per map[string]int
 	// swept is when idle bindings were last dropped.
 	swept time.Time
 }
@@ -35,8 +38,13 @@ type clientBinding struct {
 const clientIDIdle = 2 * time.Hour
 
 // maxClientIDs bounds the bindings (a client minting ids as fast as it
-// can): past it, idle ones are swept at once, and new ids wait.
-const maxClientIDs = 1 << 20
+// can): past it, idle ones are swept, and new ids wait; one certificate
+// holds at most maxClientIDsPerCert of them (a host certificate used by
+// a CLI in a loop makes a new id per command).
+const (
+	maxClientIDs        = 1 << 20
+	maxClientIDsPerCert = 1 << 16
+)
 
 // check binds id to c's certificate, or refuses a certificate other than
 // the one it is bound to. Nodes (moves, the president's own work) and
@@ -49,7 +57,7 @@ func (b *clientIDs) check(c rpc.Caller, id uint64, now time.Time) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
-		b.m = map[uint64]clientBinding{}
+		b.m, b.per = map[uint64]clientBinding{}, map[string]int{}
 	}
 	if cur, ok := b.m[id]; ok {
 		if cur.holder != holder {
@@ -61,17 +69,25 @@ func (b *clientIDs) check(c rpc.Caller, id uint64, now time.Time) error {
 		}
 		return nil
 	}
-	if now.Sub(b.swept) > 10*time.Minute || len(b.m) >= maxClientIDs {
+	full := len(b.m) >= maxClientIDs || b.per[holder] >= maxClientIDsPerCert
+	// A full table is swept at most once a minute: a flood of new ids
+	// must not make every call walk it.
+	if now.Sub(b.swept) > 10*time.Minute || (full && now.Sub(b.swept) > time.Minute) {
 		for k, v := range b.m {
 			if now.Sub(v.used) > clientIDIdle {
 				delete(b.m, k)
+				b.per[v.holder]--
 			}
 		}
 		b.swept = now
+	}
+	if n := b.per[holder]; n >= maxClientIDsPerCert {
+		return status.Errorf(codes.ResourceExhausted, "certificate %s has %d client ids in use on this node, the most one certificate may; retry later", holder, n)
 	}
 	if len(b.m) >= maxClientIDs {
 		return status.Errorf(codes.ResourceExhausted, "node has %d client ids in use, the most it tracks; retry later", len(b.m))
 	}
 	b.m[id] = clientBinding{holder: holder, used: now}
+	b.per[holder]++
 	return nil
 }

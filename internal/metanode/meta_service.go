@@ -634,8 +634,11 @@ func (s *metaService) Status(ctx context.Context, _ *wire.StatusRequest) (*wire.
 		}
 		resp.Groups = append(resp.Groups, gs)
 	}
-	for _, e := range s.n.events.recent() {
-		resp.Events = append(resp.Events, &wire.NodeEvent{AtNs: e.At.UnixNano(), Level: e.Level, Msg: e.Msg, Attrs: e.Attrs})
+	// Log lines name paths and certificates: for operators and nodes.
+	if c := rpc.CallerOf(ctx); !c.Secure || c.Role == certs.RoleAdmin || c.Role == certs.RoleNode {
+		for _, e := range s.n.events.recent() {
+			resp.Events = append(resp.Events, &wire.NodeEvent{AtNs: e.At.UnixNano(), Level: e.Level, Msg: e.Msg, Attrs: e.Attrs})
+		}
 	}
 	return resp, nil
 }

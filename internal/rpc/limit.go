@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -160,8 +161,18 @@ func (l *InFlightLimiter) enter(ctx context.Context) (func(), error) {
 	}, nil
 }
 
+// clusterMethod says whether a method is the cluster's own traffic
+// (raft, heartbeats), which a plaintext node cannot tell from a client's
+// by certificate and must never refuse.
+func clusterMethod(full string) bool {
+	return strings.HasPrefix(full, "/govfs.Raft/") || strings.HasSuffix(full, "/MetaHeartbeat") || strings.HasSuffix(full, "/ChunkHeartbeat")
+}
+
 // Unary is the unary server interceptor.
-func (l *InFlightLimiter) Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (l *InFlightLimiter) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if clusterMethod(info.FullMethod) {
+		return h(ctx, req)
+	}
 	done, err := l.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -171,7 +182,10 @@ func (l *InFlightLimiter) Unary(ctx context.Context, req any, _ *grpc.UnaryServe
 }
 
 // Stream is the stream server interceptor.
-func (l *InFlightLimiter) Stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (l *InFlightLimiter) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if clusterMethod(info.FullMethod) {
+		return h(srv, ss)
+	}
 	done, err := l.enter(ss.Context())
 	if err != nil {
 		return err
