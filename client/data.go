@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
@@ -137,7 +138,7 @@ func (c *Client) readChunk(ctx context.Context, ref *wire.ChunkRef, off, n int64
 			done := c.load.begin(m, n, c.cfg.Clock.Now)
 			rf, err := c.data.Call(addrs[m], &dataproto.Frame{Type: dataproto.TypeRead, Handle: ref.GetHandle(),
 				Group: g.GetId(), Epoch: g.GetEpoch(), Offset: off, Payload: binary.BigEndian.AppendUint32(nil, uint32(n)),
-				Token: c.tokenOf(ref)})
+				Token: c.tokenOf(ref, chunktoken.Read)})
 			done(err == nil && (rf.Status == dataproto.StatusOK || rf.Status == dataproto.StatusNotFound))
 			switch {
 			case err != nil:
@@ -193,7 +194,7 @@ func (c *Client) mutateChunk(ctx context.Context, ref *wire.ChunkRef, req datapr
 		}
 		f := req
 		f.Handle, f.Group, f.Epoch = ref.GetHandle(), g.GetId(), g.GetEpoch()
-		f.Token = c.tokenOf(ref)
+		f.Token = c.tokenOf(ref, chunktoken.Write)
 		rf, err := c.data.Call(addrs[g.GetPrimary()], &f)
 		switch {
 		case err != nil:

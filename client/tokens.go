@@ -24,22 +24,41 @@ import (
 // half goes (they are renewed again if used).
 const maxRenewedTokens = 1 << 14
 
+// tokenCache holds renewed tokens by chunk handle, one per access
+// (read, write, both): on a mount that works in its users' names, a
+// reader's read-only renewal must not take the place of a writer's.
 type tokenCache struct {
 	mu sync.Mutex
-	m  map[uint64][]byte
+	m  map[uint64]map[chunktoken.Access][]byte
 }
 
-// tokenOf returns the token to send for ref: the renewed one if it
-// outlives ref's own.
-func (c *Client) tokenOf(ref *wire.ChunkRef) []byte {
-	tok := ref.GetToken()
-	c.tokens.mu.Lock()
-	t := c.tokens.m[ref.GetHandle()]
-	c.tokens.mu.Unlock()
-	if t != nil && (tok == nil || chunktoken.Expiry(t).After(chunktoken.Expiry(tok))) {
-		return t
+// tokenOf returns the token to send for a request needing need on ref's
+// chunk: of ref's own and the renewed ones, the longest-lived that allows
+// it, else the longest-lived (the chunk server's refusal then leads to a
+// renewal).
+func (c *Client) tokenOf(ref *wire.ChunkRef, need chunktoken.Access) []byte {
+	best, bestAny := []byte(nil), ref.GetToken()
+	consider := func(t []byte) {
+		if t == nil {
+			return
+		}
+		if chunktoken.AccessOf(t)&need == need && (best == nil || chunktoken.Expiry(t).After(chunktoken.Expiry(best))) {
+			best = t
+		}
+		if bestAny == nil || chunktoken.Expiry(t).After(chunktoken.Expiry(bestAny)) {
+			bestAny = t
+		}
 	}
-	return tok
+	consider(ref.GetToken())
+	c.tokens.mu.Lock()
+	for _, t := range c.tokens.m[ref.GetHandle()] {
+		consider(t)
+	}
+	c.tokens.mu.Unlock()
+	if best != nil {
+		return best
+	}
+	return bestAny
 }
 
 // renewToken reads ref's record again from its ministry, as the user of
@@ -59,9 +78,14 @@ func (c *Client) renewToken(ctx context.Context, ref *wire.ChunkRef) error {
 		if ch.GetHandle() == ref.GetHandle() && len(ch.GetToken()) > 0 {
 			c.tokens.mu.Lock()
 			if c.tokens.m == nil || len(c.tokens.m) >= maxRenewedTokens {
-				c.tokens.m = map[uint64][]byte{}
+				c.tokens.m = map[uint64]map[chunktoken.Access][]byte{}
 			}
-			c.tokens.m[ch.GetHandle()] = ch.GetToken()
+			byAccess := c.tokens.m[ch.GetHandle()]
+			if byAccess == nil {
+				byAccess = map[chunktoken.Access][]byte{}
+				c.tokens.m[ch.GetHandle()] = byAccess
+			}
+			byAccess[chunktoken.AccessOf(ch.GetToken())] = ch.GetToken()
 			c.tokens.mu.Unlock()
 			return nil
 		}

@@ -120,6 +120,15 @@ func Expiry(tok []byte) time.Time {
 	return time.UnixMilli(int64(binary.BigEndian.Uint64(tok[6:])))
 }
 
+// AccessOf reads the access a token claims (0 if malformed); clients use
+// it to pick, among tokens they hold, one that allows a request.
+func AccessOf(tok []byte) Access {
+	if len(tok) != Size || tok[0] != format {
+		return 0
+	}
+	return Access(tok[1])
+}
+
 // Verifier checks tokens against the keys it was last given. Safe for
 // concurrent use.
 type Verifier struct {
