@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,6 +159,37 @@ func TestChunkTokens(t *testing.T) {
 	forged := bytes.Clone(victim[0].GetToken())
 	forged[1] = byte(chunktoken.Read | chunktoken.Write)
 	expect("a token whose access was raised", send(malloryBundle, write(victim[0], forged), 0), dataproto.StatusDenied, "does not match")
+
+	// A small file's bytes live inline in the ministry: not for her when
+	// she may neither read nor write it; nor does a read that names no
+	// user, or the nodes' own reads (raw keys, every chunk record).
+	if _, err := host.WriteFile(ctx, "/small-secret", strings.NewReader("root's small secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := host.Stat(ctx, "/small-secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *wire.ReadRequest
+		want string
+	}{
+		{"inline bytes of a 0600 file", &wire.ReadRequest{Caller: &wire.Cred{Uid: 1000, Gid: 1000},
+			Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{Ino: sa.GetIno()}}}, "neither read nor write"},
+		{"a read naming no user", &wire.ReadRequest{Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: 1}}}, "names none"},
+		{"the chunk table", &wire.ReadRequest{Caller: &wire.Cred{Uid: 1000, Gid: 1000},
+			Op: &wire.ReadRequest_ChunkTable{ChunkTable: &wire.ChunkTableReq{}}}, "for node certificates"},
+		{"a move's raw keys", &wire.ReadRequest{Caller: &wire.Cred{Uid: 1000, Gid: 1000},
+			Op: &wire.ReadRequest_ExportKeys{ExportKeys: &wire.ExportKeysReq{Move: 1, Ino: 1}}}, "for node certificates"},
+	} {
+		tc.req.ClusterId, tc.req.Group, tc.req.Consistency = host.ClusterID(), 1, wire.ReadConsistency_LINEARIZABLE
+		resp, err := meta.Read(ctx, tc.req)
+		got := fmt.Sprint(err, resp.GetStatus().GetMessage())
+		if len(resp.GetInlineData()) > 0 || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %v %v (inline %q), want a refusal saying %q", tc.name, resp.GetStatus(), err, resp.GetInlineData(), tc.want)
+		}
+	}
 
 	// Through the library she reads /victim, may not write it, and may
 	// not read /secret: the chunk servers refuse what the ministry did
