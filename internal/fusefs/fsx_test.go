@@ -94,7 +94,10 @@ func runFsx(t *testing.T, bin, cfg, path string, seed uint64, ops int) int {
 	start := time.Now()
 	err := cmd.Run()
 	if err != nil || !fsxDone.Match(out.Bytes()) {
-		t.Fatalf("fsx -S %d -N %d %s: %v\n%s", seed, ops, path, err, tail(out.Bytes(), 6000))
+		// fsx says what went wrong first, then replays its operation
+		// log: keep both ends.
+		head := out.Bytes()[:min(out.Len(), 3000)]
+		t.Fatalf("fsx -S %d -N %d %s: %v\n%s\n...\n%s", seed, ops, path, err, head, tail(out.Bytes(), 3000))
 	}
 	t.Logf("fsx -S %d: %d operations in %v", seed, ops, time.Since(start).Round(time.Millisecond))
 	return ops
