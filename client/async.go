@@ -45,6 +45,14 @@ type deferredOp struct {
 	what   string
 	done   DeferredDone
 	ticket uint64
+	// queued is when the op was queued (a file's create waits a moment
+	// for the file's data: see createWait).
+	queued time.Time
+	// sendBy, when set, is when the op stops being worth sending: the
+	// record of a chunk written before it (newfile.go), which the
+	// collector may delete once it has been unreferenced for its grace
+	// period.
+	sendBy time.Time
 	// creates: the regular file this op creates (0: none), see creating;
 	// changes: the file this op changes, queued behind its create.
 	creates, changes ids.Ino
@@ -71,14 +79,154 @@ type deferredQueue struct {
 	// changing counts the unanswered queued changes of each file
 	// (deferFileCmd).
 	changing map[ids.Ino]int
+	// newChunks holds the chunks given to files whose create is queued
+	// (newfile.go), by inode and chunk index, so that every File of
+	// such a file writes a chunk index into one chunk.
+	newChunks map[ids.Ino]map[uint64]*wire.ChunkRef
+	// takenTo is the ticket of the newest operation the sender took
+	// (sent or being sent).
+	takenTo uint64
+	// holds are the files whose create the sender keeps back while
+	// their bytes are being written (holdCreate), and until when.
+	holds map[ids.Ino]*createHold
+	// urgent counts the flushes waiting: holds and createWait yield.
+	urgent int
+	// settled are files whose queued create need not wait for their
+	// bytes (settleCreate).
+	settled map[ids.Ino]bool
+	// wake tells a waiting sender that a hold ended or a flush began.
+	wake chan struct{}
 	// resvMu orders taking a reserved number and queueing its create
 	// against a new reservation (which replaces the old one: every create
 	// numbered from the old range must be applied first).
 	resvMu sync.Mutex
 	resv   map[ids.GroupID]*reservation
 	// holdForTest, set by a test before anything is queued, holds the
-	// sender until closed (a queue that is slow to leave).
+	// sender until closed (a queue that is slow to leave): what is
+	// queued stays pending.
 	holdForTest chan struct{}
+	// afterNewFileStoreForTest runs when a new file's bytes are written
+	// and their records not queued yet (newfile.go).
+	afterNewFileStoreForTest func()
+}
+
+// createHold keeps a file's queued create from being sent (holdCreate).
+type createHold struct {
+	n     int
+	until time.Time
+}
+
+// createWait is how long the sender waits before sending a queue whose
+// newest operation is the create of a regular file: long enough for a
+// program that writes the file at once (cp, tar, an unpacker) to start
+// pushing its bytes, which then queue behind the create (newfile.go)
+// instead of costing commits of their own after it. A flush does not
+// wait.
+const createWait = 2 * time.Millisecond
+
+// maxCreateHold bounds how long a file's create waits for its bytes
+// (holdCreate); past it the bytes are recorded after the create.
+const maxCreateHold = 100 * time.Millisecond
+
+// holdCreate keeps ino's create from being sent while its bytes are
+// written, if the create is queued and not taken by the sender yet;
+// releaseCreate ends it. false: no hold.
+func (c *Client) holdCreate(ino ids.Ino) bool {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t, ok := q.creating[ino]
+	if !ok || t <= q.takenTo {
+		return false
+	}
+	if q.holds == nil {
+		q.holds = map[ids.Ino]*createHold{}
+	}
+	h := q.holds[ino]
+	if h == nil {
+		h = &createHold{}
+		q.holds[ino] = h
+	}
+	h.n++
+	h.until = c.cfg.Clock.Now().Add(maxCreateHold)
+	return true
+}
+
+func (c *Client) releaseCreate(ino ids.Ino) {
+	q := &c.deferred
+	q.mu.Lock()
+	if h := q.holds[ino]; h != nil {
+		if h.n--; h.n <= 0 {
+			delete(q.holds, ino)
+		}
+	}
+	q.mu.Unlock()
+	q.nudge()
+}
+
+// settleCreate says that nothing more is coming for ino's queued create
+// to wait for (its File pushed its bytes and was synced or closed): the
+// sender need not wait out createWait for it.
+func (c *Client) settleCreate(ino ids.Ino) {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	if _, ok := q.creating[ino]; !ok {
+		q.mu.Unlock()
+		return
+	}
+	if q.settled == nil {
+		q.settled = map[ids.Ino]bool{}
+	}
+	q.settled[ino] = true
+	q.mu.Unlock()
+	q.nudge()
+}
+
+// nudge wakes the sender if it waits.
+func (q *deferredQueue) nudge() {
+	q.mu.Lock()
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	w := q.wake
+	q.mu.Unlock()
+	select {
+	case w <- struct{}{}:
+	default:
+	}
+}
+
+// sendableLocked says how many operations at the head of the queue the
+// sender may take now, and, when none, how long to wait at most: the
+// queue stops before a create that is held, and waits out createWait
+// after the newest operation when that is a file's create.
+func (q *deferredQueue) sendableLocked(now time.Time) (int, time.Duration) {
+	if q.urgent > 0 {
+		return len(q.pending), 0
+	}
+	for i, op := range q.pending {
+		if op.creates == 0 {
+			continue
+		}
+		if h := q.holds[op.creates]; h != nil && now.Before(h.until) {
+			if i == 0 {
+				return 0, h.until.Sub(now)
+			}
+			return i, 0
+		}
+	}
+	if last := q.pending[len(q.pending)-1]; last.creates != 0 && !q.settled[last.creates] {
+		if age := now.Sub(last.queued); age >= 0 && age < createWait {
+			return 0, createWait - age
+		}
+	}
+	return len(q.pending), 0
 }
 
 // flushWaiter is a flush waiting until doneTo reaches ticket.
@@ -180,6 +328,16 @@ func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done 
 	// (QueuedFileChanges stays false).
 	return c.enqueueIf(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino},
 		func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
+}
+
+// deferFileCmds is deferFileCmd for several commands, queued together.
+// sendBy is deferredOp.sendBy (zero: none).
+func (c *Client) deferFileCmds(ino ids.Ino, cmds []*wire.Command, what string, done DeferredDone, sendBy time.Time) bool {
+	ops := make([]*deferredOp, len(cmds))
+	for i, cmd := range cmds {
+		ops[i] = &deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino, sendBy: sendBy}
+	}
+	return c.enqueueAllIf(ops, func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
 }
 
 // QueuedFileChanges says whether the create of regular file ino, or a
@@ -293,28 +451,37 @@ func (c *Client) enqueue(op *deferredOp) {
 // enqueueIf queues op if cond, called under the queue's lock, says so
 // (nil: always), and says whether it did.
 func (c *Client) enqueueIf(op *deferredOp, cond func(q *deferredQueue) bool) bool {
+	return c.enqueueAllIf([]*deferredOp{op}, cond)
+}
+
+// enqueueAllIf queues ops, together and in order, if cond says so.
+func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) bool) bool {
 	q := &c.deferred
-	q.outstanding.Add(1)
+	q.outstanding.Add(int64(len(ops)))
 	q.mu.Lock()
 	if cond != nil && !cond(q) {
 		q.mu.Unlock()
-		q.outstanding.Add(-1)
+		q.outstanding.Add(-int64(len(ops)))
 		return false
 	}
-	q.lastTicket++
-	op.ticket = q.lastTicket
-	q.pending = append(q.pending, op)
-	if op.creates != 0 {
-		if q.creating == nil {
-			q.creating = map[ids.Ino]uint64{}
+	now := c.cfg.Clock.Now()
+	for _, op := range ops {
+		q.lastTicket++
+		op.ticket = q.lastTicket
+		op.queued = now
+		q.pending = append(q.pending, op)
+		if op.creates != 0 {
+			if q.creating == nil {
+				q.creating = map[ids.Ino]uint64{}
+			}
+			q.creating[op.creates] = op.ticket
 		}
-		q.creating[op.creates] = op.ticket
-	}
-	if op.changes != 0 {
-		if q.changing == nil {
-			q.changing = map[ids.Ino]int{}
+		if op.changes != 0 {
+			if q.changing == nil {
+				q.changing = map[ids.Ino]int{}
+			}
+			q.changing[op.changes]++
 		}
-		q.changing[op.changes]++
 	}
 	start := !q.running
 	q.running = true
@@ -341,11 +508,16 @@ func (c *Client) flushDeferred(ctx context.Context) {
 	}
 	w := flushWaiter{ticket: q.lastTicket, done: make(chan struct{})}
 	q.waiters = append(q.waiters, w)
+	q.urgent++
 	q.mu.Unlock()
+	q.nudge()
 	select {
 	case <-w.done:
 	case <-ctx.Done():
 	}
+	q.mu.Lock()
+	q.urgent--
+	q.mu.Unlock()
 }
 
 // sendDeferred is the sender: it sends what is queued, in batches of at
@@ -355,14 +527,31 @@ func (c *Client) sendDeferred() {
 	q := &c.deferred
 	ctx := context.Background()
 	for {
+		if q.holdForTest != nil {
+			<-q.holdForTest
+		}
 		q.mu.Lock()
-		ops := q.pending
-		q.pending = nil
-		if len(ops) == 0 {
+		if len(q.pending) == 0 {
 			q.running = false
 			q.mu.Unlock()
 			return
 		}
+		n, wait := q.sendableLocked(c.cfg.Clock.Now())
+		if n == 0 {
+			if q.wake == nil {
+				q.wake = make(chan struct{}, 1)
+			}
+			w := q.wake
+			q.mu.Unlock()
+			select {
+			case <-w:
+			case <-c.cfg.Clock.After(wait):
+			}
+			continue
+		}
+		ops := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		q.takenTo = ops[n-1].ticket
 		q.mu.Unlock()
 		for len(ops) > 0 {
 			// A run of one group's commands, in order.
@@ -372,14 +561,16 @@ func (c *Client) sendDeferred() {
 			}
 			run := ops[:n]
 			ops = ops[n:]
-			if q.holdForTest != nil {
-				<-q.holdForTest
+			send, stale := c.splitStale(run)
+			var results []*wire.Result
+			var err error
+			if len(send) > 0 {
+				results, err = c.sendBatch(ctx, send)
 			}
-			results, err := c.sendBatch(ctx, run)
 			// The done functions run before the operations count as
 			// done, so a flush returning sees their failures recorded.
 			// They must not wait for locks a flushing request may hold.
-			for i, op := range run {
+			for i, op := range send {
 				var res *wire.Result
 				oerr := err
 				if err == nil {
@@ -395,30 +586,68 @@ func (c *Client) sendDeferred() {
 					op.done(res, oerr)
 				}
 			}
-			q.outstanding.Add(-int64(len(run)))
-			q.mu.Lock()
-			q.doneTo = run[len(run)-1].ticket
-			for _, op := range run {
-				if op.creates != 0 && q.creating[op.creates] == op.ticket {
-					delete(q.creating, op.creates)
-				}
-				if op.changes != 0 {
-					if q.changing[op.changes]--; q.changing[op.changes] <= 0 {
-						delete(q.changing, op.changes)
-					}
-				}
-			}
-			kept := q.waiters[:0]
-			for _, w := range q.waiters {
-				if w.ticket <= q.doneTo {
-					close(w.done)
-				} else {
-					kept = append(kept, w)
-				}
-			}
-			q.waiters = kept
-			q.mu.Unlock()
+			c.failStale(stale)
+			c.retireOps(run)
 		}
+	}
+}
+
+// retireOps counts run, just answered (in queue order), as done: flushes
+// waiting for them return.
+func (c *Client) retireOps(run []*deferredOp) {
+	q := &c.deferred
+	q.outstanding.Add(-int64(len(run)))
+	q.mu.Lock()
+	q.doneTo = run[len(run)-1].ticket
+	for _, op := range run {
+		if op.creates != 0 && q.creating[op.creates] == op.ticket {
+			delete(q.creating, op.creates)
+			// No chunk can be queued for it any more.
+			delete(q.newChunks, op.creates)
+			delete(q.settled, op.creates)
+		}
+		if op.changes != 0 {
+			if q.changing[op.changes]--; q.changing[op.changes] <= 0 {
+				delete(q.changing, op.changes)
+			}
+		}
+	}
+	kept := q.waiters[:0]
+	for _, w := range q.waiters {
+		if w.ticket <= q.doneTo {
+			close(w.done)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	q.waiters = kept
+	q.mu.Unlock()
+}
+
+// splitStale parts run into the ops to send and those past their sendBy,
+// which are not sent (failStale: their chunks may be gone).
+func (c *Client) splitStale(run []*deferredOp) (send, stale []*deferredOp) {
+	now := c.cfg.Clock.Now()
+	for _, op := range run {
+		if !op.sendBy.IsZero() && now.After(op.sendBy) {
+			stale = append(stale, op)
+		} else {
+			send = append(send, op)
+		}
+	}
+	return send, stale
+}
+
+// failStale answers ops that waited past their sendBy with EIO.
+func (c *Client) failStale(stale []*deferredOp) {
+	for _, op := range stale {
+		err := fmt.Errorf("%w: %s: its record waited in the queue for more than %v (the ministry unreachable?), and the collector may since have removed the chunk written for it: the bytes are lost",
+			syscall.EIO, op.what, newFileRecordWindow)
+		c.log.Warn("deferred metadata operation failed", slog.String("op", op.what), slog.Any("err", err))
+		if op.done != nil {
+			op.done(nil, err)
+		}
+		c.finish(op.cmd.GetReq().GetSeq())
 	}
 }
 
@@ -435,6 +664,16 @@ func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Resu
 			c.finish(op.cmd.GetReq().GetSeq())
 		}
 	}()
+	for _, op := range run {
+		if !op.sendBy.IsZero() {
+			// Records of chunks written before them: give up while the
+			// chunks are surely still there (see newFileRecordWindow).
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, op.sendBy.Add(newFileRecordWindow))
+			defer cancel()
+			break
+		}
+	}
 	batch := &wire.Command{Version: 1, NowNs: c.cfg.Clock.Now().UnixNano(), Op: &wire.Command_Batch{Batch: &wire.BatchOp{Cmds: cmds}}}
 	res, err := c.mutateIn(ctx, run[0].group, run[0].route, batch)
 	if err != nil {

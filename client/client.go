@@ -94,6 +94,8 @@ type Client struct {
 	data dataproto.Pool
 	// tokens are renewed chunk access tokens (tokens.go).
 	tokens tokenCache
+	// handles is a pool of chunk handles allocated ahead (handles.go).
+	handles handlePool
 	// outageSince is when calls started failing for longer than
 	// outageAfter (UnixNano; 0: none), for the log (call.go).
 	outageSince atomic.Int64

@@ -66,12 +66,10 @@ func (c *Client) dataPlane() (map[uint64]*wire.ReplicaGroup, map[uint64]string, 
 }
 
 // newChunk allocates a chunk (index, handle, replica group) without
-// recording it: a new handle from the president and a group chosen
-// round-robin.
+// recording it: a handle the president allocated (handles.go) and a group
+// chosen round-robin.
 func (c *Client) newChunk(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
-	res, err := c.mutateIn(ctx, ids.PresidentGroup, ino, c.newCommand(func(cmd *wire.Command) {
-		cmd.Op = &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: 1}}
-	}))
+	number, token, err := c.takeHandle(ctx, ino)
 	if err != nil {
 		return nil, fmt.Errorf("allocate a chunk handle: %w", err)
 	}
@@ -84,14 +82,14 @@ func (c *Client) newChunk(ctx context.Context, ino ids.Ino, index uint64) (*wire
 		return nil, ErrNoReplicaGroups
 	}
 	// Spread files' chunks over the groups (map order is random).
-	group := ids_[int(res.GetStart()%uint64(len(ids_)))]
+	group := ids_[int(number%uint64(len(ids_)))]
 	// The handle names its group (dataproto.MakeHandle), so chunk servers
 	// know which of their chunks belong to which group.
-	handle, err := dataproto.MakeHandle(group, res.GetStart())
+	handle, err := dataproto.MakeHandle(group, number)
 	if err != nil {
 		return nil, fmt.Errorf("allocate a chunk handle: %w", err)
 	}
-	return &wire.ChunkRef{Index: index, Handle: handle, Group: group, Ino: uint64(ino), Token: res.GetChunk().GetToken()}, nil
+	return &wire.ChunkRef{Index: index, Handle: handle, Group: group, Ino: uint64(ino), Token: token}, nil
 }
 
 // chunkFor returns the chunk record of (ino, index), creating it (a new

@@ -211,6 +211,10 @@ func (f *File) Sync(ctx context.Context) error {
 	if err := f.usable(true); err != nil {
 		return opErr("sync", f.path, err)
 	}
+	// A new file's create waits a moment in the queue for the bytes of
+	// a program that writes at once (async.go, createWait): once the
+	// file is synced or closed there is nothing left to wait for.
+	f.c.settleCreate(f.ino)
 	f.mu.Lock()
 	touched, end, refs := f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs
 	f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs = false, 0, nil
@@ -513,6 +517,12 @@ func (f *File) writeAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	if ok, err := f.writeInline(ctx, p, off); ok || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	if ok, err := f.writeQueued(ctx, p, off); ok || err != nil {
 		if err != nil {
 			return 0, err
 		}

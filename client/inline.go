@@ -123,16 +123,7 @@ func (f *File) writeInlineQueued(p []byte, off, limit int64) bool {
 		cmd.Op = &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f.ino), Offset: uint64(off),
 			Data: data, MaxInline: uint64(limit)}}
 	})
-	done := func(_ *wire.Result, err error) {
-		if err != nil {
-			f.mu.Lock()
-			if f.mu.queuedErr == nil {
-				f.mu.queuedErr = err
-			}
-			f.mu.Unlock()
-		}
-	}
-	if !f.c.deferFileCmd(f.ino, cmd, "write "+f.path, done) {
+	if !f.c.deferFileCmd(f.ino, cmd, "write "+f.path, f.queuedDone) {
 		f.c.finish(cmd.GetReq().GetSeq())
 		return false
 	}
@@ -149,6 +140,18 @@ func (f *File) writeInlineQueued(p []byte, off, limit int64) bool {
 	f.mu.size = max(f.mu.size, int64(len(buf)))
 	f.mu.Unlock()
 	return true
+}
+
+// queuedDone keeps the first failure of a change of this File queued
+// behind the file's create, for the next Sync (fsync, close).
+func (f *File) queuedDone(_ *wire.Result, err error) {
+	if err != nil {
+		f.mu.Lock()
+		if f.mu.queuedErr == nil {
+			f.mu.queuedErr = err
+		}
+		f.mu.Unlock()
+	}
 }
 
 // knowInline reads the chunk table (and with it whether the file is

@@ -314,19 +314,28 @@ func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (
 // mutateIn is mutate with the group given (the president group for
 // cluster-map commands).
 func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
+	// Deferred changes first: this one may depend on them (async.go).
+	res, _, err := c.mutateResp(ctx, group, route, cmd, cmd.GetBatch() == nil)
+	return res, err
+}
+
+// mutateResp is mutateIn returning the whole answer too; flush says
+// whether the deferred changes go first (false only for commands that
+// depend on no namespace state, such as a pool of chunk handles).
+func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool) (*wire.Result, *wire.MutateResponse, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
 	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil && cmd.GetBatch() == nil {
 		cmd.Caller = c.callerFor(ctx)
 	}
-	if cmd.GetBatch() == nil {
-		// Deferred changes first: this one may depend on them (async.go).
+	if flush {
 		c.flushDeferred(ctx)
 	}
 	var res *wire.Result
+	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
 		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch})
-		res = resp.GetResult()
+		res, full = resp.GetResult(), resp
 		if tok := resp.GetChunkToken(); len(tok) > 0 && res != nil {
 			// alloc_chunk_handles: the write token of the new chunk
 			// rides in the result (never sent back: SetChunk and
@@ -336,17 +345,17 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if e := res.GetErrno(); e != 0 {
 		if m := res.GetMessage(); m != "" {
 			// The ministry says why: keep it (errors.Is still finds the
 			// errno).
-			return nil, &errnoMsg{errno: syscall.Errno(e), msg: m}
+			return nil, nil, &errnoMsg{errno: syscall.Errno(e), msg: m}
 		}
-		return nil, syscall.Errno(e)
+		return nil, nil, syscall.Errno(e)
 	}
-	return res, nil
+	return res, full, nil
 }
 
 // read sends req to a member of the group owning route. It returns the

@@ -69,6 +69,11 @@ func (c *Client) renewToken(ctx context.Context, ref *wire.ChunkRef) error {
 	if ref.GetIno() == 0 {
 		return fmt.Errorf("%w: chunk %d: its access token was refused, and no file is known to ask a new one for", syscall.EACCES, ref.GetHandle())
 	}
+	if c.QueuedFileChanges(ids.Ino(ref.GetIno())) {
+		// A new file's chunk whose record is still queued (newfile.go):
+		// the ministry knows it once the queue is applied.
+		c.flushDeferred(ctx)
+	}
 	resp, _, err := c.read(ctx, ids.Ino(ref.GetIno()), &wire.ReadRequest{Op: &wire.ReadRequest_GetChunks{GetChunks: &wire.GetChunksReq{
 		Ino: ref.GetIno(), OnlyIndex: true, Index: ref.GetIndex()}}}, []ReadOption{PastDeferred()})
 	if err != nil {

@@ -288,6 +288,14 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 				acc |= chunktoken.Read
 			}
 			resp.ChunkToken = s.n.mintToken(caller, res.GetStart(), acc)
+			if n := res.GetEnd() - res.GetStart(); n > 1 && n <= maxHandleTokens && resp.ChunkToken != nil {
+				// A client's pool of handles: one token each (larger
+				// grants get the first one only: signing is not free).
+				resp.ChunkTokens = make([][]byte, n)
+				for i := range n {
+					resp.ChunkTokens[i] = s.n.mintToken(caller, res.GetStart()+i, acc)
+				}
+			}
 		}
 	}
 	if movingIn(res) {

@@ -30,6 +30,10 @@ import (
 // token lifetime and the map keeps the newest few, so a token stays
 // checkable for its whole life.
 
+// maxHandleTokens is the largest chunk handle grant that gets a token for
+// every handle (MutateResponse.chunk_tokens).
+const maxHandleTokens = 1024
+
 // DefaultChunkTokenLifetime is how long a chunk access token is valid
 // (and how often the signing key changes). A client asks for a fresh
 // token when a chunk server refuses an expired one, so the lifetime only

@@ -4854,7 +4854,11 @@ type MutateResponse struct {
 	AppliedIndex uint64                 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// alloc_chunk_handles: a write token for chunk number result.start (a
 	// chunk written before it is recorded, DropInlineOp).
-	ChunkToken    []byte `protobuf:"bytes,4,opt,name=chunk_token,json=chunkToken,proto3" json:"chunk_token,omitempty"`
+	ChunkToken []byte `protobuf:"bytes,4,opt,name=chunk_token,json=chunkToken,proto3" json:"chunk_token,omitempty"`
+	// alloc_chunk_handles of more than one: a token for each chunk number
+	// of [result.start, result.end), in order (a client keeps a pool of
+	// handles, so a new file's chunk costs no commit on the president).
+	ChunkTokens   [][]byte `protobuf:"bytes,5,rep,name=chunk_tokens,json=chunkTokens,proto3" json:"chunk_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4913,6 +4917,13 @@ func (x *MutateResponse) GetAppliedIndex() uint64 {
 func (x *MutateResponse) GetChunkToken() []byte {
 	if x != nil {
 		return x.ChunkToken
+	}
+	return nil
+}
+
+func (x *MutateResponse) GetChunkTokens() [][]byte {
+	if x != nil {
+		return x.ChunkTokens
 	}
 	return nil
 }
@@ -8761,13 +8772,14 @@ const file_govfs_proto_rawDesc = "" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xae\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xd1\x01\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
 	"\vchunk_token\x18\x04 \x01(\fR\n" +
-	"chunkToken\"\xdf\x05\n" +
+	"chunkToken\x12!\n" +
+	"\fchunk_tokens\x18\x05 \x03(\fR\vchunkTokens\"\xdf\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
