@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,14 +46,19 @@ type deferredOp struct {
 	what   string
 	done   DeferredDone
 	ticket uint64
-	// queued is when the op was queued (a file's create waits a moment
-	// for the file's data: see createWait).
-	queued time.Time
 	// sendBy, when set, is when the op stops being worth sending: the
 	// record of a chunk written before it (newfile.go), which the
 	// collector may delete once it has been unreferenced for its grace
 	// period.
 	sendBy time.Time
+	// slot: the place of a new file's write's records, filled by
+	// fillSlot when the bytes are out (newfile.go); nothing at or after
+	// an unfilled slot is sent. skip: filled with nothing (answered
+	// without being sent).
+	slot, filled, skip bool
+	// failed: a skipped slot's write failed; the sender answers the
+	// slot with it, in queue order.
+	failed error
 	// creates: the regular file this op creates (0: none), see creating;
 	// changes: the file this op changes, queued behind its create.
 	creates, changes ids.Ino
@@ -89,11 +95,8 @@ type deferredQueue struct {
 	// holds are the files whose create the sender keeps back while
 	// their bytes are being written (holdCreate), and until when.
 	holds map[ids.Ino]*createHold
-	// urgent counts the flushes waiting: holds and createWait yield.
+	// urgent counts the flushes waiting: holds yield to them.
 	urgent int
-	// settled are files whose queued create need not wait for their
-	// bytes (settleCreate).
-	settled map[ids.Ino]bool
 	// wake tells a waiting sender that a hold ended or a flush began.
 	wake chan struct{}
 	// resvMu orders taking a reserved number and queueing its create
@@ -116,31 +119,27 @@ type createHold struct {
 	until time.Time
 }
 
-// createWait is how long the sender waits before sending a queue whose
-// newest operation is the create of a regular file: long enough for a
-// program that writes the file at once (cp, tar, an unpacker) to start
-// pushing its bytes, which then queue behind the create (newfile.go)
-// instead of costing commits of their own after it. A flush does not
-// wait.
-const createWait = 2 * time.Millisecond
-
 // maxCreateHold bounds how long a file's create waits for its bytes
 // (holdCreate); past it the bytes are recorded after the create.
 const maxCreateHold = 100 * time.Millisecond
 
-// holdCreate keeps ino's create from being sent while its bytes are
-// written, if the create is queued and not taken by the sender yet;
-// releaseCreate ends it. false: no hold.
-func (c *Client) holdCreate(ino ids.Ino) bool {
+// holdCreate says whether ino's create is queued or on its way and not
+// answered yet (queued), and if it has not been taken by the sender yet,
+// keeps it from being sent while the file's bytes are written (held), so
+// that their records can join its batch; releaseCreate ends a hold.
+func (c *Client) holdCreate(ino ids.Ino) (queued, held bool) {
 	q := &c.deferred
 	if q.outstanding.Load() == 0 {
-		return false
+		return false, false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	t, ok := q.creating[ino]
-	if !ok || t <= q.takenTo {
-		return false
+	if !ok {
+		return false, false
+	}
+	if t <= q.takenTo {
+		return true, false
 	}
 	if q.holds == nil {
 		q.holds = map[ids.Ino]*createHold{}
@@ -152,7 +151,7 @@ func (c *Client) holdCreate(ino ids.Ino) bool {
 	}
 	h.n++
 	h.until = c.cfg.Clock.Now().Add(maxCreateHold)
-	return true
+	return true, true
 }
 
 func (c *Client) releaseCreate(ino ids.Ino) {
@@ -167,23 +166,33 @@ func (c *Client) releaseCreate(ino ids.Ino) {
 	q.nudge()
 }
 
-// settleCreate says that nothing more is coming for ino's queued create
-// to wait for (its File pushed its bytes and was synced or closed): the
-// sender need not wait out createWait for it.
-func (c *Client) settleCreate(ino ids.Ino) {
+// fillSlot puts cmds in slot's place in the queue (nothing: the slot is
+// answered without being sent) and lets the sender go past it.
+func (c *Client) fillSlot(slot *deferredOp, cmds []*wire.Command, failed error) {
 	q := &c.deferred
-	if q.outstanding.Load() == 0 {
-		return
-	}
 	q.mu.Lock()
-	if _, ok := q.creating[ino]; !ok {
+	i := slices.Index(q.pending, slot)
+	if i < 0 {
+		// Cannot happen: the sender never takes an unfilled slot.
 		q.mu.Unlock()
+		c.log.Error("a new file's write lost its place in the queue; its bytes are not recorded", slog.String("op", slot.what))
 		return
 	}
-	if q.settled == nil {
-		q.settled = map[ids.Ino]bool{}
+	slot.filled = true
+	if len(cmds) == 0 {
+		slot.skip, slot.failed = true, failed
+	} else {
+		slot.cmd = cmds[0]
+		var more []*deferredOp
+		for _, cmd := range cmds[1:] {
+			op := *slot
+			op.cmd = cmd
+			more = append(more, &op)
+		}
+		q.pending = slices.Insert(q.pending, i+1, more...)
+		q.outstanding.Add(int64(len(more)))
+		q.changing[slot.changes] += len(more)
 	}
-	q.settled[ino] = true
 	q.mu.Unlock()
 	q.nudge()
 }
@@ -204,14 +213,19 @@ func (q *deferredQueue) nudge() {
 
 // sendableLocked says how many operations at the head of the queue the
 // sender may take now, and, when none, how long to wait at most: the
-// queue stops before a create that is held, and waits out createWait
-// after the newest operation when that is a file's create.
+// queue stops before a write's place not filled yet and before a create
+// that is held.
 func (q *deferredQueue) sendableLocked(now time.Time) (int, time.Duration) {
-	if q.urgent > 0 {
-		return len(q.pending), 0
-	}
 	for i, op := range q.pending {
-		if op.creates == 0 {
+		if op.slot && !op.filled {
+			// Even for a flush: what goes there is not known yet (the
+			// write fills it when its bytes are out, or gives up).
+			if i == 0 {
+				return 0, time.Second
+			}
+			return i, 0
+		}
+		if op.creates == 0 || q.urgent > 0 {
 			continue
 		}
 		if h := q.holds[op.creates]; h != nil && now.Before(h.until) {
@@ -219,11 +233,6 @@ func (q *deferredQueue) sendableLocked(now time.Time) (int, time.Duration) {
 				return 0, h.until.Sub(now)
 			}
 			return i, 0
-		}
-	}
-	if last := q.pending[len(q.pending)-1]; last.creates != 0 && !q.settled[last.creates] {
-		if age := now.Sub(last.queued); age >= 0 && age < createWait {
-			return 0, createWait - age
 		}
 	}
 	return len(q.pending), 0
@@ -406,6 +415,14 @@ func (c *Client) DeferredRename(ctx context.Context, parent ids.Ino, name string
 	return nil
 }
 
+// noFlushKey marks a context whose requests must not wait for the
+// queue: a new file's background write, which the queue waits for.
+type noFlushKey struct{}
+
+func withoutFlush(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noFlushKey{}, true)
+}
+
 // FlushDeferred sends the deferred operations queued so far and returns
 // once they are applied (or failed: their done functions say).
 func (c *Client) FlushDeferred(ctx context.Context) {
@@ -464,11 +481,9 @@ func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) boo
 		q.outstanding.Add(-int64(len(ops)))
 		return false
 	}
-	now := c.cfg.Clock.Now()
 	for _, op := range ops {
 		q.lastTicket++
 		op.ticket = q.lastTicket
-		op.queued = now
 		q.pending = append(q.pending, op)
 		if op.creates != 0 {
 			if q.creating == nil {
@@ -498,7 +513,7 @@ func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) boo
 // not for ones queued after it (a busy queue would hold it for ever).
 func (c *Client) flushDeferred(ctx context.Context) {
 	q := &c.deferred
-	if q.outstanding.Load() == 0 {
+	if q.outstanding.Load() == 0 || ctx.Value(noFlushKey{}) != nil {
 		return
 	}
 	q.mu.Lock()
@@ -559,6 +574,11 @@ func (c *Client) sendDeferred() {
 			for n < len(ops) && n < maxBatch && ops[n].group == ops[0].group {
 				n++
 			}
+			// The ops of one filled slot share a ticket: one batch
+			// takes them all (doneTo says every op up to it is done).
+			for n < len(ops) && n > 1 && ops[n].ticket == ops[n-1].ticket {
+				n--
+			}
 			run := ops[:n]
 			ops = ops[n:]
 			send, stale := c.splitStale(run)
@@ -602,13 +622,17 @@ func (c *Client) retireOps(run []*deferredOp) {
 	for _, op := range run {
 		if op.creates != 0 && q.creating[op.creates] == op.ticket {
 			delete(q.creating, op.creates)
-			// No chunk can be queued for it any more.
-			delete(q.newChunks, op.creates)
-			delete(q.settled, op.creates)
+			if q.changing[op.creates] == 0 {
+				delete(q.newChunks, op.creates)
+			}
 		}
 		if op.changes != 0 {
 			if q.changing[op.changes]--; q.changing[op.changes] <= 0 {
 				delete(q.changing, op.changes)
+				if _, ok := q.creating[op.changes]; !ok {
+					// No write of it is queued: its chunks are recorded.
+					delete(q.newChunks, op.changes)
+				}
 			}
 		}
 	}
@@ -629,6 +653,12 @@ func (c *Client) retireOps(run []*deferredOp) {
 func (c *Client) splitStale(run []*deferredOp) (send, stale []*deferredOp) {
 	now := c.cfg.Clock.Now()
 	for _, op := range run {
+		if op.skip {
+			if op.failed != nil {
+				stale = append(stale, op) // answered with its failure
+			}
+			continue // an empty slot: nothing to send
+		}
 		if !op.sendBy.IsZero() && now.After(op.sendBy) {
 			stale = append(stale, op)
 		} else {
@@ -641,13 +671,18 @@ func (c *Client) splitStale(run []*deferredOp) (send, stale []*deferredOp) {
 // failStale answers ops that waited past their sendBy with EIO.
 func (c *Client) failStale(stale []*deferredOp) {
 	for _, op := range stale {
-		err := fmt.Errorf("%w: %s: its record waited in the queue for more than %v (the ministry unreachable?), and the collector may since have removed the chunk written for it: the bytes are lost",
-			syscall.EIO, op.what, newFileRecordWindow)
+		err := op.failed
+		if err == nil {
+			err = fmt.Errorf("%w: %s: its record waited in the queue for more than %v (the ministry unreachable?), and the collector may since have removed the chunk written for it: the bytes are lost",
+				syscall.EIO, op.what, newFileRecordWindow)
+		}
 		c.log.Warn("deferred metadata operation failed", slog.String("op", op.what), slog.Any("err", err))
 		if op.done != nil {
 			op.done(nil, err)
 		}
-		c.finish(op.cmd.GetReq().GetSeq())
+		if op.cmd != nil {
+			c.finish(op.cmd.GetReq().GetSeq())
+		}
 	}
 }
 

@@ -96,6 +96,8 @@ type Client struct {
 	tokens tokenCache
 	// handles is a pool of chunk handles allocated ahead (handles.go).
 	handles handlePool
+	// newWrites bounds new files' background writes (newfile.go).
+	newWrites chan struct{}
 	// outageSince is when calls started failing for longer than
 	// outageAfter (UnixNano; 0: none), for the log (call.go).
 	outageSince atomic.Int64
@@ -128,7 +130,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: choose client id: %w", err)
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, clientID: id}
+	c := &Client{cfg: cfg, log: cfg.Logger, clientID: id, newWrites: make(chan struct{}, maxNewWrites)}
 	if cfg.TLSDir != "" {
 		store, err := certs.Load(cfg.TLSDir, nil)
 		if err != nil {

@@ -211,10 +211,6 @@ func (f *File) Sync(ctx context.Context) error {
 	if err := f.usable(true); err != nil {
 		return opErr("sync", f.path, err)
 	}
-	// A new file's create waits a moment in the queue for the bytes of
-	// a program that writes at once (async.go, createWait): once the
-	// file is synced or closed there is nothing left to wait for.
-	f.c.settleCreate(f.ino)
 	f.mu.Lock()
 	touched, end, refs := f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs
 	f.mu.touched, f.mu.touchedEnd, f.mu.touchedRefs = false, 0, nil

@@ -2,10 +2,8 @@ package client
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"maps"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/govfs/govfs/internal/ids"
@@ -36,47 +34,166 @@ const newFileRecordWindow = time.Minute
 // writeQueued writes p at off this way if the file's create is queued.
 // ok false: it did nothing, write the usual way.
 func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, err error) {
-	// The create stays queued while the bytes go out (a hold bounded by
-	// maxCreateHold), so their records can join it.
-	if !f.c.holdCreate(f.ino) {
+	w, ok, err := f.startNew(ctx, int64(len(p)), f.queuedDone)
+	if !ok || err != nil {
+		return false, err
+	}
+	if err := f.finishNew(ctx, w, p, off, false); err != nil {
+		// Nothing is recorded: the usual way writes the bytes again,
+		// and says what is wrong if that fails too.
 		return false, nil
 	}
-	sendBy := f.c.cfg.Clock.Now().Add(newFileRecordWindow)
-	defer f.c.releaseCreate(f.ino)
+	return true, nil
+}
+
+// maxNewWrites bounds the new files' writes a client runs in the
+// background at once (WriteNewAsync); past it they run in the caller.
+const maxNewWrites = 32
+
+// maxNewWrite is the largest write done this way: one data request
+// (larger ones go the usual way, whose time the queue need not wait for).
+const maxNewWrite = requestSize
+
+// newWriteTime bounds a new file's write done this way (its attempts
+// included): the queue waits for the write's records, so every other
+// request of the client does (a directory lease's recall too).
+const newWriteTime = 10 * time.Second
+
+// WriteNewAsync starts writing p at off in the background if the file's
+// create is still queued (see writeQueued), and returns a function that
+// waits for the write and returns its error; nil: it did not start
+// (write with WriteAt). The bytes' records keep their place in the queue
+// (before anything queued after this call, such as the file's utimens),
+// so a program that writes a file and closes it or sets its times goes
+// on at once. A write that fails (after retries, within newWriteTime)
+// is answered in its place in the queue: done hears it, as the File's
+// next Sync does, before a flush of the queue returns. p must not change
+// until the write is done.
+func (f *File) WriteNewAsync(ctx context.Context, p []byte, off int64, done DeferredDone) (wait func() error) {
+	ctx = f.asUser(ctx)
+	if f.checkWrite(off, int64(len(p))) != nil || f.appendOnly || len(p) == 0 || off+int64(len(p)) <= f.c.inlineMax() {
+		return nil
+	}
+	select {
+	case f.c.newWrites <- struct{}{}:
+	default:
+		return nil
+	}
+	both := func(res *wire.Result, err error) {
+		f.queuedDone(res, err)
+		if done != nil {
+			done(res, err)
+		}
+	}
+	w, ok, err := f.startNew(ctx, int64(len(p)), both)
+	if !ok || err != nil {
+		<-f.c.newWrites
+		return nil
+	}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer func() { <-f.c.newWrites }()
+		err = f.finishNew(context.WithoutCancel(ctx), w, p, off, true)
+	}()
+	return func() error {
+		<-finished
+		return opErr("write", f.path, err)
+	}
+}
+
+// newWrite is a write of a new file's bytes whose records have their
+// place in the queue (a slot) behind the file's create.
+type newWrite struct {
+	slot *deferredOp
+	cs   int64
+	held bool // the create is held (holdCreate)
+}
+
+// startNew queues the place of the write's records behind the file's
+// create, whose answers go to done, and holds the create if the sender
+// has not taken it yet (holdCreate: the records can join its batch).
+// ok false: the create is answered: write the usual way.
+func (f *File) startNew(ctx context.Context, size int64, done DeferredDone) (*newWrite, bool, error) {
 	if data, inline := f.inlineBytes(); inline && len(data) > 0 {
 		// Bytes queued inline move to a chunk first: the usual way.
-		return false, nil
+		return nil, false, nil
+	}
+	if size > maxNewWrite {
+		// Every other request waits for this write (newWriteTime).
+		return nil, false, nil
 	}
 	if err := f.c.awaitReplicaGroups(ctx); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	cs, err := f.chunkSize(ctx, true)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	spans := splitSpans(off, int64(len(p)), cs)
+	queued, held := f.c.holdCreate(f.ino)
+	if !queued {
+		return nil, false, nil
+	}
+	slot := &deferredOp{group: f.c.owner(f.ino), route: f.ino, what: "write " + f.path, done: done, changes: f.ino,
+		sendBy: f.c.cfg.Clock.Now().Add(newFileRecordWindow), slot: true}
+	if !f.c.enqueueAllIf([]*deferredOp{slot}, func(q *deferredQueue) bool { _, ok := q.creating[f.ino]; return ok }) {
+		if held {
+			f.c.releaseCreate(f.ino)
+		}
+		return nil, false, nil
+	}
+	return &newWrite{slot: slot, cs: cs, held: held}, true, nil
+}
+
+// finishNew writes the bytes into chunks of the file's own (from the
+// pool, or those another File of it took) and fills the write's place
+// with their records and the size. A failed attempt is tried again with
+// new chunks (a chunk server that has not learnt the newest token key
+// yet refuses the pooled tokens for a moment) until newWriteTime has
+// passed; then the place is answered with the failure if answer (the
+// background write: nobody else hears it), else left empty, and the
+// file's size does not cover the bytes.
+func (f *File) finishNew(ctx context.Context, w *newWrite, p []byte, off int64, answer bool) (err error) {
+	var cmds []*wire.Command
+	defer func() {
+		var failed error
+		if err != nil && answer {
+			failed = err
+		}
+		f.c.fillSlot(w.slot, cmds, failed)
+		if w.held {
+			f.c.releaseCreate(f.ino)
+		}
+	}()
+	// Nothing on this path may wait for the queue (a token renewal
+	// would): the queue waits for this write's place to be filled.
+	ctx, cancel := context.WithTimeout(withoutFlush(ctx), newWriteTime)
+	defer cancel()
+	spans := splitSpans(off, int64(len(p)), w.cs)
 	refs := map[uint64]*wire.ChunkRef{}
-	for _, sp := range spans {
-		if refs[sp.index] != nil {
-			continue
+	var n int64
+	for attempt := 0; ; attempt++ {
+		for _, sp := range spans {
+			if refs[sp.index] != nil {
+				continue
+			}
+			if refs[sp.index], err = f.c.newFileChunk(ctx, f.ino, sp.index, attempt > 0); err != nil {
+				return err
+			}
 		}
-		ref, err := f.c.newFileChunk(ctx, f.ino, sp.index)
-		if err != nil || ref == nil {
-			return false, err // nil: the create was answered meanwhile
+		if n, err = f.c.storeSpans(ctx, spans, refs, func(sp span) []byte { return p[sp.pos-off : sp.pos-off+sp.n] }); err == nil {
+			break
 		}
-		refs[sp.index] = ref
-	}
-	n, err := f.c.storeSpans(ctx, spans, refs, func(sp span) []byte { return p[sp.pos-off : sp.pos-off+sp.n] })
-	if err != nil {
-		if errors.Is(err, syscall.EACCES) {
-			// A pooled token the chunk servers refused (its key not
-			// learnt yet, say): nothing is recorded, so the usual way
-			// writes the bytes again with records it renews tokens for.
-			return false, nil
+		if !answer || ctx.Err() != nil {
+			return err
 		}
-		// Nothing recorded: the bytes written are garbage, and the
-		// size does not cover them (n is 0).
-		return false, err
+		f.c.log.Warn("a new file's write failed; trying again with new chunks", "file", f.path, "err", err)
+		clear(refs)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-f.c.cfg.Clock.After(time.Duration(attempt+1) * 100 * time.Millisecond):
+		}
 	}
 	if hook := f.c.deferred.afterNewFileStoreForTest; hook != nil {
 		hook()
@@ -84,15 +201,8 @@ func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, e
 	// Every chunk written into is recorded (again, for a chunk another
 	// File of this file wrote first: SetChunk keeps the record there is),
 	// then the size grows over the bytes and mtime moves.
-	indexes := slices.Sorted(func(yield func(uint64) bool) {
-		for i := range refs {
-			if !yield(i) {
-				return
-			}
-		}
-	})
+	indexes := slices.Sorted(maps.Keys(refs))
 	caller := f.c.callerFor(ctx)
-	var cmds []*wire.Command
 	for _, i := range indexes {
 		ref := refs[i]
 		cmds = append(cmds, f.c.newCommand(func(cmd *wire.Command) {
@@ -104,13 +214,6 @@ func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, e
 		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
 	grow.Caller = caller
 	cmds = append(cmds, grow)
-	if !f.c.deferFileCmds(f.ino, cmds, "write "+f.path, f.queuedDone, sendBy) {
-		// The create was answered while the bytes were on their way:
-		// record them now, the usual way.
-		if ok, err := f.recordWritten(ctx, cmds); !ok || err != nil {
-			return ok, err
-		}
-	}
 	f.mu.Lock()
 	if f.mu.chunks == nil {
 		f.mu.chunks = map[uint64]*wire.ChunkRef{}
@@ -121,58 +224,20 @@ func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, e
 	f.mu.inline, f.mu.inlineData = false, nil
 	f.mu.Unlock()
 	f.noteSize(off+n, false)
-	return true, nil
+	return nil
 }
 
-// recordWritten sends cmds (the records of chunks just written, then the
-// size) that could not queue behind the file's create. ok false: a chunk
-// index already had another chunk, so the bytes must be written again
-// into the file as it is (the caller's usual way).
-func (f *File) recordWritten(ctx context.Context, cmds []*wire.Command) (bool, error) {
-	for i, cmd := range cmds {
-		res, err := f.c.mutate(ctx, f.ino, cmd)
-		if err != nil {
-			for _, rest := range cmds[i+1:] {
-				f.c.finish(rest.GetReq().GetSeq())
-			}
-			if sc := cmd.GetSetChunk(); sc != nil {
-				return false, fmt.Errorf("record chunk %d: %w", sc.GetChunk().GetIndex(), err)
-			}
-			if errors.Is(err, syscall.ESTALE) {
-				f.forgetChunks()
-			}
-			return false, err
-		}
-		if sc := cmd.GetSetChunk(); sc != nil && res.GetChunk().GetHandle() != sc.GetChunk().GetHandle() {
-			for _, rest := range cmds[i+1:] {
-				f.c.finish(rest.GetReq().GetSeq())
-			}
-			f.forgetChunks()
-			return false, nil
-		}
-		if a := cmd.GetSetattr(); a != nil {
-			f.noteSize(int64(res.GetAttr().GetSize()), true)
-		}
-	}
-	return true, nil
-}
-
-// newFileChunk returns the chunk of index for a file whose create is
-// queued: the one a File of it took already, else a new one from the
-// pool. nil: the create is not queued (any more).
-func (c *Client) newFileChunk(ctx context.Context, ino ids.Ino, index uint64) (*wire.ChunkRef, error) {
+// newFileChunk returns the chunk of index for a new file with a write
+// in the queue (its slot counts as a queued change, which keeps the
+// table): the one a File of it took already, else (or with renew, in
+// place of the one seen: a failed write's) a new one from the pool.
+func (c *Client) newFileChunk(ctx context.Context, ino ids.Ino, index uint64, renew bool) (*wire.ChunkRef, error) {
 	q := &c.deferred
-	look := func() (ref *wire.ChunkRef, queued bool) {
-		if _, ok := q.creating[ino]; !ok {
-			return nil, false
-		}
-		return q.newChunks[ino][index], true
-	}
 	q.mu.Lock()
-	ref, queued := look()
+	seen := q.newChunks[ino][index]
 	q.mu.Unlock()
-	if ref != nil || !queued {
-		return ref, nil
+	if seen != nil && !renew {
+		return seen, nil
 	}
 	ref, err := c.newChunk(ctx, ino, index)
 	if err != nil {
@@ -180,8 +245,8 @@ func (c *Client) newFileChunk(ctx context.Context, ino ids.Ino, index uint64) (*
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if had, queued := look(); had != nil || !queued {
-		return had, nil // the new handle is never written
+	if had := q.newChunks[ino][index]; had != nil && had != seen {
+		return had, nil // another File's, newer: the new handle is never written
 	}
 	if q.newChunks == nil {
 		q.newChunks = map[ids.Ino]map[uint64]*wire.ChunkRef{}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +39,17 @@ func newFileSetup(t *testing.T, c *Client) ids.Ino {
 	return dir
 }
 
+// holdSender keeps c's queue from being sent (what is queued stays
+// pending) until release, which the test's end calls too.
+func holdSender(t *testing.T, c *Client) (release func()) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	t.Cleanup(release)
+	c.deferred.holdForTest = hold
+	return release
+}
+
 // readAllOf reads ino through c (a client that did not write it).
 func readAllOf(t *testing.T, c *Client, ino ids.Ino) []byte {
 	t.Helper()
@@ -62,14 +75,7 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
 	dir := newFileSetup(t, c)
-	hold := make(chan struct{})
-	released := false
-	defer func() {
-		if !released {
-			close(hold)
-		}
-	}()
-	c.deferred.holdForTest = hold
+	release := holdSender(t, c)
 	var log deferredLog
 	a, err := c.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, log.done("f"))
 	if err != nil {
@@ -108,8 +114,7 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 	}
 	// This client reads its own bytes back (its read waits for the
 	// queue, so release the sender first).
-	close(hold)
-	released = true
+	release()
 	got := make([]byte, len(want))
 	if n, err := f1.ReadAt(ctx, got, 0); (err != nil && !errors.Is(err, io.EOF)) || n != len(want) || !bytes.Equal(got, want) {
 		t.Fatalf("writer reads back %d bytes (%v), equal %v", n, err, bytes.Equal(got, want))
@@ -143,12 +148,15 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 }
 
 // TestNewFileBytesRecordedAfterTheCreate: when the create leaves while
-// the bytes are on their way (a flush does not wait for them), the
-// records are made after it, and nothing is lost.
+// the bytes are on their way (a flush does not wait for them), their
+// records follow it in their place, and nothing is lost.
 func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
 	dir := newFileSetup(t, c)
+	// The sender is held until the write has started, so that the
+	// create is still pending then (the case to test).
+	release := holdSender(t, c)
 	a, err := c.MakeNodeDeferred(ctx, dir, "g", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +164,13 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 	ino := ids.Ino(a.GetIno())
 	flushed := false
 	c.deferred.afterNewFileStoreForTest = func() {
-		c.FlushDeferred(ctx)
-		flushed = !c.creating(ino)
+		release()
+		// A flush sends the create without waiting for the bytes (the
+		// flush itself then waits for their records).
+		go c.FlushDeferred(ctx)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !flushed; time.Sleep(time.Millisecond) {
+			flushed = !c.creating(ino)
+		}
 	}
 	f, err := c.FileOf(a, syscall.O_RDWR)
 	if err != nil {
@@ -169,14 +182,12 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 	}
 	c.deferred.afterNewFileStoreForTest = nil
 	if !flushed {
-		t.Fatal("the create was still queued after a flush")
-	}
-	if c.QueuedFileChanges(ino) {
-		t.Fatal("the records were queued behind a create that had left")
+		t.Fatal("the create was still queued 10 s after a flush began (or the write did not go past the queue)")
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+	c.FlushDeferred(ctx)
 	if got := readAllOf(t, other, ino); !bytes.Equal(got, want) {
 		t.Fatalf("another client reads %d bytes, equal %v; want the %d written", len(got), bytes.Equal(got, want), len(want))
 	}
@@ -241,14 +252,7 @@ func TestNewFileRecordsPastTheirWindowAreNotSent(t *testing.T) {
 	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
 	dir := newFileSetup(t, c)
-	hold := make(chan struct{})
-	released := false
-	defer func() {
-		if !released {
-			close(hold)
-		}
-	}()
-	c.deferred.holdForTest = hold
+	release := holdSender(t, c)
 	a, err := c.MakeNodeDeferred(ctx, dir, "late", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -274,8 +278,7 @@ func TestNewFileRecordsPastTheirWindowAreNotSent(t *testing.T) {
 	if stale != 2 {
 		t.Fatalf("%d queued ops with a send-by time, want 2 (the chunk's record and the size)", stale)
 	}
-	close(hold)
-	released = true
+	release()
 	c.FlushDeferred(ctx)
 	if err := f.Sync(ctx); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("sync after the records were dropped: %v, want EIO", err)
@@ -286,5 +289,105 @@ func TestNewFileRecordsPastTheirWindowAreNotSent(t *testing.T) {
 	}
 	if got.GetSize() != 0 {
 		t.Fatalf("size %d after the records were dropped, want 0", got.GetSize())
+	}
+}
+
+// TestWriteNewAsync: a new file's bytes written in the background keep
+// their place in the queue: times set after the write started (cp -a's
+// utimens) are the ones the file keeps, and another client reads every
+// byte once the queue is sent.
+func TestWriteNewAsync(t *testing.T) {
+	c, other := dataClient(t), dataClient(t)
+	ctx := t.Context()
+	dir := newFileSetup(t, c)
+	want := randBytes(rand.New(rand.NewPCG(3, 4)), 2*fileTestChunk+77)
+	// The sender is held until the write and the times are queued, so
+	// that the create is still pending then (the case to test).
+	release := holdSender(t, c)
+	a, err := c.MakeNodeDeferred(ctx, dir, "bg", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := ids.Ino(a.GetIno())
+	f, err := c.FileOf(a, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	wait := f.WriteNewAsync(ctx, want, 0, func(_ *wire.Result, err error) { failed = err })
+	if wait == nil {
+		t.Fatal("a new file's write did not start in the background")
+	}
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC).UnixNano()
+	op := &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_MTIME), MtimeNs: mtime}
+	if _, ok := c.SetattrDeferred(ctx, ino, op, nil); !ok {
+		t.Fatal("times set while the create is queued were not queued")
+	}
+	release()
+	if err := wait(); err != nil {
+		t.Fatalf("background write: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.FlushDeferred(ctx)
+	if failed != nil {
+		t.Fatalf("the write's records: %v", failed)
+	}
+	got, err := other.GetAttr(ctx, ino, Linearizable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetSize() != uint64(len(want)) || got.GetMtimeNs() != mtime {
+		t.Fatalf("size %d, mtime %v; want %d and the time set after the write (%v)", got.GetSize(), time.Unix(0, got.GetMtimeNs()), len(want), time.Unix(0, mtime))
+	}
+	if data := readAllOf(t, other, ino); !bytes.Equal(data, want) {
+		t.Fatalf("another client reads %d bytes, equal %v", len(data), bytes.Equal(data, want))
+	}
+	// Small writes (inline) and files whose create was sent are not
+	// written in the background.
+	if w := f.WriteNewAsync(ctx, want[:10], 0, nil); w != nil {
+		t.Fatal("a closed file's write started")
+	}
+}
+
+// TestFilledSlotIsNotSplitAcrossBatches: the ops a filled slot becomes
+// share its ticket, so one batch takes them all: a flush returns only
+// when every one of them is answered, even where a batch fills up
+// (maxBatch) in the middle of them.
+func TestFilledSlotIsNotSplitAcrossBatches(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	dir := newFileSetup(t, c)
+	release := holdSender(t, c)
+	var last *wire.Attr
+	for i := range maxBatch - 2 {
+		a, err := c.MakeNodeDeferred(ctx, dir, fmt.Sprintf("c%d", i), NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = a
+	}
+	ino := ids.Ino(last.GetIno())
+	slot := &deferredOp{group: c.owner(ino), route: ino, what: "test slot", changes: ino, slot: true}
+	if !c.enqueueAllIf([]*deferredOp{slot}, nil) {
+		t.Fatal("slot not queued")
+	}
+	var cmds []*wire.Command
+	for _, mode := range []uint32{0o601, 0o602, 0o603, 0o604} {
+		cmds = append(cmds, c.setattrCmd(ino, &wire.SetattrOp{Valid: uint32(wire.SetattrField_SETATTR_MODE), Mode: mode}))
+	}
+	c.fillSlot(slot, cmds, nil)
+	release()
+	c.FlushDeferred(ctx)
+	if n := c.deferred.outstanding.Load(); n != 0 {
+		t.Fatalf("flush returned with %d ops outstanding", n)
+	}
+	a, err := c.GetAttr(ctx, ino, Linearizable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.GetMode()&0o7777 != 0o604 {
+		t.Fatalf("mode %o after the flush, want the slot's last (604)", a.GetMode()&0o7777)
 	}
 }

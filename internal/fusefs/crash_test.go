@@ -154,6 +154,7 @@ func newFileContent(seq uint64) []byte {
 // was acknowledged and whether the next one was under way at the kill.
 type crashWriter struct {
 	acked    atomic.Uint64 // last acknowledged generation
+	synced   atomic.Uint64 // last generation acknowledged by fsync
 	inflight atomic.Bool   // a generation after acked had started
 	err      error         // the error that stopped it (expected after the kill)
 }
@@ -162,8 +163,10 @@ type crashWriter struct {
 // writers push flushes through it (in-place overwrites of a 6 MiB file,
 // appends, new files; acknowledged by close or fsync), detaches the dead
 // mount, mounts again and checks that every acknowledged flush is there
-// and that everything else is either the old or the new content, never
-// garbage.
+// (a new file acknowledged by close alone may be lost with the mount's
+// queue, as docs/fuse.md says close gives; one acknowledged by fsync, or
+// before one, may not) and that everything else is either the old or the
+// new content, never garbage.
 func TestKillMountMidWrite(t *testing.T) {
 	canMount(t)
 	c := startCluster(t)
@@ -201,6 +204,7 @@ func TestKillMountMidWrite(t *testing.T) {
 					return fmt.Errorf("fsync gen %d: %w", gen, err)
 				}
 				cw.acked.Store(gen)
+				cw.synced.Store(gen)
 				cw.inflight.Store(false)
 				return f.Close()
 			}
@@ -337,15 +341,24 @@ func TestKillMountMidWrite(t *testing.T) {
 			t.Logf("append: %d of %d bytes of the record in flight are there", len(rest), len(next))
 		}
 
-		// New files: every acknowledged one whole; the one in flight absent,
-		// or a prefix of its content.
+		// New files: every one up to the last fsynced whole (an fsync
+		// sends the mount's whole queue); one acknowledged by close
+		// alone, made under the directory's lease, may have been lost
+		// with the mount's queue, or be empty (its create and its
+		// records fell in two batches), as docs/fuse.md says close
+		// gives; the one in flight absent, or a prefix of its content.
 		acked = w[2].acked.Load()
+		synced := w[2].synced.Load()
 		for seq := base + 1; seq <= acked+1; seq++ {
 			b, err := os.ReadFile(p(fmt.Sprintf("%s/n%d", newDir, seq)))
 			want := newFileContent(seq)
 			switch {
+			case seq <= synced && (err != nil || !bytes.Equal(b, want)):
+				t.Fatalf("new file n%d (acknowledged by an fsync): %d bytes, want %d; %v", seq, len(b), len(want), err)
+			case seq <= acked && (errors.Is(err, syscall.ENOENT) || (err == nil && len(b) == 0)):
+				t.Logf("new file n%d, acknowledged by close only, was lost with the mount's queue (%d bytes, %v)", seq, len(b), err)
 			case seq <= acked && (err != nil || !bytes.Equal(b, want)):
-				t.Fatalf("new file n%d (acknowledged): %d bytes, want %d; %v", seq, len(b), len(want), err)
+				t.Fatalf("new file n%d (acknowledged by close): %d bytes, want %d or none; %v", seq, len(b), len(want), err)
 			case seq > acked && errors.Is(err, syscall.ENOENT):
 			case seq > acked && (err != nil || len(b) > len(want) || !bytes.Equal(b, want[:len(b)])):
 				t.Fatalf("new file n%d (in flight): %d bytes, not a prefix of its %d; %v", seq, len(b), len(want), err)

@@ -57,6 +57,9 @@ type bgPush struct {
 	// jr is the extent's journal when the push failed (the waiter
 	// decides whether to keep it).
 	jr *diskcache.Journal
+	// newFile: a new file's push (pushNewLocked), which close need not
+	// wait for.
+	newFile bool
 }
 
 // waitBgLocked waits for the background push, if any; its failure is
@@ -88,13 +91,64 @@ func (h *handle) waitBgLocked(keepJournal bool) {
 // previous one) and starts an empty one.
 func (h *handle) pushAsyncLocked(ctx context.Context) {
 	h.waitBgLocked(false)
+	h.startBgLocked(func(buf []byte, off int64) error {
+		_, err := h.f.WriteAt(ctx, buf, off)
+		return err
+	})
+}
+
+// pushNewLocked pushes the extent of a new file whose create is still
+// queued under the directory lease in the background, its records
+// keeping their place in the queue (client.File.WriteNewAsync): close(2)
+// and cp -a's utimens need not wait for the chunk write. A failure is
+// kept for the handle's next write, flush or fsync and reported by the
+// directory's fsync. false: nothing started; push the usual way.
+func (h *handle) pushNewLocked(ctx context.Context) bool {
+	if len(h.mu.buf) == 0 {
+		return false
+	}
+	h.waitBgLocked(false)
+	if h.mu.err != nil {
+		return false // reported by the usual way
+	}
+	// A failure is answered in the write's place in the queue, so the
+	// directory's fsync, which waits for the queue, hears it.
+	var pn *node
+	if _, p := h.n.Parent(); p != nil {
+		pn, _ = p.Operations().(*node)
+	}
+	wait := h.f.WriteNewAsync(ctx, h.mu.buf, h.mu.off, func(_ *wire.Result, err error) {
+		if err != nil && pn != nil {
+			pn.dir.noteFailure(err)
+		}
+	})
+	if wait == nil {
+		return false
+	}
+	p := h.startBgLocked(func([]byte, int64) error { return wait() })
+	p.newFile = true
+	h.setDirtyEndLocked()
+	return true
+}
+
+// newPushOnlyLocked says that nothing is buffered and a new file's push
+// is under way (cp -a started it with its utimens): close, or times set
+// after it, need not wait for it, as its records keep their place in
+// the queue ahead of what follows.
+func (h *handle) newPushOnlyLocked() bool {
+	return len(h.mu.buf) == 0 && h.mu.err == nil && h.mu.bg != nil && h.mu.bg.newFile
+}
+
+// startBgLocked hands the extent to write, run in the background (the
+// previous background push is done), and starts an empty one.
+func (h *handle) startBgLocked(write func(buf []byte, off int64) error) *bgPush {
 	buf, off, jr := h.mu.buf, h.mu.off, h.mu.jr
 	h.mu.buf, h.mu.jr = make([]byte, 0, len(buf)), nil
 	p := &bgPush{done: make(chan struct{}), end: off + int64(len(buf))}
 	h.mu.bg = p
 	go func() {
 		defer close(p.done)
-		_, err := h.f.WriteAt(ctx, buf, off)
+		err := write(buf, off)
 		h.n.changedHere()
 		if jr != nil {
 			if err == nil {
@@ -105,6 +159,7 @@ func (h *handle) pushAsyncLocked(ctx context.Context) {
 		}
 		p.err = err
 	}()
+	return p
 }
 
 // setDirtyEndLocked publishes the end of the buffered writes, the
@@ -176,6 +231,31 @@ func (n *node) syncAll(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	hs := n.handlesLocked()
 	n.mu.Unlock()
+	for _, h := range hs {
+		if e := h.sync(ctx); e != 0 {
+			return e
+		}
+	}
+	return 0
+}
+
+// syncForTimes is syncAll before a setattr of explicit times: a new
+// file's extent goes in the background (pushNewLocked), since its
+// records keep their place in the queue, ahead of the times.
+func (n *node) syncForTimes(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	for _, h := range hs {
+		h.mu.Lock()
+		started := h.pushNewLocked(ctx) || h.newPushOnlyLocked()
+		h.mu.Unlock()
+		if !started {
+			if e := h.push(ctx, false); e != 0 {
+				return e
+			}
+		}
+	}
 	for _, h := range hs {
 		if e := h.sync(ctx); e != 0 {
 			return e
@@ -474,6 +554,18 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(len(data)), 0
 }
 
+// pushNew is push for the application's flush, in the background where
+// pushNewLocked can.
+func (h *handle) pushNew(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	started := h.pushNewLocked(ctx) || h.newPushOnlyLocked()
+	h.mu.Unlock()
+	if started {
+		return 0
+	}
+	return h.push(ctx, true)
+}
+
 // push sends the buffered extent. With report (the application's own
 // flush or fsync), a failure kept from an earlier push is returned, once,
 // if this one succeeds; without, a failure is kept for the handle's next
@@ -526,14 +618,20 @@ func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno
 	return 0
 }
 
-// Flush runs on every close(2) of a descriptor: push the extent and
+// Flush runs on every close(2) of a descriptor: push the extent (in the
+// background for a new file whose create is queued: pushNewLocked) and
 // record the mtime of overwrites (client.File.Sync). Its error is what
 // close returns.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = bg(ctx)
-	if e := h.push(ctx, true); e != 0 {
+	if e := h.pushNew(ctx); e != 0 {
 		return e
 	}
+	return h.flushed(ctx)
+}
+
+// flushed is Flush after the push.
+func (h *handle) flushed(ctx context.Context) syscall.Errno {
 	if err := h.f.Sync(ctx); err != nil {
 		return h.n.fsys.errno("flush", err)
 	}
@@ -545,7 +643,13 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 // Fsync also sends the namespace changes queued under directory leases
 // (asyncdir.go): a new file fsynced exists for every client.
 func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
-	if e := h.Flush(ctx); e != 0 {
+	ctx = bg(ctx)
+	// Pushed here and now (waiting for a background push, whose failure
+	// is reported here).
+	if e := h.push(ctx, true); e != 0 {
+		return e
+	}
+	if e := h.flushed(ctx); e != 0 {
 		return e
 	}
 	h.n.fsys.c.FlushDeferred(bg(ctx))

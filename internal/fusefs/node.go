@@ -808,8 +808,9 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		// Explicit times (utimens, as cp -a and tar do after writing)
 		// must land after the writes they follow: push the buffered
 		// ones and record their mtime first, or the push at close would
-		// set mtime to "now" over them.
-		if e := n.syncAll(ctx); e != 0 {
+		// set mtime to "now" over them. A new file's, whose records
+		// queue behind its create, go in the background.
+		if e := n.syncForTimes(ctx); e != 0 {
 			return e
 		}
 	}
