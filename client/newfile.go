@@ -10,13 +10,17 @@ import (
 	"github.com/govfs/govfs/internal/wire"
 )
 
-// Data of a new file whose create is still queued (docs/fuse.md, "Changes
-// of a new file queue behind its create"). Nobody but this client can
-// have seen such a file, so its chunk records need not be made before its
-// bytes are written, one commit each, after the queue was sent: the bytes
-// go to chunks from the handle pool (handles.go), and once every replica
-// has them, the records (SetChunkOp) and the size (a growing setattr)
-// queue behind the create, usually in its batch. A record is applied only
+// Data of a new file whose create is still queued or on its way
+// (docs/fuse.md, "Changes of a new file queue behind its create"). Nobody
+// but this client can have seen such a file (or, once its create is
+// applied and not yet answered, seen it empty), so its chunk records need
+// not be made before its bytes are written, one commit each, after the
+// queue was sent: the bytes go to chunks from the handle pool
+// (handles.go), and once every replica has them, the records (SetChunkOp)
+// and the size (a growing setattr, which names the chunks written, so it
+// fails should another client have recorded others meanwhile) fill the
+// place the write took in the queue behind the create when it started,
+// usually in the create's batch. A record is applied only
 // after its chunk's bytes are durable, so no client ever reads a recorded
 // chunk that lacks bytes written before it; a chunk whose record never
 // comes (the mount died first, as its create did) is garbage the
@@ -31,8 +35,8 @@ import (
 // records fail (EIO at the file's or directory's fsync) instead.
 const newFileRecordWindow = time.Minute
 
-// writeQueued writes p at off this way if the file's create is queued.
-// ok false: it did nothing, write the usual way.
+// writeQueued writes p at off this way if the file's create is queued
+// or on its way. ok false: it recorded nothing, write the usual way.
 func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, err error) {
 	w, ok, err := f.startNew(ctx, int64(len(p)), f.queuedDone)
 	if !ok || err != nil {
@@ -60,7 +64,7 @@ const maxNewWrite = requestSize
 const newWriteTime = 10 * time.Second
 
 // WriteNewAsync starts writing p at off in the background if the file's
-// create is still queued (see writeQueued), and returns a function that
+// create is still queued or on its way (see writeQueued), and returns a function that
 // waits for the write and returns its error; nil: it did not start
 // (write with WriteAt). The bytes' records keep their place in the queue
 // (before anything queued after this call, such as the file's utimens),
