@@ -85,9 +85,9 @@ type deferredQueue struct {
 	// changing counts the unanswered queued changes of each file
 	// (deferFileCmd).
 	changing map[ids.Ino]int
-	// newChunks holds the chunks given to files whose create is queued
-	// (newfile.go), by inode and chunk index, so that every File of
-	// such a file writes a chunk index into one chunk.
+	// newChunks holds the chunks given to new files' writes whose
+	// records are queued (newfile.go), by inode and chunk index, so that
+	// every File of such a file writes a chunk index into one chunk.
 	newChunks map[ids.Ino]map[uint64]*wire.ChunkRef
 	// takenTo is the ticket of the newest operation the sender took
 	// (sent or being sent).
@@ -337,16 +337,6 @@ func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done 
 	// (QueuedFileChanges stays false).
 	return c.enqueueIf(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino},
 		func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
-}
-
-// deferFileCmds is deferFileCmd for several commands, queued together.
-// sendBy is deferredOp.sendBy (zero: none).
-func (c *Client) deferFileCmds(ino ids.Ino, cmds []*wire.Command, what string, done DeferredDone, sendBy time.Time) bool {
-	ops := make([]*deferredOp, len(cmds))
-	for i, cmd := range cmds {
-		ops[i] = &deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino, sendBy: sendBy}
-	}
-	return c.enqueueAllIf(ops, func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
 }
 
 // QueuedFileChanges says whether the create of regular file ino, or a
