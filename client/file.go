@@ -223,8 +223,7 @@ func (f *File) Sync(ctx context.Context) error {
 	if !touched {
 		return nil
 	}
-	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(end), ExpectChunks: expectOf(refs),
-		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
+	a, err := f.c.setattr(ctx, f.ino, growOp(end, refs))
 	if errors.Is(err, syscall.ESTALE) {
 		// The writes since the last Sync went into chunks another client
 		// released (a truncate): they are lost, and the caller must hear it.
@@ -591,6 +590,15 @@ func (f *File) store(ctx context.Context, p []byte, off int64) (int64, map[uint6
 	return n, refs, err
 }
 
+// growOp makes the size at least size and sets mtime to now, provided
+// the chunk records written into (refs) are still the file's (else
+// ESTALE): what a write past the known end, or a Sync, tells the
+// ministry.
+func growOp(size int64, refs map[uint64]*wire.ChunkRef) *wire.SetattrOp {
+	return &wire.SetattrOp{Size: uint64(size), ExpectChunks: expectOf(refs), ByHandle: true,
+		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW)}
+}
+
 // expectOf lists chunk records for SetattrOp.expect_chunks.
 func expectOf(refs map[uint64]*wire.ChunkRef) []*wire.ChunkRef {
 	out := make([]*wire.ChunkRef, 0, len(refs))
@@ -613,8 +621,7 @@ func (f *File) forgetChunks() {
 // provided the chunk records written into (refs) are still the file's;
 // else ESTALE and nothing changes (another client truncated the file).
 func (f *File) grow(ctx context.Context, size int64, refs map[uint64]*wire.ChunkRef) error {
-	a, err := f.c.setattr(ctx, f.ino, &wire.SetattrOp{Size: uint64(size), ExpectChunks: expectOf(refs),
-		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
+	a, err := f.c.setattr(ctx, f.ino, growOp(size, refs))
 	if err != nil {
 		if errors.Is(err, syscall.ESTALE) {
 			f.forgetChunks()

@@ -214,8 +214,7 @@ func (f *File) finishNew(ctx context.Context, w *newWrite, p []byte, off int64, 
 			cmd.Caller = caller
 		}))
 	}
-	grow := f.c.setattrCmd(f.ino, &wire.SetattrOp{Size: uint64(off + n), ExpectChunks: expectOf(refs),
-		Valid: uint32(wire.SetattrField_SETATTR_SIZE | wire.SetattrField_SETATTR_SIZE_GROW | wire.SetattrField_SETATTR_MTIME_NOW), ByHandle: true})
+	grow := f.c.setattrCmd(f.ino, growOp(off+n, refs))
 	grow.Caller = caller
 	cmds = append(cmds, grow)
 	f.mu.Lock()

@@ -50,6 +50,21 @@ func holdSender(t *testing.T, c *Client) (release func()) {
 	return release
 }
 
+// newQueuedFile queues the create of name in dir on c (done hears it)
+// and opens the new file for writing.
+func newQueuedFile(t *testing.T, c *Client, dir ids.Ino, name string, done DeferredDone) (*wire.Attr, *File) {
+	t.Helper()
+	a, err := c.MakeNodeDeferred(t.Context(), dir, name, NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.FileOf(a, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, f
+}
+
 // readAllOf reads ino through c (a client that did not write it).
 func readAllOf(t *testing.T, c *Client, ino ids.Ino) []byte {
 	t.Helper()
@@ -77,15 +92,8 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 	dir := newFileSetup(t, c)
 	release := holdSender(t, c)
 	var log deferredLog
-	a, err := c.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, log.done("f"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, f1 := newQueuedFile(t, c, dir, "f", log.done("f"))
 	ino := ids.Ino(a.GetIno())
-	f1, err := c.FileOf(a, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
-	}
 	f2, err := c.FileOf(a, syscall.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
@@ -157,10 +165,7 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 	// The sender is held until the write has started, so that the
 	// create is still pending then (the case to test).
 	release := holdSender(t, c)
-	a, err := c.MakeNodeDeferred(ctx, dir, "g", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, f := newQueuedFile(t, c, dir, "g", nil)
 	ino := ids.Ino(a.GetIno())
 	flushed := false
 	c.deferred.afterNewFileStoreForTest = func() {
@@ -171,10 +176,6 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !flushed; time.Sleep(time.Millisecond) {
 			flushed = !c.creating(ino)
 		}
-	}
-	f, err := c.FileOf(a, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
 	}
 	want := randBytes(rand.New(rand.NewPCG(7, 8)), fileTestChunk+10)
 	if n, err := f.WriteAt(ctx, want, 0); err != nil || n != len(want) {
@@ -253,14 +254,7 @@ func TestNewFileRecordsPastTheirWindowAreNotSent(t *testing.T) {
 	ctx := t.Context()
 	dir := newFileSetup(t, c)
 	release := holdSender(t, c)
-	a, err := c.MakeNodeDeferred(ctx, dir, "late", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := c.FileOf(a, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, f := newQueuedFile(t, c, dir, "late", nil)
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if _, err := f.WriteAt(wctx, randBytes(rand.New(rand.NewPCG(9, 9)), 10000), 0); err != nil {
@@ -304,15 +298,8 @@ func TestWriteNewAsync(t *testing.T) {
 	// The sender is held until the write and the times are queued, so
 	// that the create is still pending then (the case to test).
 	release := holdSender(t, c)
-	a, err := c.MakeNodeDeferred(ctx, dir, "bg", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o644}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, f := newQueuedFile(t, c, dir, "bg", nil)
 	ino := ids.Ino(a.GetIno())
-	f, err := c.FileOf(a, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var failed error
 	wait := f.WriteNewAsync(ctx, want, 0, func(_ *wire.Result, err error) { failed = err })
 	if wait == nil {

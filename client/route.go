@@ -336,12 +336,6 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
 		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch})
 		res, full = resp.GetResult(), resp
-		if tok := resp.GetChunkToken(); len(tok) > 0 && res != nil {
-			// alloc_chunk_handles: the write token of the new chunk
-			// rides in the result (never sent back: SetChunk and
-			// DropInline records keep the chunk's place only).
-			res.Chunk = &wire.ChunkRef{Handle: res.GetStart(), Token: tok}
-		}
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {

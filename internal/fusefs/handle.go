@@ -113,10 +113,7 @@ func (h *handle) pushNewLocked(ctx context.Context) bool {
 	}
 	// A failure is answered in the write's place in the queue, so the
 	// directory's fsync, which waits for the queue, hears it.
-	var pn *node
-	if _, p := h.n.Parent(); p != nil {
-		pn, _ = p.Operations().(*node)
-	}
+	pn := h.n.parentNode()
 	wait := h.f.WriteNewAsync(ctx, h.mu.buf, h.mu.off, func(_ *wire.Result, err error) {
 		if err != nil && pn != nil {
 			pn.dir.noteFailure(err)
@@ -659,10 +656,8 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 	}
 	// A queued change of the file's directory that failed (its create,
 	// perhaps) is reported here too, until the directory's fsync takes it.
-	if _, p := h.n.Parent(); p != nil {
-		if pn, ok := p.Operations().(*node); ok && pn.dir.failure(false) != nil {
-			return syscall.EIO
-		}
+	if pn := h.n.parentNode(); pn != nil && pn.dir.failure(false) != nil {
+		return syscall.EIO
 	}
 	return 0
 }

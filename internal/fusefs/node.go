@@ -221,6 +221,16 @@ func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
 	}
 }
 
+// parentNode returns the directory node n was found in (nil: none
+// known), whose queued changes hold n's create.
+func (n *node) parentNode() *node {
+	if _, p := n.Parent(); p != nil {
+		pn, _ := p.Operations().(*node)
+		return pn
+	}
+	return nil
+}
+
 func (n *node) cachedAttr() *wire.Attr {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -717,10 +727,7 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	if clear, err := posix.CheckSetattr(cur, cred, probe); err != nil || clear != 0 || probe.GetMode() != op.GetMode() {
 		return nil
 	}
-	var pn *node
-	if _, p := n.Parent(); p != nil {
-		pn, _ = p.Operations().(*node)
-	}
+	pn := n.parentNode()
 	if pn == nil {
 		return nil
 	}
