@@ -119,12 +119,13 @@ type newWrite struct {
 // has not taken it yet (holdCreate: the records can join its batch).
 // ok false: the create is answered: write the usual way.
 func (f *File) startNew(ctx context.Context, size int64, done DeferredDone) (*newWrite, bool, error) {
-	if data, inline := f.inlineBytes(); inline && len(data) > 0 {
-		// Bytes queued inline move to a chunk first: the usual way.
+	if size > maxNewWrite || !f.c.creating(f.ino) {
+		// Every other request waits for this write (newWriteTime); and
+		// most writes are of files whose create is long answered.
 		return nil, false, nil
 	}
-	if size > maxNewWrite {
-		// Every other request waits for this write (newWriteTime).
+	if data, inline := f.inlineBytes(); inline && len(data) > 0 {
+		// Bytes queued inline move to a chunk first: the usual way.
 		return nil, false, nil
 	}
 	if err := f.c.awaitReplicaGroups(ctx); err != nil {
