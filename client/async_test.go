@@ -155,8 +155,16 @@ func TestDeferredOps(t *testing.T) {
 // in that directory first revokes it (the holder sends what it queued
 // and gives it back) and only then goes through; a create elsewhere does
 // not wait. Neither waits out a TTL: the new minister's fence ends when
-// its clients have reclaimed.
+// its clients have reclaimed. The same for a read directory lease (a
+// listing cached by the mount): a plain read lease on the directory
+// would not make the create wait for its reclaim.
 func TestDirLeaseReclaimedAfterMinisterChange(t *testing.T) {
+	for _, mode := range []LeaseMode{LeaseWrite, LeaseRead} {
+		t.Run(mode.String(), func(t *testing.T) { testDirLeaseReclaimed(t, mode) })
+	}
+}
+
+func testDirLeaseReclaimed(t *testing.T, mode LeaseMode) {
 	const leaseTTL = 3 * time.Second // room to tell a reclaim from a fence run out
 	cl := testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = leaseTTL })
 	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
@@ -175,7 +183,7 @@ func TestDirLeaseReclaimedAfterMinisterChange(t *testing.T) {
 		a.FlushDeferred(context.Background())
 		revokedAt.Store(time.Now().UnixNano())
 	}
-	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke}); err != nil {
+	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), mode, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke}); err != nil {
 		t.Fatal(err)
 	}
 	stopped := stopMinister(t, cl)

@@ -91,11 +91,15 @@ type LeaseOptions struct {
 	// owners conflict.
 	Lock  bool
 	Owner uint64
-	// Dir asks for a directory lease (mode LeaseWrite, whole range, on a
-	// directory): other clients' changes to the directory's entries
-	// revoke it and wait until it is given back, so the holder may answer
-	// them itself and send them later (MakeNodeDeferred, DeferredUnlink,
-	// DeferredRename).
+	// Dir asks for a directory lease (whole range, on a directory):
+	// other clients' changes to the directory's entries revoke it and
+	// wait until it is given back. A LeaseWrite one lets the holder
+	// answer such changes itself and send them later (MakeNodeDeferred,
+	// DeferredUnlink, DeferredRename); a LeaseRead one lets it cache the
+	// listing (several clients may hold one). Unlike a plain read lease
+	// on the directory, the minister marks the directory first, so that
+	// a new minister makes entry changes wait until the leases are
+	// reclaimed.
 	Dir bool
 	// Open (a whole-file LeaseRead) asks the minister for what an open
 	// reads, as it is once the lease is granted (Lease.Attr, and

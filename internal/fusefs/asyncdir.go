@@ -249,6 +249,7 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 // it; its directory lease would otherwise be renewed for the life of the
 // mount (a new node for the directory takes a new one).
 func (n *node) OnForget() {
+	go n.dropListLease(false)
 	n.dir.mu.Lock()
 	l := n.dir.lease
 	n.dir.lease, n.dir.names, n.dir.handedOut = nil, nil, nil

@@ -26,6 +26,10 @@ type Config struct {
 	// itself, sending them to the ministry in batches (asyncdir.go,
 	// docs/fuse.md "Asynchronous creates").
 	AsyncDirs bool
+	// DirCache lets the kernel keep a directory's listing while the
+	// mount holds a read lease on the directory (dircache.go,
+	// docs/fuse.md "Listings kept by the kernel").
+	DirCache bool
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -81,6 +85,7 @@ func DefaultConfig() Config {
 		EntryTimeout: DefaultTimeout,
 		AttrTimeout:  DefaultTimeout,
 		AsyncDirs:    true,
+		DirCache:     true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,
 		FsName:       "govfs",

@@ -49,19 +49,24 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	flags, leased := n.listingFlags(bg(ctx))
 	// Check that it is a directory we may list now rather than at the
-	// first readdir.
-	a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
-	if err != nil {
-		return nil, 0, n.fsys.errno("opendir", err)
-	}
-	if a.GetType() != wire.FileType_DIRECTORY {
-		return nil, 0, syscall.ENOTDIR
+	// first readdir. Under the directory's read lease the attributes
+	// held are current: another client's change of them, or removal of
+	// the directory, revokes the lease first.
+	if !leased || n.cachedAttr() == nil {
+		a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
+		if err != nil {
+			return nil, 0, n.fsys.errno("opendir", err)
+		}
+		if a.GetType() != wire.FileType_DIRECTORY {
+			return nil, 0, syscall.ENOTDIR
+		}
 	}
 	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
 		return nil, 0, e
 	}
-	return &dirHandle{n: n, cred: n.fsys.userCred(ctx)}, 0, 0
+	return &dirHandle{n: n, cred: n.fsys.userCred(ctx)}, flags, 0
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {

@@ -20,12 +20,7 @@ import (
 func TestMountHygieneAndMetrics(t *testing.T) {
 	canMount(t)
 	c := startCluster(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freeAddr(t)
 	dir := mountProc(t, c, "--metrics", addr)
 
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("hello metrics"), 0o644); err != nil {
@@ -93,4 +88,15 @@ func TestMountHygieneAndMetrics(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "hello metrics" {
 		t.Fatalf("the mount after the refused umount: %q %v", b, err)
 	}
+}
+
+// freeAddr returns a loopback address with a port free just now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

@@ -35,6 +35,9 @@ type FS struct {
 	statfs statfsCache
 	// leases are the nodes holding a read lease (lease.go).
 	leases leaseSet
+	// listLeases are the directories holding a read lease for their
+	// listings (dircache.go).
+	listLeases leaseSet
 	// cache is the local disk cache (--cache-dir), nil without one.
 	cache *diskcache.Cache
 }
@@ -57,6 +60,8 @@ type node struct {
 	locks nodeLocks
 	// dir is a directory's asynchronous state (asyncdir.go).
 	dir dirState
+	// list is a directory's kernel listing cache state (dircache.go).
+	list listState
 
 	mu struct {
 		sync.Mutex
@@ -265,6 +270,7 @@ func (n *node) openChild(name string) *node {
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx = n.fsys.forUser(ctx)
+	n.noteChildMiss()
 	if n.fsys.cfg.AsyncDirs {
 		n.dir.mu.Lock()
 		if n.asyncLocked() {
@@ -394,6 +400,7 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(n.leaseAttrTimeout(l))
 		return 0
 	}
+	n.noteParentMiss()
 	n.mu.Lock()
 	lin := n.mu.linearize
 	n.mu.linearize = false
@@ -528,6 +535,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		// Outside n.dir.mu: dir.mu locks are taken parent after child
 		// nowhere, but in inode order by rename.
 		removed.dropDirLease(ctx)
+		removed.dropListLease(true)
 	}
 	return 0
 }

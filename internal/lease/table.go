@@ -69,10 +69,14 @@ type Request struct {
 	// lease (a retry whose answer was lost). It plays no part in
 	// conflicts.
 	Token uint64
-	// Dir makes a whole-range write lease a directory lease: besides
-	// conflicting as a write lease, it is drained (DrainReaders) by
-	// other clients' changes to the directory's entries, as read leases
-	// are by changes to their inode.
+	// Dir makes a whole-range lease a directory lease: a write one
+	// (asynchronous creates), besides conflicting as a write lease, is
+	// drained (DrainReaders) by other clients' changes to the
+	// directory's entries, as read leases are by changes to their
+	// inode; a read one (a listing cached) is a read lease, drained by
+	// those changes too. The minister marks the directory in its log
+	// before the first grant of either, so that entry changes wait for
+	// a new minister's fence (internal/metanode/lease.go).
 	Dir bool
 }
 
@@ -278,8 +282,8 @@ func validate(r Request) error {
 		return fmt.Errorf("%w: client id 0", ErrBadRequest)
 	case r.Ino == 0:
 		return fmt.Errorf("%w: inode 0", ErrBadRequest)
-	case r.Dir && (r.Mode != Write || r.Lock || r.Off != 0 || r.End != ToEnd):
-		return fmt.Errorf("%w: a directory lease is a whole-range write lease, not a lock", ErrBadRequest)
+	case r.Dir && (r.Lock || r.Off != 0 || r.End != ToEnd):
+		return fmt.Errorf("%w: a directory lease is a whole-range lease, not a lock", ErrBadRequest)
 	}
 	return nil
 }

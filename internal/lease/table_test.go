@@ -443,12 +443,43 @@ func TestDirLeases(t *testing.T) {
 	if busy, _, revoked := tb.DrainReaders(now, 2, 10, 0, false); busy || len(revoked) != 0 {
 		t.Fatalf("write lease %d drained: busy %v, revoked %v", w.ID, busy, revoked)
 	}
-	// A directory lease must be a whole-range write lease.
-	bad := req(5, 11, Read, 0, 0)
+	// A directory lease must be a whole-range lease, not a lock.
+	bad := req(5, 11, Read, 10, 20)
 	bad.Dir = true
 	if _, err := tb.Acquire(now, bad, 0); !errors.Is(err, ErrBadRequest) {
-		t.Fatalf("read directory lease: %v, want ErrBadRequest", err)
+		t.Fatalf("directory lease on a byte range: %v, want ErrBadRequest", err)
 	}
+	bad = lockReq(5, 1, 11, Read, 0, 0)
+	bad.Dir = true
+	if _, err := tb.Acquire(now, bad, 0); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("directory lock: %v, want ErrBadRequest", err)
+	}
+}
+
+// TestDirReadLeases: read directory leases (listings cached) are shared,
+// keep a write directory lease of another client out (a try is refused,
+// nothing revoked), and are drained by another client's entry change.
+func TestDirReadLeases(t *testing.T) {
+	tb, clk := newTable(t)
+	now := clk.Now()
+	dir := func(c ClientID, m Mode) Request { r := req(c, 9, m, 0, 0); r.Dir = true; return r }
+	r1 := mustGrant(t, tb, now, dir(1, Read), 0)
+	r2 := mustGrant(t, tb, now, dir(2, Read), 0)
+	mustRefuse(t, tb, now, dir(3, Write), 0)
+	// Nor may a holder of one take the write one while another client
+	// holds a read one.
+	mustRefuse(t, tb, now, dir(1, Write), 0)
+	busy, _, revoked := tb.DrainReaders(now, 3, 9, time.Second, false)
+	if !busy || len(revoked) != 2 {
+		t.Fatalf("another client's entry change: busy %v, revoked %v; want both read directory leases revoked", busy, revoked)
+	}
+	tb.Release(now, 1, []ID{r1.ID})
+	tb.Release(now, 2, []ID{r2.ID})
+	if busy, _, _ := tb.DrainReaders(now, 3, 9, time.Second, true); busy {
+		t.Fatal("still busy after the releases")
+	}
+	tb.DoneDraining(3, 9)
+	mustGrant(t, tb, now, dir(1, Read), 0)
 }
 
 // TestDrainIntentSharedByConcurrentChanges: two changes of one inode by
