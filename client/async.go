@@ -154,6 +154,21 @@ func (c *Client) holdCreate(ino ids.Ino) (queued, held bool) {
 	return true, true
 }
 
+// HoldCreate keeps ino's queued create from being sent for up to
+// maxCreateHold, or until release is called, if the sender has not
+// taken it yet: changes of the file made meanwhile (tar sets times,
+// owner and mode of each file it extracts before closing it) then queue
+// behind the create (SetattrDeferred) instead of going to the ministry
+// one by one after it. A request waiting for the queue sends it anyway.
+// release is nil when nothing is held; calling it again does nothing.
+func (c *Client) HoldCreate(ino ids.Ino) (release func()) {
+	if _, held := c.holdCreate(ino); !held {
+		return nil
+	}
+	var once sync.Once
+	return func() { once.Do(func() { c.releaseCreate(ino) }) }
+}
+
 func (c *Client) releaseCreate(ino ids.Ino) {
 	q := &c.deferred
 	q.mu.Lock()
@@ -346,6 +361,10 @@ func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 	creating, changing := c.fileQueue(ino)
 	return creating || changing
 }
+
+// CreateQueued says whether ino's create is queued in this Client and
+// not answered by the ministry yet.
+func (c *Client) CreateQueued(ino ids.Ino) bool { return c.creating(ino) }
 
 // SetattrDeferred queues op, which must not change the size, behind the
 // queued create of ino (see creating) and returns the time the ministry

@@ -14,6 +14,7 @@ import (
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/diskcache"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -45,6 +46,22 @@ type handle struct {
 		// released: Release closed the File (set under mu, with the
 		// close, so a sync of the node skips it: see syncAll).
 		released bool
+		// releaseCreate ends the hold on the file's queued create taken
+		// when this handle created it (client.HoldCreate), nil if none:
+		// at close, its times, owner and mode set meanwhile join the
+		// create's batch.
+		releaseCreate func()
+	}
+}
+
+// endCreateHold ends the handle's hold on its file's queued create.
+func (h *handle) endCreateHold() {
+	h.mu.Lock()
+	release := h.mu.releaseCreate
+	h.mu.releaseCreate = nil
+	h.mu.Unlock()
+	if release != nil {
+		release()
 	}
 }
 
@@ -438,7 +455,16 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
-	return in, in.Operations().(*node).addHandle(ctx, f), 0, 0
+	h := in.Operations().(*node).addHandle(ctx, f)
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		// Until close (at most 100 ms): what the creator sets before
+		// it goes with the create.
+		release := n.fsys.c.HoldCreate(ids.Ino(a.GetIno()))
+		h.mu.Lock()
+		h.mu.releaseCreate = release
+		h.mu.Unlock()
+	}
+	return in, h, 0, 0
 }
 
 // Read pushes the inode's buffered writes first, so a process reads what
@@ -621,6 +647,9 @@ func (h *handle) pushLocked(ctx context.Context, keepJournal bool) syscall.Errno
 // close returns.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = bg(ctx)
+	// After the new file's push took its own hold, so the create waits
+	// on for its bytes.
+	defer h.endCreateHold()
 	if e := h.pushNew(ctx); e != 0 {
 		return e
 	}
@@ -667,6 +696,7 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 // unlinked while open, remove its hidden name.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = bg(ctx)
+	h.endCreateHold()
 	n := h.n
 	h.mu.Lock()
 	e := h.pushLocked(ctx, true)

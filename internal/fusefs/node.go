@@ -400,6 +400,10 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(n.leaseAttrTimeout(l))
 		return 0
 	}
+	if a := n.queuedAttr(); a != nil {
+		n.setAttr(a, &out.Attr)
+		return 0
+	}
 	n.noteParentMiss()
 	n.mu.Lock()
 	lin := n.mu.linearize
@@ -711,6 +715,38 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 
 // ---- attributes ----
 
+// queuedAttr returns the attributes of a regular file open here whose
+// create is still queued in the client (not answered by the ministry),
+// made from those this mount holds: its own create, setattrs and writes
+// made them, and no other client can change a file before its create is
+// applied (and after, only within the attribute timeout the kernel
+// trusts anyway). A getattr would otherwise wait for the queue, and with
+// it for the file's bytes to reach every replica: tar's fchown makes the
+// kernel ask for one for every file it extracts (to clear suid bits).
+// nil: ask the ministry.
+func (n *node) queuedAttr() *wire.Attr {
+	if !n.fsys.c.CreateQueued(n.ino) {
+		return nil
+	}
+	n.mu.Lock()
+	cur := n.mu.attr
+	hs := n.handlesLocked()
+	n.mu.Unlock()
+	if cur == nil || cur.GetType() != wire.FileType_REGULAR || len(hs) == 0 {
+		return nil
+	}
+	a := proto.Clone(cur).(*wire.Attr)
+	growByHandles(a, hs)
+	return a
+}
+
+// growByHandles: inline writes queued behind the create grew the file.
+func growByHandles(a *wire.Attr, hs []*handle) {
+	for _, h := range hs {
+		a.Size = max(a.Size, uint64(h.f.Size()))
+	}
+}
+
 // setattrQueued queues op behind the file's create while that is still
 // queued under the directory lease (client.SetattrDeferred: cp -a and
 // tar set owner, mode and times of every file they make, each a commit
@@ -732,7 +768,9 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	if err != nil {
 		return nil
 	}
-	if clear, err := posix.CheckSetattr(cur, cred, probe); err != nil || clear != 0 || probe.GetMode() != op.GetMode() {
+	// A chown always asks to clear setuid (and setgid), which matters
+	// only when the file has them (tar chowns every file it extracts).
+	if clear, err := posix.CheckSetattr(cur, cred, probe); err != nil || clear&(cur.GetMode()|op.GetMode()) != 0 || probe.GetMode() != op.GetMode() {
 		return nil
 	}
 	pn := n.parentNode()
@@ -775,10 +813,7 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	case has(wire.SetattrField_SETATTR_MTIME):
 		a.MtimeNs = op.GetMtimeNs()
 	}
-	for _, h := range hs {
-		// Inline writes queued behind the create grew the file.
-		a.Size = max(a.Size, uint64(h.f.Size()))
-	}
+	growByHandles(a, hs)
 	return a
 }
 
