@@ -1,36 +1,72 @@
 #!/usr/bin/env bash
 # Everyday work on a real tree through the mount (docs/benchmarks.md, "a
-# real tree"): a fresh `govfs dev` cluster with its FUSE mount, then
-# cp -a TREE, an fsync of the copy's top directory (the copy counts once
-# every queued change is committed), grep -r over it, rm -rf of it; page
-# cache dropped before cp -a and grep -r (root only). The same steps on
-# a local directory give the baseline of the same run.
+# real tree"): a fresh `govfs dev` cluster with its FUSE mount, then in
+# turn, each step timed:
+#   cp -a TREE, then an fsync of the copy's top directory (the copy counts
+#     once every queued change is committed); the copy is then checked
+#     with diff -r and rsync -a -n -i (modification times), untimed;
+#   grep -r over the copy;
+#   tar -x of TREE (tarred beforehand) and fsync;
+#   git clone of REPO (default: the repository this script is in) and fsync;
+#   rm -rf of the copy.
+# The page cache is dropped before cp -a, grep -r and tar -x (root only).
+# The same steps on a local directory give the baseline of the same run,
+# and on every other directory named NAME=DIR (another file system's
+# mount, e.g. moosefs=/mnt/mfs from scripts/moosefs-netns.sh); each line
+# ends with GovFS's speed relative to it.
 #
-#   scripts/bench-tree.sh [BINARY] [TREE]    (default bin/govfs, /usr/include)
+#   scripts/bench-tree.sh [BINARY] [TREE] [NAME=DIR ...]   (default bin/govfs, /usr/include)
+#   REPO=/path/to/repo scripts/bench-tree.sh ...
 set -euo pipefail
 B=${1:-bin/govfs}
 TREE=${2:-/usr/include}
+shift $(($# < 2 ? $# : 2))
+REPO=${REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 work=$(mktemp -d /tmp/bench-tree.XXXXXX)
 D=$work/dev M=$work/mnt L=$work/local
-mkdir -p "$M"
+mkdir -p "$M" "$L"
 drop() { sync; [ "$(id -u)" = 0 ] && echo 3 > /proc/sys/vm/drop_caches || true; }
 now() { date +%s.%N; }
 secs() { python3 -c "print(f'{$2 - $1:.2f}')"; }
+fsyncdir() { python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)" "$1"; sync -f "$1"; }
 
+tar -cf "$work/tree.tar" -C "$(dirname "$TREE")" "$(basename "$TREE")"
 setsid "$B" dev --dir "$D" --mount "$M" > "$work/dev.log" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$work"' EXIT
+made=()
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; for d in "${made[@]}"; do rm -rf "$d"; done; rm -rf "$work"' EXIT
 for _ in $(seq 1 60); do mountpoint -q "$M" && break; sleep 1; done
 mountpoint -q "$M" || { echo "the dev cluster did not mount; its log:"; cat "$work/dev.log"; exit 1; }
 
+declare -A T
 run() { # name dir
-	local dir=$2 t0 t1 t2 t3 t4
-	drop; t0=$(now); cp -a "$TREE" "$dir/tree"
-	python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)" "$dir/tree"; sync -f "$dir/tree"; t1=$(now)
-	drop; t2=$(now); grep -r zzzqqq-not-there "$dir/tree" > /dev/null || true; t3=$(now)
-	rm -rf "$dir/tree"; sync -f "$dir"; t4=$(now)
-	echo "$1: cp -a + fsync $(secs "$t0" "$t1") s, grep -r $(secs "$t2" "$t3") s, rm -rf $(secs "$t3" "$t4") s"
+	local n=$1 dir=$2 t0 t1 changed
+	drop; t0=$(now); cp -a "$TREE" "$dir/tree"; fsyncdir "$dir/tree"; t1=$(now); T[$n,cp]=$(secs "$t0" "$t1")
+	diff -r "$TREE" "$dir/tree" > /dev/null || { echo "$n: diff -r finds the copy different"; exit 1; }
+	changed=$(rsync -a -n -i "$TREE/" "$dir/tree/" | wc -l)
+	drop; t0=$(now); grep -r zzzqqq-not-there "$dir/tree" > /dev/null || true; t1=$(now); T[$n,grep]=$(secs "$t0" "$t1")
+	drop; t0=$(now); mkdir "$dir/x"; tar -xf "$work/tree.tar" -C "$dir/x"; fsyncdir "$dir/x"; t1=$(now); T[$n,tar]=$(secs "$t0" "$t1")
+	t0=$(now); git clone -q --no-hardlinks "$REPO" "$dir/repo"; fsyncdir "$dir/repo"; t1=$(now); T[$n,git]=$(secs "$t0" "$t1")
+	t0=$(now); rm -rf "$dir/tree"; sync -f "$dir"; t1=$(now); T[$n,rm]=$(secs "$t0" "$t1")
+	rm -rf "$dir/x" "$dir/repo"
+	echo "$n: cp -a + fsync ${T[$n,cp]} s, grep -r ${T[$n,grep]} s, tar -x + fsync ${T[$n,tar]} s, git clone + fsync ${T[$n,git]} s, rm -rf ${T[$n,rm]} s; rsync -n -i lists $changed differences"
+}
+ratios() { # name: GovFS's speed relative to it, per step
+	local n=$1 line="govfs speed / $n:"
+	for s in cp grep tar git rm; do
+		line+=" $s $(python3 -c "print(f'{${T[$n,$s]} / max(${T[govfs,$s]}, 0.001):.2f}')")"
+	done
+	echo "$line"
 }
 run govfs "$M"
-mkdir -p "$L"
 run local "$L"
+names=(local)
+for arg in "$@"; do
+	name=${arg%%=*} dir=${arg#*=}
+	[ -d "$dir" ] || { echo "$arg: $dir is not a directory"; exit 1; }
+	sub=$(mktemp -d "$dir/bench-tree.XXXXXX")
+	made+=("$sub")
+	run "$name" "$sub"
+	names+=("$name")
+done
+for n in "${names[@]}"; do ratios "$n"; done

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -25,7 +26,8 @@ Workloads:
          and writes of it by several clients, each against a local file
   mount  through a FUSE mount: metadata phases by 4 threads x 2,000 files
          (own and shared directories) and data phases, each against a local
-         directory and a go-fuse loopback mount of one
+         directory, a go-fuse loopback mount of one and any directory
+         named with --other (another file system's mount)
   locks  the thesis' ranged-lock experiment: writers of one 10-row file
          locking the row they write or the whole file, with real I/O
   move   assign a populated subtree (100,000 files) to a new ministry while
@@ -587,6 +589,20 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ops := f.Int("ops", bench.DefaultMountOps, "data: operations of each random 4 KiB phase, split over the workers")
 	localDir := f.String("local-dir", "", "directory for the local and loopback baselines (default: the system temp dir)")
 	loopback := f.Bool("loopback", true, "also run on a go-fuse loopback mount of a local directory")
+	var others []bench.MountTarget
+	f.Func("other", "also run in a new directory under DIR, named NAME in the figures (NAME=DIR; repeatable): e.g. moosefs=/mnt/mfs to put another file system's mount beside GovFS", func(v string) error {
+		tg, err := otherTarget(v)
+		if err != nil {
+			return err
+		}
+		for _, o := range others {
+			if o.Name == tg.Name {
+				return fmt.Errorf("%q named twice", tg.Name)
+			}
+		}
+		others = append(others, tg)
+		return nil
+	})
 	cacheDefault := "warm"
 	if os.Geteuid() == 0 {
 		cacheDefault = "cold"
@@ -662,12 +678,42 @@ func benchMount(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer m.Unmount()
 		targets = append(targets, bench.MountTarget{Name: bench.TargetLoopback, Dir: m.Dir})
 	}
+	for _, o := range others {
+		d, err := os.MkdirTemp(o.Dir, "govfs-bench-"+o.Name+"-")
+		if err != nil {
+			return fmt.Errorf("bench mount: --other %s=%s: %w", o.Name, o.Dir, err)
+		}
+		defer os.RemoveAll(d)
+		targets = append(targets, bench.MountTarget{Name: o.Name, Dir: d})
+	}
 	rep, err := bench.RunMount(ctx, bench.MountConfig{Targets: targets, Procs: *procs, Files: *files, Layouts: ls,
 		Data: *data, Size: *size, Ops: *ops, Cold: *cache == "cold"}, human)
 	if err != nil {
 		return err
 	}
 	return printJSON(stdout, rep)
+}
+
+// otherTarget parses --other NAME=DIR: NAME is a word that is none of
+// the built-in targets' (it names JSON fields), DIR an existing directory.
+func otherTarget(v string) (bench.MountTarget, error) {
+	name, dir, ok := strings.Cut(v, "=")
+	switch {
+	case !ok || name == "" || dir == "":
+		return bench.MountTarget{}, fmt.Errorf("%q: want NAME=DIR, e.g. moosefs=/mnt/mfs", v)
+	case !regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`).MatchString(name):
+		return bench.MountTarget{}, fmt.Errorf("%q: NAME must be a lower-case word (letters, digits, _; at most 32)", name)
+	case name == bench.TargetGovFS || name == bench.TargetLocal || name == bench.TargetLoopback:
+		return bench.MountTarget{}, fmt.Errorf("%q: NAME is taken by a built-in target; choose another", name)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return bench.MountTarget{}, fmt.Errorf("%s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return bench.MountTarget{}, fmt.Errorf("%s: not a directory", dir)
+	}
+	return bench.MountTarget{Name: name, Dir: dir}, nil
 }
 
 func benchLs(ctx context.Context, args []string, stdout, stderr io.Writer) error {

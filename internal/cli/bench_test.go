@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -50,5 +51,28 @@ func TestRunBenchUsage(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "Usage: govfs bench") {
 		t.Errorf("usage not printed: %q", stderr.String())
+	}
+}
+
+func TestOtherTarget(t *testing.T) {
+	dir := t.TempDir()
+	tg, err := otherTarget("moosefs=" + dir)
+	if err != nil || tg.Name != "moosefs" || tg.Dir != dir {
+		t.Fatalf("otherTarget: %+v, %v", tg, err)
+	}
+	file := dir + "/f"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"moosefs", "=" + dir, "moosefs=", "Moose=" + dir, "a-b=" + dir, "local=" + dir,
+		"govfs=" + dir, "loopback=" + dir, "m=" + dir + "/missing", "m=" + file} {
+		if _, err := otherTarget(v); err == nil {
+			t.Errorf("otherTarget(%q) accepted", v)
+		}
+	}
+	// Named twice.
+	err = benchMount(context.Background(), []string{"--other", "m=" + dir, "--other", "m=" + dir}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "named twice") {
+		t.Errorf("--other named twice: %v", err)
 	}
 }
