@@ -386,15 +386,31 @@ func (c *Client) SetattrDeferred(ctx context.Context, ino ids.Ino, op *wire.Seta
 // DeferredUnlink queues the removal of name (a non-directory) from
 // parent, under a directory lease on parent.
 func (c *Client) DeferredUnlink(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {
+	return c.deferredUnlink(ctx, parent, name, false, done)
+}
+
+// DeferredRmdir queues the removal of the directory name from parent,
+// under directory leases on parent and on the directory, whose listing
+// the caller knows to be empty (what it queued before empties it: the
+// queue keeps their order).
+func (c *Client) DeferredRmdir(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {
+	return c.deferredUnlink(ctx, parent, name, true, done)
+}
+
+func (c *Client) deferredUnlink(ctx context.Context, parent ids.Ino, name string, dir bool, done DeferredDone) error {
+	what := "remove"
+	if dir {
+		what = "rmdir"
+	}
 	p := inoNamePath(uint64(parent), name)
 	if err := checkName(name); err != nil {
-		return opErr("remove", p, err)
+		return opErr(what, p, err)
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) {
-		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name)}}
+		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name), Dir: dir}}
 	})
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: "remove " + p, done: done})
+	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: what + " " + p, done: done})
 	return nil
 }
 

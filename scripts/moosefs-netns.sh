@@ -9,6 +9,10 @@
 #   scripts/moosefs-netns.sh up DIR MNT [COPIES]   (COPIES default 2, as the MooseFS)
 #   scripts/moosefs-netns.sh down DIR
 #
+# FSYNC=1 makes the chunk servers fsync a chunk before its write is
+# acknowledged (HDD_FSYNC_BEFORE_CLOSE = 1); MooseFS's default (0) does
+# not, where GovFS's chunk servers always do: compare both ways.
+#
 # `up` leaves the processes running (their PIDs in DIR/pids) until
 # `down`, which unmounts MNT, stops them by PID and removes the namespace.
 set -euo pipefail
@@ -63,6 +67,7 @@ up() {
 		DATA_PATH = $dir/cs$i
 		HDD_CONF_FILENAME = $dir/cs$i/mfshdd.cfg
 		HDD_LEAVE_SPACE_DEFAULT = 64MiB
+		HDD_FSYNC_BEFORE_CLOSE = ${FSYNC:-0}
 		MASTER_HOST = $ip4
 		BIND_HOST = $ip4
 		CSSERV_LISTEN_HOST = $ip4
@@ -92,7 +97,7 @@ up() {
 	done
 	# The tools talk to the master themselves: from its namespace.
 	nsenter --net=/run/netns/$ns mfssetgoal -r "$copies" "$mnt" > /dev/null
-	echo "MooseFS on $mnt: master and 3 chunk servers in network namespace $ns ($ip4), $copies copies; '$0 down $dir' stops it"
+	echo "MooseFS on $mnt: master and 3 chunk servers in network namespace $ns ($ip4), $copies copies, chunk fsync ${FSYNC:-0}; '$0 down $dir' stops it"
 }
 
 down() {

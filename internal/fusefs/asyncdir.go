@@ -25,7 +25,8 @@ import (
 // queued). The mount lists the directory once under the lease and from
 // then on answers, from that listing, a lookup of a missing name
 // (ENOENT), create, mkdir, mknod, symlink (with an inode number reserved
-// beforehand), unlink of a non-directory and rename within leased
+// beforehand), unlink of a non-directory, rmdir of a leased directory
+// whose listing is empty (rmdirQueued) and rename within leased
 // directories itself, queueing the change in the client (client.MakeNodeDeferred and co.);
 // the client sends the queue in batches, and every other request of this
 // mount waits until what was queued before it is applied, so this mount

@@ -1,6 +1,7 @@
 package fusefs_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,4 +182,68 @@ func waitFor(t *testing.T, what string, check func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestRmdirQueued: rm -rf of directories this mount emptied under their
+// directory leases queues the rmdirs too, and the cluster ends without
+// them (and without their files) once the top directory is fsynced; a
+// directory another client put a file in meanwhile is not removed
+// (ENOTEMPTY, at once: its lease was recalled, so its rmdir goes to the
+// ministry).
+func TestRmdirQueued(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	ma := startMount(t, c, emptyDir(t), "--log-level", "debug")
+	dirA, dirB := ma.dir, mountProc(t, c, "--async-dirs=false")
+	cl := newClient(t, c, c.Addrs())
+
+	top := filepath.Join(dirA, "t")
+	must(t, os.Mkdir(top, 0o755))
+	for k := range 6 {
+		sub := filepath.Join(top, "s"+strconv.Itoa(k))
+		must(t, os.Mkdir(sub, 0o755))
+		for i := range 5 {
+			must(t, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), []byte("x"), 0o644))
+		}
+	}
+	fsyncDir(t, top)
+	empty := func(k int) {
+		for i := range 5 {
+			must(t, os.Remove(filepath.Join(top, "s"+strconv.Itoa(k), "f"+strconv.Itoa(i))))
+		}
+	}
+	// s5 is emptied here, then B adds a file to it.
+	empty(5)
+	must(t, os.WriteFile(filepath.Join(dirB, "t", "s5", "late"), nil, 0o644))
+	wantErrno(t, "rmdir of a directory another mount added a file to", os.Remove(filepath.Join(top, "s5")), syscall.ENOTEMPTY)
+	for k := range 5 {
+		empty(k)
+		must(t, os.Remove(filepath.Join(top, "s"+strconv.Itoa(k))))
+	}
+	if b, err := os.ReadFile(ma.log); err != nil || !strings.Contains(string(b), "rmdir queued") {
+		t.Fatalf("mount A queued no rmdir (log: %v)", err)
+	}
+	if got := names(t, top); !slices.Equal(got, []string{"s5"}) {
+		t.Fatalf("mount A lists %v in t, want [s5]", got)
+	}
+	fsyncDir(t, top)
+	if got := listNames(t, cl, "/t"); !slices.Equal(got, []string{"s5"}) {
+		t.Fatalf("the cluster has %v in /t after the fsync, want [s5]", got)
+	}
+	if got := listNames(t, cl, "/t/s5"); !slices.Equal(got, []string{"late"}) {
+		t.Fatalf("the cluster has %v in /t/s5, want [late]", got)
+	}
+	for k := range 5 {
+		if _, err := cl.Stat(t.Context(), "/t/s"+strconv.Itoa(k), client.Linearizable()); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("/t/s%d after its queued rmdir: %v, want ENOENT", k, err)
+		}
+	}
+}
+
+// emptyDir returns a new empty directory (a mount point).
+func emptyDir(t *testing.T) string {
+	t.Helper()
+	d := filepath.Join(t.TempDir(), "mnt")
+	must(t, os.Mkdir(d, 0o755))
+	return d
 }

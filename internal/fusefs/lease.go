@@ -123,7 +123,9 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		n.NotifyContent(-1, 0)
 	}
 	if ev := n.fsys.leases.add(n); ev != nil {
-		ev.dropLease(ctx)
+		// Not in this open's way: a walk over more files than the
+		// mount keeps leases for (grep -r) evicts one at every open.
+		go ev.dropLease(context.WithoutCancel(ctx))
 	}
 	return l
 }

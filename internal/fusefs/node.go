@@ -548,10 +548,16 @@ func (n *node) rmdirLocked(ctx context.Context, name string, removed **node) sys
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
 	if n.leaseForChangeLocked(ctx) {
-		if e, ok := n.dir.names[name]; !ok {
+		e, ok := n.dir.names[name]
+		if !ok {
 			return syscall.ENOENT
 		} else if e.typ != wire.FileType_DIRECTORY {
 			return syscall.ENOTDIR
+		}
+		if ch := n.rmdirQueued(ctx, name, e); ch != nil {
+			delete(n.dir.names, name)
+			*removed = ch
+			return 0
 		}
 	}
 	if err := n.fsys.c.RmdirAt(ctx, n.ino, name); err != nil {
@@ -564,6 +570,50 @@ func (n *node) rmdirLocked(ctx context.Context, name string, removed **node) sys
 		}
 	}
 	return 0
+}
+
+// rmdirQueued queues the removal of the directory name (entry e of n's
+// listing) when this mount holds the directory leases of n and of that
+// directory, and the directory's listing is empty: nobody else can add
+// an entry to it meanwhile (that would recall its lease, and the recall
+// sends the queue first), so the ministry finds it empty once what this
+// mount queued before is applied (rm -rf: its unlinks). The directory's
+// lease goes back once the queue is sent. It returns the directory's
+// node, nil when the removal must go to the ministry now. n.dir.mu held.
+func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
+	if e.referral || !n.mayDeferRemove(ctx) {
+		return nil
+	}
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	ch, ok := in.Operations().(*node)
+	// Parent then child here, where rename takes dir.mu in inode order:
+	// only if free (the kernel's locks keep a rename out anyway).
+	if !ok || ch.ino != e.ino || !ch.dir.mu.TryLock() {
+		return nil
+	}
+	defer ch.dir.mu.Unlock()
+	if !ch.asyncLocked() || len(ch.dir.names) != 0 {
+		return nil
+	}
+	if err := n.fsys.c.DeferredRmdir(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
+		return nil
+	}
+	n.fsys.log.Debug("rmdir queued under the directory leases", slog.Uint64("dir", uint64(n.ino)), slog.String("name", name))
+	l, handedOut := ch.dir.lease, ch.dir.handedOut
+	ch.dir.lease, ch.dir.names, ch.dir.handedOut = nil, nil, nil
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		n.fsys.c.FlushDeferred(ctx) // the rmdir first, then the lease
+		for name := range handedOut {
+			_ = ch.NotifyEntry(name)
+		}
+		_ = l.Release(ctx)
+	}()
+	return ch
 }
 
 // Unlink removes name; a regular file that is open on this mount with one
