@@ -140,6 +140,17 @@ func (n *node) asyncLocked() bool {
 	return false
 }
 
+// holdsDirLease says whether n's directory lease is valid now; false
+// also when n.dir.mu is busy (an entry change in progress holds it
+// across its request).
+func (n *node) holdsDirLease() bool {
+	if !n.dir.mu.TryLock() {
+		return false
+	}
+	defer n.dir.mu.Unlock()
+	return n.dir.lease != nil && n.dir.lease.Valid()
+}
+
 // leaseForChangeLocked counts an entry change of n and, when n is changed
 // often, takes its directory lease and lists it. It reports whether the
 // change may be answered from the listing (n.dir.mu held).

@@ -37,6 +37,9 @@ type dirHandle struct {
 		eof    bool
 		// last is the entry handed out last (what Lookup is asked for).
 		last *wire.DirEntry
+		// fromStart: the listing was read from its start (counted
+		// once it reaches its end: dircache.go).
+		fromStart, counted bool
 	}
 }
 
@@ -51,9 +54,12 @@ var (
 func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	flags, leased := n.listingFlags(bg(ctx))
 	// Check that it is a directory we may list now rather than at the
-	// first readdir. Under the directory's read lease the attributes
-	// held are current: another client's change of them, or removal of
-	// the directory, revokes the lease first.
+	// first readdir. Under the directory's read lease, or its directory
+	// lease, the attributes held are current: another client's change
+	// of them, or removal of the directory, revokes the lease first.
+	if !leased {
+		leased = n.holdsDirLease()
+	}
 	if !leased || n.cachedAttr() == nil {
 		a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
 		if err != nil {
@@ -79,6 +85,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	case 0:
 		d.mu.pos++
 		d.mu.last = nil
+		d.mu.fromStart, d.mu.counted = true, false
 		return &fuse.DirEntry{Name: ".", Ino: uint64(d.n.ino), Mode: syscall.S_IFDIR, Off: 1}, 0
 	case 1:
 		d.mu.pos++
@@ -101,6 +108,10 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return &fuse.DirEntry{Name: string(e.GetName()), Ino: e.GetIno(), Mode: typeBits(e.GetType()), Off: uint64(d.mu.pos)}, 0
 		}
 		if d.mu.eof {
+			if d.mu.fromStart && !d.mu.counted {
+				d.mu.counted = true
+				d.n.noteListed()
+			}
 			return nil, 0
 		}
 		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage)

@@ -14,8 +14,8 @@ import (
 // Listings kept by the kernel under a directory read lease (docs/fuse.md,
 // "Listings kept by the kernel").
 //
-// A directory this mount opens again (listAfter opens within listWindow)
-// gets a directory read lease (client.LeaseOptions.Dir), asked as a try:
+// A directory this mount lists again (listAfter listings within
+// listWindow) gets, at its next opendir, a directory read lease (client.LeaseOptions.Dir), asked as a try:
 // a directory lease of another mount is not disturbed. It is a directory
 // lease, not a plain read lease, so that the minister marks the
 // directory first: a new minister then makes other clients' entry
@@ -40,8 +40,10 @@ import (
 // twice as long each time it happens again.
 
 const (
-	// listAfter opens of one directory within listWindow ask for its
-	// read lease.
+	// listAfter listings of one directory read to their end within
+	// listWindow make the next opendir ask for its read lease. Two: rm
+	// -rf opens every directory twice but lists it once, and a lease
+	// there would only cost a request and a mark in the log.
 	listAfter  = 2
 	listWindow = 30 * time.Second
 	// listBackoff: after a refused or revoked read lease no other is
@@ -67,8 +69,8 @@ type listState struct {
 	// kernel drop that listing first (a revoke's invalidation may race
 	// with a listing still being read).
 	cached *client.Lease
-	// opens counts opendirs since windowStart.
-	opens       int
+	// listed counts listings read to their end since windowStart.
+	listed      int
 	windowStart time.Time
 	// backoff: no read lease is asked for before then.
 	backoff time.Time
@@ -115,10 +117,9 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 	}
 	if s.lease == nil {
 		if now.Sub(s.windowStart) > listWindow {
-			s.windowStart, s.opens = now, 0
+			s.windowStart, s.listed = now, 0
 		}
-		s.opens++
-		if s.opens < listAfter || now.Before(s.backoff) {
+		if s.listed < listAfter || now.Before(s.backoff) {
 			s.mu.Unlock()
 			return 0, false
 		}
@@ -153,6 +154,19 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 		return 0, true
 	}
 	return fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, true
+}
+
+// noteListed counts a listing of n read from its start to its end
+// through the mount.
+func (n *node) noteListed() {
+	s := &n.list
+	now := time.Now()
+	s.mu.Lock()
+	if now.Sub(s.windowStart) > listWindow {
+		s.windowStart, s.listed = now, 0
+	}
+	s.listed++
+	s.mu.Unlock()
 }
 
 // noteChildMiss counts a child of n asked for through the mount (a
