@@ -115,7 +115,10 @@ type deferredQueue struct {
 
 // createHold keeps a file's queued create from being sent (holdCreate).
 type createHold struct {
-	n     int
+	n int
+	// until is maxCreateHold after the first hold: later ones do not
+	// extend it (a file kept open while it is written in small pieces
+	// would keep its create back for ever).
 	until time.Time
 }
 
@@ -146,11 +149,10 @@ func (c *Client) holdCreate(ino ids.Ino) (queued, held bool) {
 	}
 	h := q.holds[ino]
 	if h == nil {
-		h = &createHold{}
+		h = &createHold{until: c.cfg.Clock.Now().Add(maxCreateHold)}
 		q.holds[ino] = h
 	}
 	h.n++
-	h.until = c.cfg.Clock.Now().Add(maxCreateHold)
 	return true, true
 }
 

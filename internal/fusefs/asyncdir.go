@@ -261,7 +261,9 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 // it; its directory lease would otherwise be renewed for the life of the
 // mount (a new node for the directory takes a new one).
 func (n *node) OnForget() {
-	go n.dropListLease(false)
+	if l := n.detachListLease(true); l != nil {
+		go n.finishListDrop(l, false)
+	}
 	n.dir.mu.Lock()
 	l := n.dir.lease
 	n.dir.lease, n.dir.names, n.dir.handedOut = nil, nil, nil

@@ -27,6 +27,11 @@ type dirHandle struct {
 	// cred is the opener's, for a mount that lists in its users' names
 	// (FS.userCred); nil otherwise.
 	cred *wire.Cred
+	// fills: the kernel keeps what this handle lists (dircache.go), so
+	// its pages are read linearizably: a clerk that has not applied a
+	// change acknowledged before the lease was granted would leave it
+	// out of the kept listing until the lease ends.
+	fills bool
 
 	mu struct {
 		sync.Mutex
@@ -72,7 +77,7 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
 		return nil, 0, e
 	}
-	return &dirHandle{n: n, cred: n.fsys.userCred(ctx)}, flags, 0
+	return &dirHandle{n: n, cred: n.fsys.userCred(ctx), fills: flags != 0}, flags, 0
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -114,7 +119,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			}
 			return nil, 0
 		}
-		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage)
+		var opts []client.ReadOption
+		if d.fills {
+			opts = append(opts, client.Linearizable())
+		}
+		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
 		if err != nil {
 			return nil, d.n.fsys.errno("readdir", err)
 		}

@@ -94,6 +94,7 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 	}
 	s := &n.list
 	now := time.Now()
+	var evict *node
 	s.mu.Lock()
 	if s.keptLast.Load() {
 		if s.misses.Load() >= missLimit {
@@ -113,6 +114,7 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 		// (this open drops it, as the lease differs from the next one).
 		old := s.lease
 		s.lease = nil
+		n.fsys.listLeases.remove(n)
 		go n.releaseListLease(old)
 	}
 	if s.lease == nil {
@@ -126,11 +128,14 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 		s.mu.Unlock()
 		l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{Dir: true, OnRevoke: n.listLeaseRevoked})
 		s.mu.Lock()
-		if err != nil {
+		if err != nil || !l.Valid() {
 			// EAGAIN: another client holds the directory lease or is
-			// changing the directory.
+			// changing the directory; or it was revoked already.
 			s.backoff = now.Add(listBackoff)
 			s.mu.Unlock()
+			if err == nil {
+				go n.releaseListLease(l)
+			}
 			return 0, false
 		}
 		if s.lease != nil {
@@ -138,9 +143,7 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 			go n.releaseListLease(l)
 		} else {
 			s.lease = l
-			if ev := n.fsys.listLeases.add(n); ev != nil {
-				go ev.dropListLease(true)
-			}
+			evict = n.fsys.listLeases.add(n)
 		}
 	}
 	l := s.lease
@@ -150,6 +153,14 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 	s.cached = l
 	s.keptLast.Store(keep)
 	s.mu.Unlock()
+	if evict != nil && evict != n {
+		// Detached here, outside n's lock, so that a lease the evicted
+		// directory takes meanwhile is not the one dropped (it left
+		// the set in add).
+		if old := evict.detachListLease(false); old != nil {
+			go evict.finishListDrop(old, true)
+		}
+	}
 	if !keep {
 		return 0, true
 	}
@@ -195,12 +206,15 @@ func (n *node) noteParentMiss() {
 func (n *node) listLeaseRevoked(l *client.Lease, _ bool) {
 	s := &n.list
 	s.mu.Lock()
-	if s.lease == l {
+	s.backoff = time.Now().Add(listBackoff)
+	current := s.lease == l
+	if current {
 		s.lease = nil
-		s.backoff = time.Now().Add(listBackoff)
 	}
 	s.mu.Unlock()
-	n.fsys.listLeases.remove(n)
+	if current {
+		n.fsys.listLeases.remove(n)
+	}
 	_ = n.NotifyContent(0, 0) // ENOENT when the kernel forgot the directory
 }
 
@@ -209,15 +223,28 @@ func (n *node) listLeaseRevoked(l *client.Lease, _ bool) {
 // directory, and the listing with it): other clients' changes no longer
 // wait for this mount.
 func (n *node) dropListLease(notify bool) {
+	if l := n.detachListLease(true); l != nil {
+		n.finishListDrop(l, notify)
+	}
+}
+
+// detachListLease forgets n's read lease and returns it (nil if none),
+// taking n out of the set of leased directories with remove (an evicted
+// one is out already).
+func (n *node) detachListLease(remove bool) *client.Lease {
 	s := &n.list
 	s.mu.Lock()
 	l := s.lease
 	s.lease = nil
 	s.mu.Unlock()
-	if l == nil {
-		return
+	if l != nil && remove {
+		n.fsys.listLeases.remove(n)
 	}
-	n.fsys.listLeases.remove(n)
+	return l
+}
+
+// finishListDrop drops the kernel's listing (notify) and gives l back.
+func (n *node) finishListDrop(l *client.Lease, notify bool) {
 	if notify {
 		_ = n.NotifyContent(0, 0)
 	}

@@ -696,7 +696,8 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 // unlinked while open, remove its hidden name.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = bg(ctx)
-	h.endCreateHold()
+	// After the last push (which may take its own hold), as in Flush.
+	defer h.endCreateHold()
 	n := h.n
 	h.mu.Lock()
 	e := h.pushLocked(ctx, true)

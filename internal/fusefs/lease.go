@@ -37,13 +37,19 @@ const maxLeases = 1024
 type leaseSet struct {
 	mu    sync.Mutex
 	nodes []*node
+	// max is how many it keeps (maxLeases when 0).
+	max int
 }
 
 func (s *leaseSet) add(n *node) (evict *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nodes = append(s.nodes, n)
-	if len(s.nodes) > maxLeases {
+	limit := s.max
+	if limit == 0 {
+		limit = maxLeases
+	}
+	if len(s.nodes) > limit {
 		evict = s.nodes[0]
 		s.nodes = s.nodes[1:]
 	}
@@ -123,9 +129,13 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		n.NotifyContent(-1, 0)
 	}
 	if ev := n.fsys.leases.add(n); ev != nil {
-		// Not in this open's way: a walk over more files than the
-		// mount keeps leases for (grep -r) evicts one at every open.
-		go ev.dropLease(context.WithoutCancel(ctx))
+		// Given back outside this open's way: a walk over more files
+		// than the mount keeps leases for (grep -r) evicts one at
+		// every open. Detached now, so a lease the evicted node takes
+		// meanwhile is not the one dropped.
+		if old := ev.detachLease(); old != nil {
+			go ev.finishDrop(context.WithoutCancel(ctx), old)
+		}
 	}
 	return l
 }
@@ -141,15 +151,26 @@ func (n *node) currentLease() *client.Lease {
 // to trust the attributes until the lease's end: they are invalidated
 // first, since other clients' changes no longer wait for this mount.
 func (n *node) dropLease(ctx context.Context) {
+	if l := n.detachLease(); l != nil {
+		n.finishDrop(ctx, l)
+	}
+}
+
+// detachLease forgets the node's read lease and returns it (nil if none).
+func (n *node) detachLease() *client.Lease {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	l := n.mu.lease
 	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
 	n.mu.openVersion = 0
-	n.mu.Unlock()
-	if l != nil {
-		_ = n.NotifyContent(0, 0) // attributes and data; ENOENT if forgotten
-		_ = l.Release(ctx)
-	}
+	return l
+}
+
+// finishDrop drops what the kernel caches of the file under l, then
+// gives l back.
+func (n *node) finishDrop(ctx context.Context, l *client.Lease) {
+	_ = n.NotifyContent(0, 0) // attributes and data; ENOENT if forgotten
+	_ = l.Release(ctx)
 }
 
 // leaseRevoked runs when the minister wants the lease back (or it was

@@ -47,7 +47,7 @@ func New(cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger}, nil
+	return &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases}}, nil
 }
 
 // node is one GovFS inode as go-fuse knows it.
