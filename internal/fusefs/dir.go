@@ -27,11 +27,12 @@ type dirHandle struct {
 	// cred is the opener's, for a mount that lists in its users' names
 	// (FS.userCred); nil otherwise.
 	cred *wire.Cred
-	// fills: the kernel keeps what this handle lists (dircache.go), so
-	// its pages are read linearizably: a clerk that has not applied a
-	// change acknowledged before the lease was granted would leave it
-	// out of the kept listing until the lease ends.
-	fills bool
+	// linear: the pages are read linearizably, when the kernel keeps
+	// what this handle lists (dircache.go: a clerk that has not applied
+	// a change acknowledged before the lease was granted would leave it
+	// out of the kept listing until the lease ends) and right after a
+	// revoke.
+	linear bool
 
 	mu struct {
 		sync.Mutex
@@ -65,8 +66,15 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	if !leased {
 		leased = n.holdsDirLease()
 	}
-	if !leased || n.cachedAttr() == nil {
-		a, err := n.fsys.c.GetAttr(bg(ctx), n.ino)
+	// After a revoke, another client's change may not be on every clerk
+	// yet: this opendir and its listing read linearizably.
+	lin := n.list.linearize.Swap(false)
+	if !leased || n.cachedAttr() == nil || lin {
+		var opts []client.ReadOption
+		if lin {
+			opts = append(opts, client.Linearizable())
+		}
+		a, err := n.fsys.c.GetAttr(bg(ctx), n.ino, opts...)
 		if err != nil {
 			return nil, 0, n.fsys.errno("opendir", err)
 		}
@@ -77,7 +85,7 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
 		return nil, 0, e
 	}
-	return &dirHandle{n: n, cred: n.fsys.userCred(ctx), fills: flags != 0}, flags, 0
+	return &dirHandle{n: n, cred: n.fsys.userCred(ctx), linear: flags != 0 || lin}, flags, 0
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -120,7 +128,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, 0
 		}
 		var opts []client.ReadOption
-		if d.fills {
+		if d.linear {
 			opts = append(opts, client.Linearizable())
 		}
 		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)

@@ -80,6 +80,10 @@ type listState struct {
 	// spell was.
 	keptLast  atomic.Bool
 	misses    atomic.Int32
+	// linearize: the lease was revoked (another client changed the
+	// directory): the next opendir and listing read linearizably, as a
+	// clerk may not have applied that change yet.
+	linearize atomic.Bool
 	plusUntil time.Time
 	plusFor   time.Duration
 }
@@ -207,6 +211,7 @@ func (n *node) listLeaseRevoked(l *client.Lease, _ bool) {
 	s := &n.list
 	s.mu.Lock()
 	s.backoff = time.Now().Add(listBackoff)
+	s.linearize.Store(true)
 	current := s.lease == l
 	if current {
 		s.lease = nil
