@@ -78,8 +78,8 @@ type listState struct {
 	// counts the children asked for since the last open; plusUntil:
 	// listings stay uncached until then; plusFor: how long the last such
 	// spell was.
-	keptLast  atomic.Bool
-	misses    atomic.Int32
+	keptLast atomic.Bool
+	misses   atomic.Int32
 	// linearize: the lease was revoked (another client changed the
 	// directory): the next opendir and listing read linearizably, as a
 	// clerk may not have applied that change yet.
