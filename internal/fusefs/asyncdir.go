@@ -128,16 +128,22 @@ func (n *node) asyncLocked() bool {
 	d.lease, d.names = nil, nil
 	handedOut := d.handedOut
 	d.handedOut = nil
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.fsys.c.FlushDeferred(ctx)
-		for name := range handedOut {
-			_ = n.NotifyEntry(name)
-		}
-		_ = l.Release(ctx)
-	}()
+	go n.giveBackAfterQueue(l, handedOut)
 	return false
+}
+
+// giveBackAfterQueue gives n's directory lease l back once the queue is
+// sent (given back first, another client's change could come before
+// this mount's queued ones), after the kernel forgot the names it was
+// told to trust under it.
+func (n *node) giveBackAfterQueue(l *client.Lease, handedOut map[string]struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.fsys.c.FlushDeferred(ctx)
+	for name := range handedOut {
+		_ = n.NotifyEntry(name)
+	}
+	_ = l.Release(ctx)
 }
 
 // holdsDirLease says whether n's directory lease is valid now; false
@@ -271,12 +277,7 @@ func (n *node) OnForget() {
 	if l == nil {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		n.fsys.c.FlushDeferred(ctx) // before the lease goes back
-		_ = l.Release(ctx)
-	}()
+	go n.giveBackAfterQueue(l, nil)
 }
 
 var _ fs.NodeOnForgetter = (*node)(nil)
