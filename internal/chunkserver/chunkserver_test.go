@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/govfs/govfs/internal/certs"
+	"github.com/govfs/govfs/internal/chunktoken"
 	"github.com/govfs/govfs/internal/dataproto"
 	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/testcluster"
@@ -333,5 +336,64 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestUnknownTokenKeyLearntOnDemand: a token signed with a key the server
+// has not learnt yet (a new cluster's first key, minted with before the
+// next 2-s heartbeat brings it) is accepted after an immediate
+// heartbeat, not refused; a token naming a key the president never made
+// stays refused, and does not make the server ask again at once.
+func TestUnknownTokenKeyLearntOnDemand(t *testing.T) {
+	c := testcluster.NewInProc(t, 3)
+	s := startServer(t, c.Addrs(), t.TempDir())
+	defer s.Stop()
+	waitFor(t, "the president's token keys", func() bool { return s.tokens.Len() > 0 })
+	// The keys, as the president's leader gives them in a heartbeat.
+	var key chunktoken.Key
+	for _, a := range c.Addrs() {
+		cc, err := rpc.Dial(a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := wire.NewMetaClient(cc).ChunkHeartbeat(t.Context(), &wire.ChunkHeartbeatRequest{ClusterId: s.clusterID, ServerId: s.ID()})
+		cc.Close()
+		if err == nil && resp.GetStatus().GetCode() == wire.Code_OK && len(resp.GetTokenKeys()) > 0 {
+			k := resp.GetTokenKeys()[0]
+			key = chunktoken.Key{ID: k.GetId(), Secret: k.GetSecret()}
+		}
+	}
+	if key.Secret == nil {
+		t.Fatal("no node answered a heartbeat with the token keys")
+	}
+	// The server forgets them: as before its first heartbeat.
+	s.tokens.SetKeys(nil)
+	caller := rpc.Caller{Secure: true, Identity: certs.Identity{Role: certs.RoleClient, Name: "c1"}}
+	const h = 1<<40 + 7
+	write := func(k chunktoken.Key) *dataproto.Frame {
+		return &dataproto.Frame{Type: dataproto.TypeWrite, Handle: h,
+			Token: chunktoken.Mint(k, h, chunktoken.Write, time.Now().Add(time.Minute), caller.Identity.String())}
+	}
+	if st, err := s.checkToken(caller, write(key)); st != dataproto.StatusOK || err != nil {
+		t.Fatalf("token of key %d, which the server had not learnt: status %d, %v; want it learnt and accepted", key.ID, st, err)
+	}
+	s.keyFetch.mu.Lock()
+	s.keyFetch.last = time.Time{}
+	s.keyFetch.mu.Unlock()
+	made := chunktoken.Key{ID: key.ID + 1000, Secret: []byte("made up")}
+	if st, err := s.checkToken(caller, write(made)); st != dataproto.StatusBadToken || !errors.Is(err, chunktoken.ErrUnknownKey) {
+		t.Fatalf("token of a key nobody made: status %d, %v; want StatusBadToken, unknown key", st, err)
+	}
+	s.keyFetch.mu.Lock()
+	asked := s.keyFetch.last
+	s.keyFetch.mu.Unlock()
+	if _, err := s.checkToken(caller, write(made)); !errors.Is(err, chunktoken.ErrUnknownKey) {
+		t.Fatalf("second made-up token: %v", err)
+	}
+	s.keyFetch.mu.Lock()
+	again := s.keyFetch.last
+	s.keyFetch.mu.Unlock()
+	if asked.IsZero() || !again.Equal(asked) {
+		t.Fatalf("on-demand heartbeats at %v then %v: want one, then none within %v", asked, again, keyFetchSpacing)
 	}
 }

@@ -114,8 +114,13 @@ type Server struct {
 	// tokens checks clients' chunk access tokens with the keys of the
 	// last heartbeat's answer.
 	tokens chunktoken.Verifier
-	peers  dataproto.Pool
-	locks  chunkLocks
+	// keyFetch spaces the heartbeats learnKey sends on demand.
+	keyFetch struct {
+		mu   sync.Mutex
+		last time.Time
+	}
+	peers dataproto.Pool
+	locks chunkLocks
 	// reconciled maps a chunk handle to the group epoch at which this
 	// primary last saw every full member agree on it (guarded by mu).
 	reconciled map[uint64]uint64

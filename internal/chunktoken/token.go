@@ -129,6 +129,15 @@ func AccessOf(tok []byte) Access {
 	return Access(tok[1])
 }
 
+// KeyID reads the id of the key a token was signed with (false if
+// malformed).
+func KeyID(tok []byte) (uint32, bool) {
+	if len(tok) != Size || tok[0] != format {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(tok[2:]), true
+}
+
 // Verifier checks tokens against the keys it was last given. Safe for
 // concurrent use.
 type Verifier struct {
@@ -152,6 +161,14 @@ func (v *Verifier) Len() int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return len(v.keys)
+}
+
+// Knows says whether the verifier holds key id.
+func (v *Verifier) Knows(id uint32) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	_, ok := v.keys[id]
+	return ok
 }
 
 // Check says whether tok lets holder have access need to handle's chunk

@@ -145,6 +145,14 @@ func (f *FS) errno(op string, err error) syscall.Errno {
 	case syscall.EINVAL, syscall.ESTALE, syscall.EFBIG:
 		// Not the caller's everyday errors: say why.
 		f.log.Info("fuse operation refused", slog.String("op", op), slog.Any("err", err), slog.String("why", client.ErrorDetail(err)))
+	case syscall.EACCES:
+		// An everyday answer to an open or a lookup, but the kernel
+		// checked the open of a file that is read or written: a chunk
+		// server refused the mount's token, which the log must explain.
+		switch op {
+		case "read", "write", "flush", "fsync", "sync", "fallocate":
+			f.log.Warn("fuse operation refused", slog.String("op", op), slog.Any("err", err))
+		}
 	}
 	return e
 }
