@@ -90,6 +90,40 @@ func (c *Client) assign(ctx context.Context, path string, o AssignOptions, unass
 	return out, nil
 }
 
+// MoveReplica has the president move the replica node from holds of
+// ministry to node to (0: the live node hosting the fewest replicas).
+// It returns once the map records the new members; the ministry's
+// minister then adds the new node, catches it up and removes the old
+// one (watch with ClusterMap and Status, or govfs admin ministries).
+func (c *Client) MoveReplica(ctx context.Context, ministry, from, to uint64) (*wire.MoveReplicasResponse, error) {
+	resp, err := c.moveReplicas(ctx, &wire.MoveReplicasRequest{Ministry: ministry, From: from, To: to})
+	return resp, opErr("move replica", fmt.Sprintf("ministry %d", ministry), err)
+}
+
+// Drain moves every ministry replica node holds to other live nodes
+// (each to to, or when to is 0 to the node hosting the fewest): all
+// of them, or, when one cannot be placed, none. The president group's
+// voters cannot move; the answer's Stays lists it when node is one.
+func (c *Client) Drain(ctx context.Context, node, to uint64) (*wire.MoveReplicasResponse, error) {
+	resp, err := c.moveReplicas(ctx, &wire.MoveReplicasRequest{Drain: true, From: node, To: to})
+	return resp, opErr("drain", fmt.Sprintf("node %d", node), err)
+}
+
+func (c *Client) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) (*wire.MoveReplicasResponse, error) {
+	req.ClusterId = c.clusterID
+	var out *wire.MoveReplicasResponse
+	rt := &target{group: ids.PresidentGroup, leader: true, timeout: 15 * time.Second}
+	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, _ uint64) (*wire.Status, uint64, error) {
+		resp, err := cl.MoveReplicas(ctx, req)
+		out = resp
+		return resp.GetStatus(), 0, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // forgetOwner drops what this Client believed about ino's ministry.
 func (c *Client) forgetOwner(ino ids.Ino) {
 	c.mu.Lock()

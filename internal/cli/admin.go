@@ -26,6 +26,12 @@ Commands:
                         give the directory PATH (and everything below it) to a
                         new ministry, or to an existing one
   unassign PATH         give PATH back to the ministry of its parent
+  move-replica MINISTRY --from NODE [--to NODE] [--no-wait]
+                        move a ministry's replica to another node (default:
+                        the live node hosting the fewest replicas)
+  drain NODE [--to NODE] [--no-wait]
+                        move every ministry replica off NODE (before taking it
+                        out of service)
   ca init DIR [--cluster NAME]
                         make a cluster CA in DIR (ca.crt, ca.key; keep ca.key safe)
   cert issue --ca DIR --out DIR (--node NAME | --chunk NAME | --client NAME | --admin NAME)
@@ -67,6 +73,10 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		err = adminAssign(ctx, g, rest, false, stdout, stderr)
 	case "unassign":
 		err = adminAssign(ctx, g, rest, true, stdout, stderr)
+	case "move-replica":
+		err = adminMoveReplica(ctx, g, rest, false, stdout, stderr)
+	case "drain":
+		err = adminMoveReplica(ctx, g, rest, true, stdout, stderr)
 	case "ca":
 		err = adminCA(rest, stdout, stderr)
 	case "cert":

@@ -153,6 +153,23 @@ type ministryReport struct {
 	// nodes' last heartbeats (0 when the answering node is not a
 	// president member and cannot tell).
 	OpsPerS float64 `json:"ops_per_s"`
+	// Voters and Learners are the group's configuration as its minister
+	// reports it (empty: no minister answered); they differ from Members
+	// while a replica moves (govfs admin move-replica, drain, or a dead
+	// member replaced).
+	Voters   []uint64 `json:"voters"`
+	Learners []uint64 `json:"learners"`
+}
+
+// settled says whether the group's configuration is the map's members.
+func (m ministryReport) settled() bool {
+	return len(m.Learners) == 0 && slices.Equal(sortedIDs(m.Voters), sortedIDs(m.Members))
+}
+
+func sortedIDs(l []uint64) []uint64 {
+	out := slices.Clone(l)
+	slices.Sort(out)
+	return out
 }
 
 // clusterViews asks the map and every member's status.
@@ -176,7 +193,7 @@ func buildMinistriesReport(info *wire.ClusterInfoResponse, resps []*wire.StatusR
 	rep := ministriesReport{Ministries: []ministryReport{}, Moves: []moveReport{}}
 	for _, m := range info.GetMinistries() {
 		mr := ministryReport{ID: m.GetGroup(), Members: m.GetMembers(), Epoch: m.GetEpoch(), Subtrees: []string{}, Leader: m.GetLeader(),
-			OpsPerS: m.GetOpsPerS()}
+			OpsPerS: m.GetOpsPerS(), Voters: []uint64{}, Learners: []uint64{}}
 		for _, st := range m.GetSubtrees() {
 			mr.Subtrees = append(mr.Subtrees, st.GetPath())
 		}
@@ -187,6 +204,7 @@ func buildMinistriesReport(info *wire.ClusterInfoResponse, resps []*wire.StatusR
 					bestTerm, mr.Leader = gs.GetTerm(), gs.GetLeader()
 					if gs.GetLeader() == r.GetNodeId() {
 						mr.Applied = gs.GetApplied()
+						mr.Voters, mr.Learners = append([]uint64{}, gs.GetVoters()...), append([]uint64{}, gs.GetLearners()...)
 					}
 				}
 			}
@@ -236,7 +254,16 @@ func adminMinistries(ctx context.Context, g fsGlobal, args []string, stdout, std
 		if subs == "" {
 			subs = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%.0f\n", m.ID, subs, joinIDs(m.Members), lead, m.Epoch, m.Applied, m.OpsPerS)
+		members := joinIDs(m.Members)
+		if len(m.Voters) > 0 && !m.settled() {
+			// A replica is moving: say where the group is.
+			members += " (now voters " + joinIDs(sortedIDs(m.Voters))
+			if len(m.Learners) > 0 {
+				members += ", learners " + joinIDs(sortedIDs(m.Learners))
+			}
+			members += ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%.0f\n", m.ID, subs, members, lead, m.Epoch, m.Applied, m.OpsPerS)
 	}
 	tw.Flush()
 	var active []moveReport

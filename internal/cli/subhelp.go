@@ -143,6 +143,27 @@ Gives the subtree PATH back to the ministry of its parent directory.
 
 Example:
   govfs admin unassign /projects`,
+	"admin move-replica": `Usage: govfs admin move-replica MINISTRY --from NODE [--to NODE] [--no-wait] [--json]
+
+Moves ministry MINISTRY's replica from node --from to node --to (default:
+the live node hosting the fewest group replicas), online: the new node
+joins as a learner, catches up from the log or a snapshot, becomes a
+voter, and then the old one leaves and deletes its copy (a minister that
+leaves hands its leadership over first). Waits until the group's voters
+are the new members unless --no-wait; see govfs admin ministries.
+
+Example:
+  govfs admin move-replica 2 --from 3 --to 5`,
+	"admin drain": `Usage: govfs admin drain NODE [--to NODE] [--no-wait] [--json]
+
+Moves every ministry replica NODE holds to other live nodes (each to the
+one hosting the fewest replicas, or all to --to), as move-replica does,
+so that NODE can be taken out of service. If one replica has nowhere to
+go, nothing moves. A node among the president group's voters (the
+--peers of formation) keeps voting there.
+
+Example:
+  govfs admin drain 3`,
 	"admin ca init": `Usage: govfs admin ca init DIR [--cluster NAME] [--days N]
 
 Makes a cluster CA in DIR (ca.crt, and ca.key, which signs every

@@ -32,17 +32,8 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 	if st := s.checkCluster(req.GetClusterId()); st != nil {
 		return &wire.AssignResponse{Status: st}, nil
 	}
-	if lead, me := n.host.Leader(ids.PresidentGroup); !me {
-		if !n.host.HasGroup(ids.PresidentGroup) {
-			var addrs []string
-			addrs = append(addrs, n.presidentAddrs()...)
-			if len(addrs) > 0 {
-				return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, LeaderAddr: addrs[0],
-					Message: fmt.Sprintf("node %v does not host the president group; ask %s", n.cfg.ID, addrs[0])}}, nil
-			}
-		}
-		return &wire.AssignResponse{Status: &wire.Status{Code: wire.Code_NOT_LEADER, LeaderId: uint64(lead), LeaderAddr: n.addrOf(lead),
-			Message: fmt.Sprintf("node %v is not the president's leader", n.cfg.ID)}}, nil
+	if st := n.notPresidentLeader(); st != nil {
+		return &wire.AssignResponse{Status: st}, nil
 	}
 	invalid := func(format string, args ...any) (*wire.AssignResponse, error) {
 		return &wire.AssignResponse{Status: statusOf(wire.Code_INVALID, format, args...)}, nil
@@ -103,6 +94,24 @@ func (s *metaService) Assign(ctx context.Context, req *wire.AssignRequest) (*wir
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// notPresidentLeader is the NOT_LEADER answer of a node that does not
+// lead the president group (nil on its leader), with the leader's
+// address or, from a node outside the group, a member's.
+func (n *Node) notPresidentLeader() *wire.Status {
+	lead, me := n.host.Leader(ids.PresidentGroup)
+	if me {
+		return nil
+	}
+	if !n.host.HasGroup(ids.PresidentGroup) {
+		if addrs := n.presidentAddrs(); len(addrs) > 0 {
+			return &wire.Status{Code: wire.Code_NOT_LEADER, LeaderAddr: addrs[0],
+				Message: fmt.Sprintf("node %v does not host the president group; ask %s", n.cfg.ID, addrs[0])}
+		}
+	}
+	return &wire.Status{Code: wire.Code_NOT_LEADER, LeaderId: uint64(lead), LeaderAddr: n.addrOf(lead),
+		Message: fmt.Sprintf("node %v is not the president's leader", n.cfg.ID)}
 }
 
 // beginMove checks an assign and records its move in the president's

@@ -32,6 +32,7 @@ func methodRoles() map[string][]certs.Role {
 		wire.Meta_Ping_FullMethodName:           anyRole,
 		wire.Meta_Lease_FullMethodName:          clientSide,
 		wire.Meta_Assign_FullMethodName:         adminSide,
+		wire.Meta_MoveReplicas_FullMethodName:   adminSide,
 		wire.Meta_ChunkHeartbeat_FullMethodName: chunkOnly,
 		wire.Meta_Join_FullMethodName:           nodeOnly,
 		wire.Meta_MetaHeartbeat_FullMethodName:  nodeOnly,

@@ -234,16 +234,7 @@ func (n *Node) replaceDeadMembers(ctx context.Context, v *mapView) error {
 		if i < 0 || m.GetGroup() == uint64(ids.PresidentGroup) {
 			continue
 		}
-		var best uint64
-		for _, mb := range v.members {
-			id := mb.GetId()
-			if !alive[id] || slices.Contains(m.GetMembers(), id) {
-				continue
-			}
-			if best == 0 || hosting[id] < hosting[best] || (hosting[id] == hosting[best] && id < best) {
-				best = id
-			}
-		}
+		best := pickReplacement(v.members, m.GetMembers(), 0, alive, hosting)
 		if best == 0 {
 			if now.Sub(n.lastNoSpare) > time.Minute {
 				n.lastNoSpare = now

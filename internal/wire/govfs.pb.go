@@ -7931,6 +7931,218 @@ func (x *AssignResponse) GetMove() *Move {
 	return nil
 }
 
+// MoveReplicasRequest asks the president to move the replica node `from`
+// holds of `ministry` to node `to`; `drain` moves every ministry replica
+// `from` holds (then `ministry` is 0). `to` 0: the live node hosting the
+// fewest group replicas, per ministry. The map's members change at once;
+// the ministers then bring their groups there (learner, promote, remove).
+type MoveReplicasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Ministry      uint64                 `protobuf:"varint,2,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	From          uint64                 `protobuf:"varint,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,4,opt,name=to,proto3" json:"to,omitempty"`
+	Drain         bool                   `protobuf:"varint,5,opt,name=drain,proto3" json:"drain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicasRequest) Reset() {
+	*x = MoveReplicasRequest{}
+	mi := &file_govfs_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicasRequest) ProtoMessage() {}
+
+func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
+func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *MoveReplicasRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *MoveReplicasRequest) GetMinistry() uint64 {
+	if x != nil {
+		return x.Ministry
+	}
+	return 0
+}
+
+func (x *MoveReplicasRequest) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *MoveReplicasRequest) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *MoveReplicasRequest) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+type MoveReplicasResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Moves  []*ReplicaMove         `protobuf:"bytes,2,rep,name=moves,proto3" json:"moves,omitempty"`
+	// Groups `from` still votes in that cannot move (the president group:
+	// its voters are the --peers of formation).
+	Stays         []uint64 `protobuf:"varint,3,rep,packed,name=stays,proto3" json:"stays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveReplicasResponse) Reset() {
+	*x = MoveReplicasResponse{}
+	mi := &file_govfs_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveReplicasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveReplicasResponse) ProtoMessage() {}
+
+func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
+func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *MoveReplicasResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *MoveReplicasResponse) GetMoves() []*ReplicaMove {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *MoveReplicasResponse) GetStays() []uint64 {
+	if x != nil {
+		return x.Stays
+	}
+	return nil
+}
+
+// ReplicaMove is one ministry's new members.
+type ReplicaMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ministry      uint64                 `protobuf:"varint,1,opt,name=ministry,proto3" json:"ministry,omitempty"`
+	From          uint64                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            uint64                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`
+	Members       []uint64               `protobuf:"varint,4,rep,packed,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaMove) Reset() {
+	*x = ReplicaMove{}
+	mi := &file_govfs_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaMove) ProtoMessage() {}
+
+func (x *ReplicaMove) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaMove.ProtoReflect.Descriptor instead.
+func (*ReplicaMove) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *ReplicaMove) GetMinistry() uint64 {
+	if x != nil {
+		return x.Ministry
+	}
+	return 0
+}
+
+func (x *ReplicaMove) GetFrom() uint64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *ReplicaMove) GetTo() uint64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *ReplicaMove) GetMembers() []uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 type JoinRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -7943,7 +8155,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7955,7 +8167,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7968,7 +8180,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -8004,7 +8216,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8016,7 +8228,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8029,7 +8241,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -8068,7 +8280,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8080,7 +8292,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8093,7 +8305,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 type PingResponse struct {
@@ -8104,7 +8316,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8116,7 +8328,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8129,7 +8341,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -8146,7 +8358,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8158,7 +8370,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8171,7 +8383,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -8213,7 +8425,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8225,7 +8437,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8238,7 +8450,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{90}
+	return file_govfs_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -8264,7 +8476,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8276,7 +8488,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8289,7 +8501,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{91}
+	return file_govfs_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -8317,7 +8529,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8329,7 +8541,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8342,7 +8554,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{92}
+	return file_govfs_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8404,7 +8616,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8416,7 +8628,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8429,7 +8641,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{93}
+	return file_govfs_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KV) GetKey() []byte {
@@ -9051,7 +9263,23 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03req\x18\v \x01(\v2\x15.govfs.wire.RequestIDR\x03req\"b\n" +
 	"\x0eAssignResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12$\n" +
-	"\x04move\x18\x02 \x01(\v2\x10.govfs.wire.MoveR\x04move\"i\n" +
+	"\x04move\x18\x02 \x01(\v2\x10.govfs.wire.MoveR\x04move\"\x8a\x01\n" +
+	"\x13MoveReplicasRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1a\n" +
+	"\bministry\x18\x02 \x01(\x04R\bministry\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\x04R\x02to\x12\x14\n" +
+	"\x05drain\x18\x05 \x01(\bR\x05drain\"\x87\x01\n" +
+	"\x14MoveReplicasResponse\x12*\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12-\n" +
+	"\x05moves\x18\x02 \x03(\v2\x17.govfs.wire.ReplicaMoveR\x05moves\x12\x14\n" +
+	"\x05stays\x18\x03 \x03(\x04R\x05stays\"g\n" +
+	"\vReplicaMove\x12\x1a\n" +
+	"\bministry\x18\x01 \x01(\x04R\bministry\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\x04R\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\x04R\x02to\x12\x18\n" +
+	"\amembers\x18\x04 \x03(\x04R\amembers\"i\n" +
 	"\vJoinRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -9139,7 +9367,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
-	"\rLEASE_RELEASE\x10\x022\xb7\x05\n" +
+	"\rLEASE_RELEASE\x10\x022\x8a\x06\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
@@ -9148,7 +9376,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eChunkHeartbeat\x12!.govfs.wire.ChunkHeartbeatRequest\x1a\".govfs.wire.ChunkHeartbeatResponse\x12<\n" +
 	"\x05Lease\x12\x18.govfs.wire.LeaseRequest\x1a\x19.govfs.wire.LeaseResponse\x129\n" +
 	"\x04Ping\x12\x17.govfs.wire.PingRequest\x1a\x18.govfs.wire.PingResponse\x12?\n" +
-	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x129\n" +
+	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x12Q\n" +
+	"\fMoveReplicas\x12\x1f.govfs.wire.MoveReplicasRequest\x1a .govfs.wire.MoveReplicasResponse\x129\n" +
 	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse\x12T\n" +
 	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2|\n" +
 	"\x04Raft\x122\n" +
@@ -9168,7 +9397,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -9262,16 +9491,19 @@ var file_govfs_proto_goTypes = []any{
 	(*LeaseResponse)(nil),          // 89: govfs.wire.LeaseResponse
 	(*AssignRequest)(nil),          // 90: govfs.wire.AssignRequest
 	(*AssignResponse)(nil),         // 91: govfs.wire.AssignResponse
-	(*JoinRequest)(nil),            // 92: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 93: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 94: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 95: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 96: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 97: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 98: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 99: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 100: govfs.wire.KV
-	nil,                            // 101: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*MoveReplicasRequest)(nil),    // 92: govfs.wire.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),   // 93: govfs.wire.MoveReplicasResponse
+	(*ReplicaMove)(nil),            // 94: govfs.wire.ReplicaMove
+	(*JoinRequest)(nil),            // 95: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 96: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 97: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 98: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 99: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 100: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 101: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 102: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 103: govfs.wire.KV
+	nil,                            // 104: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -9330,7 +9562,7 @@ var file_govfs_proto_depIdxs = []int32{
 	43,  // 53: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 54: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 55: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	100, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	103, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
 	71,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 58: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	7,   // 59: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
@@ -9353,7 +9585,7 @@ var file_govfs_proto_depIdxs = []int32{
 	8,   // 76: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
 	71,  // 77: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
 	25,  // 78: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	100, // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	103, // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
 	7,   // 80: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
 	41,  // 81: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
 	42,  // 82: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
@@ -9374,7 +9606,7 @@ var file_govfs_proto_depIdxs = []int32{
 	83,  // 97: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
 	7,   // 98: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
 	33,  // 99: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	101, // 100: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	104, // 100: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 	37,  // 101: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
 	31,  // 102: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
 	6,   // 103: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
@@ -9388,41 +9620,45 @@ var file_govfs_proto_depIdxs = []int32{
 	11,  // 111: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
 	7,   // 112: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
 	44,  // 113: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	11,  // 114: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 115: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 116: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	97,  // 117: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 118: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	100, // 119: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	57,  // 120: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	59,  // 121: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	73,  // 122: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	80,  // 123: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	84,  // 124: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	87,  // 125: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	94,  // 126: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	90,  // 127: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	92,  // 128: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	77,  // 129: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	96,  // 130: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	99,  // 131: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	58,  // 132: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	72,  // 133: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	74,  // 134: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	82,  // 135: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	85,  // 136: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	89,  // 137: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	95,  // 138: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	91,  // 139: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	93,  // 140: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	78,  // 141: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	98,  // 142: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	98,  // 143: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	132, // [132:144] is the sub-list for method output_type
-	120, // [120:132] is the sub-list for method input_type
-	120, // [120:120] is the sub-list for extension type_name
-	120, // [120:120] is the sub-list for extension extendee
-	0,   // [0:120] is the sub-list for field type_name
+	7,   // 114: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
+	94,  // 115: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
+	11,  // 116: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 117: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 118: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	100, // 119: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 120: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	103, // 121: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 122: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	59,  // 123: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	73,  // 124: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	80,  // 125: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	84,  // 126: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	87,  // 127: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	97,  // 128: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	90,  // 129: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	92,  // 130: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
+	95,  // 131: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	77,  // 132: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	99,  // 133: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	102, // 134: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	58,  // 135: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	72,  // 136: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	74,  // 137: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	82,  // 138: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	85,  // 139: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	89,  // 140: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	98,  // 141: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	91,  // 142: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	93,  // 143: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
+	96,  // 144: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	78,  // 145: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	101, // 146: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	101, // 147: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	135, // [135:148] is the sub-list for method output_type
+	122, // [122:135] is the sub-list for method input_type
+	122, // [122:122] is the sub-list for extension type_name
+	122, // [122:122] is the sub-list for extension extendee
+	0,   // [0:122] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -9485,7 +9721,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   95,
+			NumMessages:   98,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -36,6 +36,7 @@ const (
 	Meta_Lease_FullMethodName          = "/govfs.wire.Meta/Lease"
 	Meta_Ping_FullMethodName           = "/govfs.wire.Meta/Ping"
 	Meta_Assign_FullMethodName         = "/govfs.wire.Meta/Assign"
+	Meta_MoveReplicas_FullMethodName   = "/govfs.wire.Meta/MoveReplicas"
 	Meta_Join_FullMethodName           = "/govfs.wire.Meta/Join"
 	Meta_MetaHeartbeat_FullMethodName  = "/govfs.wire.Meta/MetaHeartbeat"
 )
@@ -57,6 +58,9 @@ type MetaClient interface {
 	// Assign moves a subtree to another ministry (the president's leader
 	// runs it; other nodes answer NOT_LEADER with its address).
 	Assign(ctx context.Context, in *AssignRequest, opts ...grpc.CallOption) (*AssignResponse, error)
+	// MoveReplicas moves ministry replicas off a node, by hand or to drain
+	// it (the president's leader runs it; others answer NOT_LEADER).
+	MoveReplicas(ctx context.Context, in *MoveReplicasRequest, opts ...grpc.CallOption) (*MoveReplicasResponse, error)
 	// Join admits a new metadata node (any member forwards it to the
 	// president).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
@@ -153,6 +157,16 @@ func (c *metaClient) Assign(ctx context.Context, in *AssignRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaClient) MoveReplicas(ctx context.Context, in *MoveReplicasRequest, opts ...grpc.CallOption) (*MoveReplicasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveReplicasResponse)
+	err := c.cc.Invoke(ctx, Meta_MoveReplicas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JoinResponse)
@@ -190,6 +204,9 @@ type MetaServer interface {
 	// Assign moves a subtree to another ministry (the president's leader
 	// runs it; other nodes answer NOT_LEADER with its address).
 	Assign(context.Context, *AssignRequest) (*AssignResponse, error)
+	// MoveReplicas moves ministry replicas off a node, by hand or to drain
+	// it (the president's leader runs it; others answer NOT_LEADER).
+	MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error)
 	// Join admits a new metadata node (any member forwards it to the
 	// president).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
@@ -229,6 +246,9 @@ func (UnimplementedMetaServer) Ping(context.Context, *PingRequest) (*PingRespons
 }
 func (UnimplementedMetaServer) Assign(context.Context, *AssignRequest) (*AssignResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Assign not implemented")
+}
+func (UnimplementedMetaServer) MoveReplicas(context.Context, *MoveReplicasRequest) (*MoveReplicasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveReplicas not implemented")
 }
 func (UnimplementedMetaServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
@@ -401,6 +421,24 @@ func _Meta_Assign_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_MoveReplicas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveReplicasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).MoveReplicas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_MoveReplicas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).MoveReplicas(ctx, req.(*MoveReplicasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(JoinRequest)
 	if err := dec(in); err != nil {
@@ -475,6 +513,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Assign",
 			Handler:    _Meta_Assign_Handler,
+		},
+		{
+			MethodName: "MoveReplicas",
+			Handler:    _Meta_MoveReplicas_Handler,
 		},
 		{
 			MethodName: "Join",
