@@ -7,6 +7,7 @@
 # also has 10.211.0.1; no traffic leaves the namespace.
 #
 #   scripts/moosefs-netns.sh up DIR MNT [COPIES]   (COPIES default 2, as the issue's MooseFS)
+#   MNT2=DIR2 ...: also a second mfsmount on DIR2 (another client)
 #   scripts/moosefs-netns.sh down DIR
 #
 # FSYNC=1 makes the chunk servers fsync a chunk before its write is
@@ -89,6 +90,14 @@ up() {
 	done
 	[ $up = 1 ] || { echo "moosefs-netns.sh: mfsmount failed; see $dir/*.log"; down "$dir"; exit 1; }
 	echo "$mnt" > "$dir/mnt"
+	if [ -n "${MNT2:-}" ]; then
+		# A second client of the same file system (another machine's
+		# mount: cold reads of what the first one wrote).
+		mkdir -p "$MNT2"
+		nsenter --net=/run/netns/$ns mfsmount "$MNT2" -H "$ip4" >> "$dir/mount.log" 2>&1 ||
+			{ echo "moosefs-netns.sh: the second mfsmount failed; see $dir/mount.log"; down "$dir"; exit 1; }
+		echo "$MNT2" >> "$dir/mnt"
+	fi
 	# Wait for the chunk servers to register, then set the copies.
 	for _ in $(seq 1 30); do
 		n=$(cat "$dir"/cs?.log | grep -ci "connected to master" || true)
@@ -97,13 +106,15 @@ up() {
 	done
 	# The tools talk to the master themselves: from its namespace.
 	nsenter --net=/run/netns/$ns mfssetgoal -r "$copies" "$mnt" > /dev/null
-	echo "MooseFS on $mnt: master and 3 chunk servers in network namespace $ns ($ip4), $copies copies, chunk fsync ${FSYNC:-0}; '$0 down $dir' stops it"
+	echo "MooseFS on $mnt${MNT2:+ and $MNT2}: master and 3 chunk servers in network namespace $ns ($ip4), $copies copies, chunk fsync ${FSYNC:-0}; '$0 down $dir' stops it"
 }
 
 down() {
 	local dir=$1
 	if [ -f "$dir/mnt" ]; then
-		umount "$(cat "$dir/mnt")" 2>/dev/null || umount -l "$(cat "$dir/mnt")" 2>/dev/null || true
+		while read -r m; do
+			umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		done < "$dir/mnt"
 		rm -f "$dir/mnt"
 	fi
 	if [ -f "$dir/pids" ]; then
