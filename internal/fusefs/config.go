@@ -30,6 +30,10 @@ type Config struct {
 	// mount holds a read lease on the directory (dircache.go,
 	// docs/fuse.md "Listings kept by the kernel").
 	DirCache bool
+	// WalkAhead asks for the read leases of the next files of a
+	// directory in the background while a process opens them in the
+	// order it listed them (walkahead.go).
+	WalkAhead bool
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -86,6 +90,7 @@ func DefaultConfig() Config {
 		AttrTimeout:  DefaultTimeout,
 		AsyncDirs:    true,
 		DirCache:     true,
+		WalkAhead:    true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,
 		FsName:       "govfs",

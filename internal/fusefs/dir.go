@@ -131,10 +131,12 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.linear {
 			opts = append(opts, client.Linearizable())
 		}
+		first := len(d.mu.cookie) == 0
 		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
 		if err != nil {
 			return nil, d.n.fsys.errno("readdir", err)
 		}
+		d.n.noteListedPage(ents, first)
 		if len(next) == 0 && len(ents) > 0 {
 			next = ents[len(ents)-1].GetName()
 		}

@@ -343,9 +343,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// instead was tried: pages read before the grant could then be
 	// stale for the whole lease.)
 	var l *client.Lease
+	var held bool
 	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
 		l = n.currentLease()
 	} else {
+		n.walkAhead(ctx)
+		held = n.currentLease() != nil
 		l = n.readLease(ctx)
 	}
 	if l != nil && flags&syscall.O_TRUNC == 0 {
@@ -363,6 +366,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 				n.mu.cacheLease, n.mu.openVersion = l, a.GetVersion()
 				n.mu.Unlock()
 				n.setCacheVersion(a.GetVersion())
+				if held {
+					n.fsys.leasedOpens.Inc()
+				}
 				return n.addHandle(ctx, f), fuseFlags, 0
 			}
 		}

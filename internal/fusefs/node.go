@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/client"
@@ -40,6 +42,12 @@ type FS struct {
 	listLeases leaseSet
 	// cache is the local disk cache (--cache-dir), nil without one.
 	cache *diskcache.Cache
+	// walkSem bounds the walk-ahead's lease requests (walkahead.go).
+	walkSem chan struct{}
+	// walkAsked counts the leases the walk-ahead asked for; leasedOpens
+	// the opens for reading that found a valid lease with the file's
+	// attributes and asked the ministry nothing.
+	walkAsked, leasedOpens prometheus.Counter
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -47,7 +55,22 @@ func New(cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases}}, nil
+	f := &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases},
+		walkSem: make(chan struct{}, walkInFlight),
+		walkAsked: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_leases_total",
+			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
+		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
+			Help: "Opens for reading answered from a valid read lease, without a request to the ministry."}),
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(f.walkAsked); err != nil {
+			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
+		}
+		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
+			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
+		}
+	}
+	return f, nil
 }
 
 // node is one GovFS inode as go-fuse knows it.
@@ -62,6 +85,9 @@ type node struct {
 	dir dirState
 	// list is a directory's kernel listing cache state (dircache.go).
 	list listState
+	// walk is a directory's listing order for the walk-ahead
+	// (walkahead.go).
+	walk walkState
 
 	mu struct {
 		sync.Mutex

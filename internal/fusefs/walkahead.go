@@ -1,0 +1,153 @@
+package fusefs
+
+// Walk-ahead: a process that opens the files of a directory in the order
+// it listed them (cp -r, tar -c, rsync, grep -r, find | xargs cat, a
+// training job's data loader) pays a read-lease round trip to the
+// minister at every open, and the read of a small file another. When an
+// open follows the listing's order, the mount asks for the read leases of
+// the next files in the background, a few at a time (the window doubles
+// while the opens keep the order, as the kernel's read-ahead does): each
+// grant brings the file's attributes, chunk table and inline bytes
+// (LeaseOptions.Open), so the process's own open and the read of an
+// inline file then ask nothing. The leases are ordinary read leases:
+// another client's change revokes them first, as for any open.
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/wire"
+)
+
+const (
+	// walkFirst and walkMax bound the window: files asked for ahead of
+	// the one opened.
+	walkFirst = 4
+	walkMax   = 64
+	// walkFresh is how long after a listing its order is followed.
+	walkFresh = time.Minute
+	// walkNames bounds the names a directory remembers (the start of a
+	// bigger listing).
+	walkNames = 1 << 14
+	// walkInFlight bounds the mount's background lease requests.
+	walkInFlight = 8
+)
+
+// walkState is a directory's last listing order and how far ahead of
+// the opens following it leases were asked for.
+type walkState struct {
+	mu      sync.Mutex
+	at      time.Time
+	entries []walkEntry
+	index   map[string]int
+	// last is the index of the last open that followed the order, ahead
+	// the last index asked for, window the current window.
+	last, ahead, window int
+}
+
+type walkEntry struct {
+	name string
+	ino  ids.Ino
+}
+
+// noteListedPage records a page of a listing read from the ministry
+// (first: the listing's first page, which starts a new order).
+func (n *node) noteListedPage(ents []*wire.DirEntry, first bool) {
+	if !n.fsys.cfg.WalkAhead {
+		return
+	}
+	w := &n.walk
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if first || w.index == nil {
+		w.entries, w.index = w.entries[:0], map[string]int{}
+		w.last, w.ahead, w.window = -1, -1, 0
+	}
+	w.at = time.Now()
+	for _, e := range ents {
+		if len(w.entries) >= walkNames {
+			return
+		}
+		if e.GetType() != wire.FileType_REGULAR {
+			continue
+		}
+		name := string(e.GetName())
+		w.index[name] = len(w.entries)
+		w.entries = append(w.entries, walkEntry{name: name, ino: ids.Ino(e.GetIno())})
+	}
+}
+
+// walkAhead runs after n, a regular file, was opened for reading: if its
+// directory was listed lately and the opens follow that order, the next
+// files' leases are asked for in the background.
+func (n *node) walkAhead(ctx context.Context) {
+	if !n.fsys.cfg.WalkAhead {
+		return
+	}
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	pn, ok := parent.Operations().(*node)
+	if !ok {
+		return
+	}
+	todo := pn.walkNext(name, n.ino)
+	for _, e := range todo {
+		ch := parent.GetChild(e.name)
+		if ch == nil {
+			continue // not known to the kernel: its open looks it up
+		}
+		cn, ok := ch.Operations().(*node)
+		if !ok || cn.ino != e.ino || cn.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
+			continue
+		}
+		go cn.prefetchLease(context.WithoutCancel(ctx))
+	}
+}
+
+// walkNext says which entries to ask leases for after the open of name.
+func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
+	w := &n.walk
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i, ok := w.index[name]
+	if !ok || w.entries[i].ino != ino || time.Since(w.at) > walkFresh {
+		return nil
+	}
+	switch {
+	case w.window == 0:
+		w.window = walkFirst // the first open since the listing
+	case i == w.last+1 || (i > w.last && i <= w.ahead):
+		w.window = min(2*w.window, walkMax) // in order: widen
+	default:
+		// Out of order: start again small from here.
+		w.window, w.ahead = walkFirst, i
+	}
+	w.last = i
+	from, to := max(w.ahead+1, i+1), min(i+w.window, len(w.entries)-1)
+	if from > to {
+		return nil
+	}
+	w.ahead = to
+	return append([]walkEntry(nil), w.entries[from:to+1]...)
+}
+
+// prefetchLease asks for the file's read lease (with what an open reads)
+// unless it holds one or is open, at most walkInFlight at a time per
+// mount.
+func (n *node) prefetchLease(ctx context.Context) {
+	n.fsys.walkSem <- struct{}{}
+	defer func() { <-n.fsys.walkSem }()
+	n.mu.Lock()
+	skip := n.validLeaseLocked() != nil || len(n.mu.handles) > 0
+	n.mu.Unlock()
+	if skip {
+		return
+	}
+	n.fsys.walkAsked.Inc()
+	n.readLease(ctx)
+}

@@ -1,0 +1,101 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+)
+
+// mountCounter reads a counter from a mount's --metrics address.
+func mountCounter(t *testing.T, addr, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)`).FindStringSubmatch(string(body))
+	if m == nil {
+		t.Fatalf("%s: no %s", addr, name)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return int(v)
+}
+
+// TestWalkAhead: a mount that reads a directory's files in the order it
+// listed them finds most of them already under a read lease (asked for
+// ahead, with their attributes and bytes), and still reads every change
+// another client made before opening: to a file whose lease was taken
+// ahead and not yet opened, to small (inline) and chunk files alike.
+func TestWalkAhead(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	w := mountProc(t, c)
+	r := mountProc(t, c, "--metrics", addr)
+	const files = 60
+	content := func(i, gen int) []byte {
+		size := 1000 // inline
+		if i%3 == 0 {
+			size = 70 << 10 // in a chunk
+		}
+		return bytes.Repeat([]byte(fmt.Sprintf("%d.%d|", i, gen)), size/6)
+	}
+	d := filepath.Join(w, "d")
+	must(t, os.Mkdir(d, 0o755))
+	for i := range files {
+		must(t, os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d", i)), content(i, 0), 0o644))
+	}
+	f, err := os.Open(w)
+	must(t, err)
+	must(t, f.Sync()) // the writer's queue committed
+	f.Close()
+
+	rd := filepath.Join(r, "d")
+	ents, err := os.ReadDir(rd)
+	must(t, err)
+	if len(ents) != files {
+		t.Fatalf("listed %d entries, want %d", len(ents), files)
+	}
+	asked0, hits0 := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total"), mountCounter(t, addr, "govfs_mount_leased_opens_total")
+	read := func(i int) []byte {
+		b, err := os.ReadFile(filepath.Join(rd, ents[i].Name()))
+		must(t, err)
+		return b
+	}
+	half := files / 2
+	for i := range half {
+		if got := read(i); !bytes.Equal(got, content(i, 0)) {
+			t.Fatalf("%s: read %d bytes, not what was written", ents[i].Name(), len(got))
+		}
+	}
+	// The reader has leases ahead of where it is: the writer changes
+	// those files now, and each change revokes the reader's lease first.
+	for i := half; i < files; i++ {
+		must(t, os.WriteFile(filepath.Join(d, ents[i].Name()), content(i, 1), 0o644))
+	}
+	for i := half; i < files; i++ {
+		if got := read(i); !bytes.Equal(got, content(i, 1)) {
+			t.Fatalf("%s, changed by another mount after this one took its lease ahead: read %.20q..., want %.20q...", ents[i].Name(), got, content(i, 1))
+		}
+	}
+	asked := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total") - asked0
+	hits := mountCounter(t, addr, "govfs_mount_leased_opens_total") - hits0
+	t.Logf("%d files read in listing order: %d leases asked for ahead, %d opens found one", files, asked, hits)
+	// The first half follows the listing untouched: all but the first
+	// few opens find their lease.
+	if asked < half || hits < half-walkFirstForTest {
+		t.Fatalf("walk-ahead asked %d leases and %d opens found one; want at least %d and %d", asked, hits, half, half-walkFirstForTest)
+	}
+}
+
+// walkFirstForTest: the opens that may miss before the window is ahead
+// (the first, whose own lease is asked for then).
+const walkFirstForTest = 2
