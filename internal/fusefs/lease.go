@@ -169,6 +169,7 @@ func (n *node) detachLease() *client.Lease {
 // finishDrop drops what the kernel caches of the file under l, then
 // gives l back.
 func (n *node) finishDrop(ctx context.Context, l *client.Lease) {
+	n.afterStores()
 	_ = n.NotifyContent(0, 0) // attributes and data; ENOENT if forgotten
 	_ = l.Release(ctx)
 }
@@ -188,8 +189,17 @@ func (n *node) leaseRevoked(l *client.Lease, _ bool) {
 	n.mu.linearize = true
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)
+	n.afterStores()
 	// Data and attributes; ENOENT when the kernel forgot the inode.
 	_ = n.NotifyContent(0, 0)
+}
+
+// afterStores waits for a walk-ahead store into the kernel's page cache
+// that checked the lease before it was dropped (prefetchData): the drop
+// that follows then removes what it stored.
+func (n *node) afterStores() {
+	n.store.Lock()
+	n.store.Unlock() //nolint:staticcheck // an empty section: a barrier
 }
 
 // noteWrite: a descriptor wrote, so the attributes held are no longer

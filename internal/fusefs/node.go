@@ -48,6 +48,9 @@ type FS struct {
 	// the opens for reading that found a valid lease with the file's
 	// attributes and asked the ministry nothing.
 	walkAsked, leasedOpens prometheus.Counter
+	// walkStored counts the bytes the walk-ahead stored in the kernel's
+	// page cache.
+	walkStored prometheus.Counter
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -61,12 +64,17 @@ func New(cfg Config) (*FS, error) {
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
 		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
 			Help: "Opens for reading answered from a valid read lease, without a request to the ministry."}),
+		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
+			Help: "Bytes of small files read ahead under their leases into the kernel's page cache."}),
 	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(f.walkAsked); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
+			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
+		}
+		if err := cfg.Metrics.Register(f.walkStored); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
 	}
@@ -88,6 +96,9 @@ type node struct {
 	// walk is a directory's listing order for the walk-ahead
 	// (walkahead.go).
 	walk walkState
+	// store orders a walk-ahead store into the kernel's page cache
+	// before a revoke's or an eviction's drop (prefetchData).
+	store sync.Mutex
 
 	mu struct {
 		sync.Mutex

@@ -14,10 +14,14 @@ package fusefs
 
 import (
 	"context"
+	"errors"
+	"io"
+	"os"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -149,5 +153,49 @@ func (n *node) prefetchLease(ctx context.Context) {
 		return
 	}
 	n.fsys.walkAsked.Inc()
-	n.readLease(ctx)
+	if l := n.readLease(ctx); l != nil {
+		n.prefetchData(ctx, l)
+	}
+}
+
+// walkDataMax: a file taken ahead is also read ahead, into the kernel's
+// page cache, when it is at most this long (the kernel's own read-ahead
+// would fetch that much at the first read).
+const walkDataMax = 128 << 10
+
+// prefetchData reads a small file's bytes under its read lease l and
+// stores them in the kernel's page cache, where the process's open
+// (FOPEN_KEEP_CACHE: the pages are good under l) and reads find them.
+// The store happens under n.store, which leaseRevoked and finishDrop
+// take before they drop the kernel's pages: a store that checked the
+// lease before a revoke lands before the revoke's drop, never after it.
+func (n *node) prefetchData(ctx context.Context, l *client.Lease) {
+	a, held := n.cachedLeaseAttr()
+	if a == nil || held != l || a.GetSize() == 0 || a.GetSize() > walkDataMax {
+		return
+	}
+	f, err := n.fsys.c.FileOfLease(l, a, os.O_RDONLY)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, a.GetSize())
+	k, err := f.ReadAt(ctx, buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return
+	}
+	n.store.Lock()
+	defer n.store.Unlock()
+	if cur, held := n.cachedLeaseAttr(); held != l || cur == nil || cur.GetVersion() != a.GetVersion() {
+		return // revoked, changed or opened meanwhile
+	}
+	if n.WriteCache(0, buf[:k]) != 0 {
+		return
+	}
+	n.mu.Lock()
+	if n.mu.lease == l {
+		n.mu.cacheLease = l
+		n.fsys.walkStored.Add(float64(k))
+	}
+	n.mu.Unlock()
 }

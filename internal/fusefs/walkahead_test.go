@@ -31,7 +31,8 @@ func mountCounter(t *testing.T, addr, name string) int {
 
 // TestWalkAhead: a mount that reads a directory's files in the order it
 // listed them finds most of them already under a read lease (asked for
-// ahead, with their attributes and bytes), and still reads every change
+// ahead, with their attributes and bytes, small files' bytes stored in
+// the kernel's page cache), and still reads every change
 // another client made before opening: to a file whose lease was taken
 // ahead and not yet opened, to small (inline) and chunk files alike.
 func TestWalkAhead(t *testing.T) {
@@ -65,6 +66,7 @@ func TestWalkAhead(t *testing.T) {
 		t.Fatalf("listed %d entries, want %d", len(ents), files)
 	}
 	asked0, hits0 := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total"), mountCounter(t, addr, "govfs_mount_leased_opens_total")
+	stored0 := mountCounter(t, addr, "govfs_mount_walk_ahead_stored_bytes_total")
 	read := func(i int) []byte {
 		b, err := os.ReadFile(filepath.Join(rd, ents[i].Name()))
 		must(t, err)
@@ -88,7 +90,11 @@ func TestWalkAhead(t *testing.T) {
 	}
 	asked := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total") - asked0
 	hits := mountCounter(t, addr, "govfs_mount_leased_opens_total") - hits0
-	t.Logf("%d files read in listing order: %d leases asked for ahead, %d opens found one", files, asked, hits)
+	stored := mountCounter(t, addr, "govfs_mount_walk_ahead_stored_bytes_total") - stored0
+	t.Logf("%d files read in listing order: %d leases asked for ahead, %d opens found one, %d bytes read ahead into the page cache", files, asked, hits, stored)
+	if stored == 0 {
+		t.Fatal("no file's bytes were read ahead")
+	}
 	// The first half follows the listing untouched: all but the first
 	// few opens find their lease.
 	if asked < half || hits < half-walkFirstForTest {
