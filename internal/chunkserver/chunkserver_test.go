@@ -377,9 +377,22 @@ func TestUnknownTokenKeyLearntOnDemand(t *testing.T) {
 	if st, err := s.checkToken(caller, write(key)); st != dataproto.StatusOK || err != nil {
 		t.Fatalf("token of key %d, which the server had not learnt: status %d, %v; want it learnt and accepted", key.ID, st, err)
 	}
+	// A key older than those known is not asked for.
 	s.keyFetch.mu.Lock()
 	s.keyFetch.last = time.Time{}
 	s.keyFetch.mu.Unlock()
+	if key.ID > 1 {
+		old := chunktoken.Key{ID: key.ID - 1, Secret: []byte("dropped")}
+		if _, err := s.checkToken(caller, write(old)); !errors.Is(err, chunktoken.ErrUnknownKey) {
+			t.Fatalf("token of an older key: %v", err)
+		}
+		s.keyFetch.mu.Lock()
+		asked := s.keyFetch.last
+		s.keyFetch.mu.Unlock()
+		if !asked.IsZero() {
+			t.Fatal("a token of a key older than those known made the server heartbeat")
+		}
+	}
 	made := chunktoken.Key{ID: key.ID + 1000, Secret: []byte("made up")}
 	if st, err := s.checkToken(caller, write(made)); st != dataproto.StatusBadToken || !errors.Is(err, chunktoken.ErrUnknownKey) {
 		t.Fatalf("token of a key nobody made: status %d, %v; want StatusBadToken, unknown key", st, err)

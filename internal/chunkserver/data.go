@@ -186,23 +186,25 @@ func (s *Server) checkToken(caller rpc.Caller, f *dataproto.Frame) (dataproto.St
 	}
 }
 
-// keyFetchSpacing is the least time between two heartbeats learnKey
-// sends: tokens naming made-up keys cannot make a server hammer the
-// president.
+// keyFetchSpacing is the least time between the end of a heartbeat
+// learnKey sent and the start of the next: tokens naming made-up keys
+// cannot make a server hammer the president.
 const keyFetchSpacing = 250 * time.Millisecond
 
 // learnKey sends a heartbeat now, for the president's current token keys,
-// when tok names a key this server does not know, and says whether it
-// knows the key then. The president mints with a new cluster's first key
-// at once, before every chunk server's 2-s heartbeat has brought it; a
-// client cannot cure that with a fresh token, which is signed with the
-// same key, and a chunk written before the ministry records it (a new
-// file's first bytes, an inline file moved to a chunk) has no record to
-// ask a fresh token for: the write failed with EACCES.
+// when tok names a key newer than any this server knows, and says
+// whether it knows the key then. The president mints with a new
+// cluster's first key at once, before every chunk server's 2-s heartbeat
+// has brought it; a client cannot cure that with a fresh token, which is
+// signed with the same key, and a chunk written before the ministry
+// records it (a new file's first bytes, an inline file moved to a chunk)
+// has no record to ask a fresh token for: the write failed with EACCES.
+// Concurrent requests wait for the one heartbeat in flight (at most its
+// 2-s timeout) rather than each sending one.
 func (s *Server) learnKey(tok []byte) bool {
 	id, ok := chunktoken.KeyID(tok)
-	if !ok {
-		return false
+	if !ok || id <= s.tokens.MaxID() {
+		return false // malformed, or an old key that was dropped
 	}
 	s.keyFetch.mu.Lock()
 	defer s.keyFetch.mu.Unlock()
@@ -212,8 +214,8 @@ func (s *Server) learnKey(tok []byte) bool {
 	if time.Since(s.keyFetch.last) < keyFetchSpacing {
 		return false
 	}
-	s.keyFetch.last = time.Now()
 	s.heartbeat()
+	s.keyFetch.last = time.Now()
 	return s.tokens.Knows(id)
 }
 

@@ -114,13 +114,18 @@ type Server struct {
 	// tokens checks clients' chunk access tokens with the keys of the
 	// last heartbeat's answer.
 	tokens chunktoken.Verifier
-	// keyFetch spaces the heartbeats learnKey sends on demand.
+	// keyFetch spaces the heartbeats learnKey sends on demand: last is
+	// when the last one ended.
 	keyFetch struct {
 		mu   sync.Mutex
 		last time.Time
 	}
-	peers dataproto.Pool
-	locks chunkLocks
+	// beatMu keeps heartbeats one at a time (the ticker's and learnKey's):
+	// an older answer applied after a newer one would take back a group
+	// change or a key just learnt.
+	beatMu sync.Mutex
+	peers  dataproto.Pool
+	locks  chunkLocks
 	// reconciled maps a chunk handle to the group epoch at which this
 	// primary last saw every full member agree on it (guarded by mu).
 	reconciled map[uint64]uint64
@@ -378,6 +383,8 @@ func (s *Server) heartbeats() {
 }
 
 func (s *Server) heartbeat() {
+	s.beatMu.Lock()
+	defer s.beatMu.Unlock()
 	used, capacity, err := s.store.Usage()
 	if err != nil {
 		s.log.Warn("measure usage", "err", err)

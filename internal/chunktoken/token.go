@@ -163,6 +163,17 @@ func (v *Verifier) Len() int {
 	return len(v.keys)
 }
 
+// MaxID is the highest key id the verifier holds (0: none).
+func (v *Verifier) MaxID() uint32 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var top uint32
+	for id := range v.keys {
+		top = max(top, id)
+	}
+	return top
+}
+
 // Knows says whether the verifier holds key id.
 func (v *Verifier) Knows(id uint32) bool {
 	v.mu.RLock()

@@ -335,6 +335,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e := n.checkAccess(ctx, openWant(flags), "open"); e != 0 {
 		return nil, 0, e
 	}
+	defer n.fenceStores()()
 	ctx = bg(n.fsys.forUser(ctx))
 	// The lease first: attributes read after it was granted stay current
 	// while it is held (a change by another client revokes it first).

@@ -97,6 +97,11 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 	n.mu.Unlock()
 	if old != nil {
 		n.fsys.leases.remove(n)
+		// No longer valid: expired, or being revoked, whose callback
+		// may not have dropped the kernel's pages yet. They go before
+		// the lease does (a store under it finished first).
+		n.afterStores()
+		_ = n.NotifyContent(0, 0)
 		_ = old.Release(ctx)
 	}
 	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt})

@@ -42,8 +42,10 @@ type FS struct {
 	listLeases leaseSet
 	// cache is the local disk cache (--cache-dir), nil without one.
 	cache *diskcache.Cache
-	// walkSem bounds the walk-ahead's lease requests (walkahead.go).
-	walkSem chan struct{}
+	// walkJobs feeds the walk-ahead's workers, started once
+	// (walkahead.go).
+	walkJobs  chan walkJob
+	walkStart sync.Once
 	// walkAsked counts the leases the walk-ahead asked for; leasedOpens
 	// the opens for reading that found a valid lease with the file's
 	// attributes and asked the ministry nothing.
@@ -59,7 +61,6 @@ func New(cfg Config) (*FS, error) {
 		return nil, err
 	}
 	f := &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases},
-		walkSem: make(chan struct{}, walkInFlight),
 		walkAsked: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_leases_total",
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
 		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
@@ -135,6 +136,10 @@ type node struct {
 		// or a lock was taken): the next getattr reads linearizably, as
 		// a clerk may not have applied the change yet.
 		linearize bool
+		// busy counts this mount's opens and truncates of the file under
+		// way: a walk-ahead store of its bytes stays off meanwhile
+		// (fenceStores).
+		busy int
 	}
 }
 
@@ -908,6 +913,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	ctx = n.fsys.asCaller(bg(ctx))
 	var a *wire.Attr
 	if size, ok := in.GetSize(); ok {
+		defer n.fenceStores()()
 		h, _ := fh.(*handle)
 		var e syscall.Errno
 		if a, e = n.truncate(ctx, h, int64(size)); e != 0 {

@@ -36,8 +36,10 @@ const (
 	// walkNames bounds the names a directory remembers (the start of a
 	// bigger listing).
 	walkNames = 1 << 14
-	// walkInFlight bounds the mount's background lease requests.
+	// walkInFlight is how many background lease requests a mount makes
+	// at a time, walkQueueLen how many wait.
 	walkInFlight = 8
+	walkQueueLen = 256
 )
 
 // walkState is a directory's last listing order and how far ahead of
@@ -109,7 +111,34 @@ func (n *node) walkAhead(ctx context.Context) {
 		if !ok || cn.ino != e.ino || cn.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
 			continue
 		}
-		go cn.prefetchLease(context.WithoutCancel(ctx))
+		n.fsys.walkQueue(walkJob{n: cn, ctx: context.WithoutCancel(ctx)})
+	}
+}
+
+// walkJob is a lease (and maybe the bytes) to fetch ahead for n, in the
+// name of the process whose open asked (ctx).
+type walkJob struct {
+	n   *node
+	ctx context.Context
+}
+
+// walkQueue hands j to the mount's walkInFlight workers (started at the
+// first job); a job that finds the queue full is dropped: the open asks
+// for its lease itself then.
+func (f *FS) walkQueue(j walkJob) {
+	f.walkStart.Do(func() {
+		f.walkJobs = make(chan walkJob, walkQueueLen)
+		for range walkInFlight {
+			go func() {
+				for j := range f.walkJobs {
+					j.n.prefetchLease(j.ctx)
+				}
+			}()
+		}
+	})
+	select {
+	case f.walkJobs <- j:
+	default:
 	}
 }
 
@@ -118,10 +147,15 @@ func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
 	w := &n.walk
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.index != nil && time.Since(w.at) > walkFresh {
+		// Nobody followed it lately: its names go.
+		w.entries, w.index = nil, nil
+	}
 	i, ok := w.index[name]
-	if !ok || w.entries[i].ino != ino || time.Since(w.at) > walkFresh {
+	if !ok || w.entries[i].ino != ino {
 		return nil
 	}
+	w.at = time.Now() // a walk longer than walkFresh goes on
 	switch {
 	case w.window == 0:
 		w.window = walkFirst // the first open since the listing
@@ -141,13 +175,10 @@ func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
 }
 
 // prefetchLease asks for the file's read lease (with what an open reads)
-// unless it holds one or is open, at most walkInFlight at a time per
-// mount.
+// unless it holds one or is open.
 func (n *node) prefetchLease(ctx context.Context) {
-	n.fsys.walkSem <- struct{}{}
-	defer func() { <-n.fsys.walkSem }()
 	n.mu.Lock()
-	skip := n.validLeaseLocked() != nil || len(n.mu.handles) > 0
+	skip := n.validLeaseLocked() != nil || len(n.mu.handles) > 0 || n.mu.busy > 0
 	n.mu.Unlock()
 	if skip {
 		return
@@ -166,19 +197,28 @@ const walkDataMax = 128 << 10
 // prefetchData reads a small file's bytes under its read lease l and
 // stores them in the kernel's page cache, where the process's open
 // (FOPEN_KEEP_CACHE: the pages are good under l) and reads find them.
-// The store happens under n.store, which leaseRevoked and finishDrop
-// take before they drop the kernel's pages: a store that checked the
-// lease before a revoke lands before the revoke's drop, never after it.
+// The store happens under n.store, which every path that drops the
+// kernel's pages after losing a lease takes first (afterStores), and
+// which this mount's opens and truncates of the file take after marking
+// themselves busy (fenceStores): a store that checked the lease and the
+// file's quiet before lands before such a drop, open or truncate, never
+// after it.
 func (n *node) prefetchData(ctx context.Context, l *client.Lease) {
 	a, held := n.cachedLeaseAttr()
 	if a == nil || held != l || a.GetSize() == 0 || a.GetSize() > walkDataMax {
 		return
 	}
+	n.mu.Lock()
+	changes := n.mu.localChanges
+	n.mu.Unlock()
 	f, err := n.fsys.c.FileOfLease(l, a, os.O_RDONLY)
 	if err != nil {
 		return
 	}
 	defer f.Close()
+	if cred := n.fsys.userCred(ctx); cred != nil {
+		f.ActAs(cred) // read in the opener's name, as its open would
+	}
 	buf := make([]byte, a.GetSize())
 	k, err := f.ReadAt(ctx, buf, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -186,8 +226,11 @@ func (n *node) prefetchData(ctx context.Context, l *client.Lease) {
 	}
 	n.store.Lock()
 	defer n.store.Unlock()
-	if cur, held := n.cachedLeaseAttr(); held != l || cur == nil || cur.GetVersion() != a.GetVersion() {
-		return // revoked, changed or opened meanwhile
+	n.mu.Lock()
+	quiet := n.mu.busy == 0 && n.mu.localChanges == changes
+	n.mu.Unlock()
+	if cur, held := n.cachedLeaseAttr(); !quiet || held != l || cur == nil || cur.GetVersion() != a.GetVersion() {
+		return // revoked, changed, or opened or truncated here meanwhile
 	}
 	if n.WriteCache(0, buf[:k]) != 0 {
 		return
@@ -198,4 +241,20 @@ func (n *node) prefetchData(ctx context.Context, l *client.Lease) {
 		n.fsys.walkStored.Add(float64(k))
 	}
 	n.mu.Unlock()
+}
+
+// fenceStores marks an open or truncate of the file by this mount under
+// way and waits for a walk-ahead store that began before: no store lays
+// older bytes over what the opener then writes (prefetchData). The
+// returned func ends it.
+func (n *node) fenceStores() (done func()) {
+	n.mu.Lock()
+	n.mu.busy++
+	n.mu.Unlock()
+	n.afterStores()
+	return func() {
+		n.mu.Lock()
+		n.mu.busy--
+		n.mu.Unlock()
+	}
 }

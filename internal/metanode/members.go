@@ -229,12 +229,13 @@ func (n *Node) replaceDeadMembers(ctx context.Context, v *mapView) error {
 		}
 	}
 	hosting := v.replicaLoad()
+	dropping := n.stillHosting(v)
 	for _, m := range v.ministries {
 		i := slices.IndexFunc(m.GetMembers(), func(id uint64) bool { return dead[id] })
 		if i < 0 || m.GetGroup() == uint64(ids.PresidentGroup) {
 			continue
 		}
-		best := pickReplacement(v.members, m.GetMembers(), 0, alive, hosting)
+		best := pickReplacement(v.members, m.GetMembers(), 0, alive, hosting, dropping[m.GetGroup()])
 		if best == 0 {
 			if now.Sub(n.lastNoSpare) > time.Minute {
 				n.lastNoSpare = now

@@ -11,6 +11,7 @@ package metanode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"syscall"
@@ -31,7 +32,14 @@ func (s *metaService) MoveReplicas(ctx context.Context, req *wire.MoveReplicasRe
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := n.moveReplicas(ctx, req)
-	if err != nil {
+	var pe *proposeErr
+	switch {
+	case errors.As(err, &pe):
+		// Not the leader any more, or the log is slow: the client asks
+		// again, and the retry decides from the map as it is then (the
+		// moves recorded already are no longer to do).
+		return &wire.MoveReplicasResponse{Status: s.errStatus(ids.PresidentGroup, err)}, nil
+	case err != nil:
 		return &wire.MoveReplicasResponse{Status: errnoStatus(err, syscall.EINVAL)}, nil
 	}
 	resp.Status = &wire.Status{}
@@ -88,11 +96,9 @@ func (n *Node) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) 
 			todo = append(todo, m)
 		}
 		if !req.GetDrain() && g == req.GetMinistry() {
-			switch {
-			case !slices.Contains(m.GetMembers(), from) && to != 0 && slices.Contains(m.GetMembers(), to):
-				// Done already (a retry whose answer was lost).
-				return &wire.MoveReplicasResponse{Moves: []*wire.ReplicaMove{{Ministry: g, From: from, To: to, Members: m.GetMembers()}}}, nil
-			case !slices.Contains(m.GetMembers(), from):
+			if !slices.Contains(m.GetMembers(), from) {
+				// Also what a retry whose answer was lost finds: the
+				// members say where the replica went.
 				return nil, &codedErr{syscall.ENOENT, fmt.Sprintf("node %d holds no replica of ministry %d (its members are %v)", from, g, m.GetMembers())}
 			}
 			todo = append(todo, m)
@@ -105,6 +111,7 @@ func (n *Node) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) 
 		resp.Stays = append(resp.Stays, uint64(ids.PresidentGroup))
 	}
 	hosting := v.replicaLoad()
+	dropping := n.stillHosting(v)
 	type plan struct {
 		m    *wire.Ministry
 		next []uint64
@@ -116,8 +123,14 @@ func (n *Node) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) 
 			return nil, &codedErr{syscall.EBUSY, fmt.Sprintf("ministry %d takes part in move %d, which is under way; wait for it to end (govfs admin ministries)", m.GetGroup(), id)}
 		}
 		dest := to
+		if dest != 0 && dropping[m.GetGroup()][dest] {
+			// Re-added before it deleted its old replica, it could be
+			// promoted on that log and then wipe it: a voter without
+			// its log.
+			return nil, &codedErr{syscall.EAGAIN, fmt.Sprintf("node %d still holds a replica of ministry %d it left, which it is deleting; retry in a few seconds", dest, m.GetGroup())}
+		}
 		if dest == 0 {
-			dest = pickReplacement(v.members, m.GetMembers(), from, alive, hosting)
+			dest = pickReplacement(v.members, m.GetMembers(), from, alive, hosting, dropping[m.GetGroup()])
 			if dest == 0 {
 				return nil, &codedErr{syscall.ENOSPC, fmt.Sprintf("no live metadata node outside ministry %d's members %v can take node %d's replica: add a node (govfs meta --join)",
 					m.GetGroup(), m.GetMembers(), from)}
@@ -137,7 +150,7 @@ func (n *Node) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) 
 		res, _, err := n.host.Propose(ctx, ids.PresidentGroup, &wire.Command{Version: 1, NowNs: n.cfg.Clock.Now().UnixNano(),
 			Op: &wire.Command_SetMembers{SetMembers: &wire.SetMembersOp{Ministry: g, Members: p.next, Prior: p.m.GetMembers()}}})
 		if err != nil {
-			return nil, fmt.Errorf("move ministry %d's replica off node %d (%d of %d moves recorded): %w", g, from, len(resp.Moves), len(plans), err)
+			return nil, &proposeErr{fmt.Errorf("move ministry %d's replica off node %d (%d of %d moves recorded): %w", g, from, len(resp.Moves), len(plans), err)}
 		}
 		if e := res.GetErrno(); e != 0 {
 			return nil, &codedErr{syscall.Errno(e), fmt.Sprintf("move ministry %d's replica off node %d (%d of %d moves recorded): %s", g, from, len(resp.Moves), len(plans), res.GetMessage())}
@@ -148,14 +161,46 @@ func (n *Node) moveReplicas(ctx context.Context, req *wire.MoveReplicasRequest) 
 	return resp, nil
 }
 
+// proposeErr: recording a change in the president's log failed (not
+// the leader any more, a timeout): the request may be retried.
+type proposeErr struct{ err error }
+
+func (e *proposeErr) Error() string { return e.err.Error() }
+func (e *proposeErr) Unwrap() error { return e.err }
+
+// stillHosting maps each ministry to the nodes whose last heartbeat
+// says they host a replica of it although the map no longer lists them
+// (they are deleting it).
+func (n *Node) stillHosting(v *mapView) map[uint64]map[uint64]bool {
+	out := map[uint64]map[uint64]bool{}
+	members := map[uint64][]uint64{}
+	for _, m := range v.ministries {
+		members[m.GetGroup()] = m.GetMembers()
+	}
+	for _, nl := range n.nodes.loads(n.cfg.Clock.Now(), n.started, v.members) {
+		for _, gl := range nl.GetGroups() {
+			g := gl.GetGroup()
+			if g == uint64(ids.PresidentGroup) || slices.Contains(members[g], nl.GetNodeId()) {
+				continue
+			}
+			if out[g] == nil {
+				out[g] = map[uint64]bool{}
+			}
+			out[g][nl.GetNodeId()] = true
+		}
+	}
+	return out
+}
+
 // pickReplacement is the live node, outside members and other than
-// leaving, that hosts the fewest group replicas (lowest id on a tie); 0
-// if there is none.
-func pickReplacement(nodes []*wire.Member, members []uint64, leaving uint64, alive map[uint64]bool, hosting map[uint64]int) uint64 {
+// leaving, that hosts the fewest group replicas (lowest id on a tie),
+// skipping those still deleting an old replica of the ministry
+// (dropping); 0 if there is none.
+func pickReplacement(nodes []*wire.Member, members []uint64, leaving uint64, alive map[uint64]bool, hosting map[uint64]int, dropping map[uint64]bool) uint64 {
 	var best uint64
 	for _, mb := range nodes {
 		id := mb.GetId()
-		if id == leaving || !alive[id] || slices.Contains(members, id) {
+		if id == leaving || !alive[id] || dropping[id] || slices.Contains(members, id) {
 			continue
 		}
 		if best == 0 || hosting[id] < hosting[best] || (hosting[id] == hosting[best] && id < best) {
