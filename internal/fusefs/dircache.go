@@ -129,25 +129,10 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 			s.mu.Unlock()
 			return 0, false
 		}
-		s.mu.Unlock()
-		l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{Dir: true, OnRevoke: n.listLeaseRevoked})
-		s.mu.Lock()
-		if err != nil || !l.Valid() {
-			// EAGAIN: another client holds the directory lease or is
-			// changing the directory; or it was revoked already.
-			s.backoff = now.Add(listBackoff)
+		var ok bool
+		if evict, ok = n.obtainListLease(ctx, now); !ok {
 			s.mu.Unlock()
-			if err == nil {
-				go n.releaseListLease(l)
-			}
 			return 0, false
-		}
-		if s.lease != nil {
-			// A concurrent open got one first.
-			go n.releaseListLease(l)
-		} else {
-			s.lease = l
-			evict = n.fsys.listLeases.add(n)
 		}
 	}
 	l := s.lease
@@ -169,6 +154,81 @@ func (n *node) listingFlags(ctx context.Context) (flags uint32, leased bool) {
 		return 0, true
 	}
 	return fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, true
+}
+
+// obtainListLease asks for n's listing lease (a try), called with n.list.mu
+// held and no lease; it returns with the lock held, the lease in
+// n.list.lease when ok, and the directory the set evicted for it.
+func (n *node) obtainListLease(ctx context.Context, now time.Time) (evict *node, ok bool) {
+	s := &n.list
+	s.mu.Unlock()
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{Dir: true, OnRevoke: n.listLeaseRevoked})
+	s.mu.Lock()
+	if err != nil || !l.Valid() {
+		// EAGAIN: another client holds the directory lease or is
+		// changing the directory; or it was revoked already.
+		s.backoff = now.Add(listBackoff)
+		if err == nil {
+			go n.releaseListLease(l)
+		}
+		return nil, false
+	}
+	if s.lease != nil {
+		// A concurrent open got one first.
+		go n.releaseListLease(l)
+		return nil, true
+	}
+	s.lease = l
+	return n.fsys.listLeases.add(n), true
+}
+
+// takeListLease returns n's valid listing lease, asking for one (a try)
+// when it holds none and no backoff holds; nil if none. The walk-ahead
+// uses it to read a listing whose entries stay current (walkahead.go).
+func (n *node) takeListLease(ctx context.Context) *client.Lease {
+	if !n.fsys.cfg.DirCache {
+		return nil
+	}
+	s := &n.list
+	now := time.Now()
+	var evict *node
+	s.mu.Lock()
+	if s.lease != nil && !s.lease.Valid() {
+		old := s.lease
+		s.lease = nil
+		n.fsys.listLeases.remove(n)
+		go n.releaseListLease(old)
+	}
+	if s.lease == nil {
+		if now.Before(s.backoff) {
+			s.mu.Unlock()
+			return nil
+		}
+		var ok bool
+		if evict, ok = n.obtainListLease(ctx, now); !ok {
+			s.mu.Unlock()
+			return nil
+		}
+	}
+	l := s.lease
+	s.mu.Unlock()
+	if evict != nil && evict != n {
+		if old := evict.detachListLease(false); old != nil {
+			go evict.finishListDrop(old, true)
+		}
+	}
+	return l
+}
+
+// listLease returns n's listing lease if it is valid (nil otherwise).
+func (n *node) listLease() *client.Lease {
+	s := &n.list
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease != nil && s.lease.Valid() {
+		return s.lease
+	}
+	return nil
 }
 
 // noteListed counts a listing of n read from its start to its end

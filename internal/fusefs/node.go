@@ -51,8 +51,8 @@ type FS struct {
 	// attributes and asked the ministry nothing.
 	walkAsked, leasedOpens prometheus.Counter
 	// walkStored counts the bytes the walk-ahead stored in the kernel's
-	// page cache.
-	walkStored prometheus.Counter
+	// page cache, walkLookups the lookups it answered.
+	walkStored, walkLookups prometheus.Counter
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -67,6 +67,8 @@ func New(cfg Config) (*FS, error) {
 			Help: "Opens for reading answered from a valid read lease, without a request to the ministry."}),
 		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
 			Help: "Bytes of small files read ahead under their leases into the kernel's page cache."}),
+		walkLookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_lookups_total",
+			Help: "Lookups answered from a listing read under the directory's listing lease during a walk, without a request to the ministry."}),
 	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(f.walkAsked); err != nil {
@@ -75,8 +77,10 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		if err := cfg.Metrics.Register(f.walkStored); err != nil {
-			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups} {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
+			}
 		}
 	}
 	return f, nil
@@ -348,6 +352,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		} else {
 			n.dir.mu.Unlock()
 		}
+	}
+	if in := n.walkLookup(ctx, name, out); in != nil {
+		return in, 0
 	}
 	var opts []client.ReadOption
 	if in := n.GetChild(name); in != nil {
@@ -663,6 +670,7 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 // release (see the package doc).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = n.fsys.asCaller(bg(ctx))
+	n.walkForget(name)
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
 	ch := n.openChild(name)
@@ -727,6 +735,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	ctx = n.fsys.asCaller(bg(ctx))
+	n.walkForget(name)
+	np.walkForget(newName)
 	defer lockDirs(n, np)()
 	// A dentry the kernel keeps past the entry timeout (leasedEntryLocked)
 	// moves with the rename: its new name must be invalidated at the

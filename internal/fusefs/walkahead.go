@@ -17,9 +17,13 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/ids"
@@ -52,6 +56,15 @@ type walkState struct {
 	// last is the index of the last open that followed the order, ahead
 	// the last index asked for, window the current window.
 	last, ahead, window int
+	// lease is the directory's listing lease under which entries were
+	// read (relist), nil for a listing read without one: under it, a
+	// lookup of one of them is answered here (walkLookup).
+	lease *client.Lease
+	// forgets counts walkForget calls: a relist that read before one
+	// is not kept.
+	forgets uint64
+	// relisting: a relist is queued or running.
+	relisting bool
 }
 
 type walkEntry struct {
@@ -69,8 +82,9 @@ func (n *node) noteListedPage(ents []*wire.DirEntry, first bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if first || w.index == nil {
-		w.entries, w.index = w.entries[:0], map[string]int{}
+		w.entries, w.index = nil, map[string]int{}
 		w.last, w.ahead, w.window = -1, -1, 0
+		w.lease = nil
 	}
 	w.at = time.Now()
 	for _, e := range ents {
@@ -120,6 +134,8 @@ func (n *node) walkAhead(ctx context.Context) {
 type walkJob struct {
 	n   *node
 	ctx context.Context
+	// relist: n is a directory to list under its listing lease.
+	relist bool
 }
 
 // walkQueue hands j to the mount's walkInFlight workers (started at the
@@ -131,7 +147,11 @@ func (f *FS) walkQueue(j walkJob) {
 		for range walkInFlight {
 			go func() {
 				for j := range f.walkJobs {
-					j.n.prefetchLease(j.ctx)
+					if j.relist {
+						j.n.relist(j.ctx)
+					} else {
+						j.n.prefetchLease(j.ctx)
+					}
 				}
 			}()
 		}
@@ -139,6 +159,11 @@ func (f *FS) walkQueue(j walkJob) {
 	select {
 	case f.walkJobs <- j:
 	default:
+		if j.relist {
+			j.n.walk.mu.Lock()
+			j.n.walk.relisting = false
+			j.n.walk.mu.Unlock()
+		}
 	}
 }
 
@@ -172,6 +197,141 @@ func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
 	}
 	w.ahead = to
 	return append([]walkEntry(nil), w.entries[from:to+1]...)
+}
+
+// relist reads directory n's listing again, linearizably, under its
+// listing lease (asked for as a try): another client's change of its
+// entries revokes that lease first, so while it is valid the names read
+// are current, and walkLookup answers the walk's lookups from them. The
+// walk's position is kept by name.
+func (n *node) relist(ctx context.Context) {
+	w := &n.walk
+	defer func() {
+		w.mu.Lock()
+		w.relisting = false
+		w.mu.Unlock()
+	}()
+	l := n.takeListLease(ctx)
+	if l == nil {
+		return
+	}
+	w.mu.Lock()
+	forgets := w.forgets
+	w.mu.Unlock()
+	var ents []*wire.DirEntry
+	var cookie []byte
+	for len(ents) < walkNames {
+		page, next, eof, err := n.fsys.c.ReaddirPage(ctx, n.ino, cookie, dirPage, client.Linearizable())
+		if err != nil {
+			return
+		}
+		ents = append(ents, page...)
+		if eof || len(page) == 0 {
+			break
+		}
+		if cookie = next; len(cookie) == 0 {
+			cookie = page[len(page)-1].GetName()
+		}
+	}
+	if n.listLease() != l {
+		return // revoked meanwhile: what was read may be stale
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.index == nil || w.forgets != forgets {
+		return // forgotten, or this mount removed a name, meanwhile
+	}
+	nameAt := func(i int) string {
+		if i >= 0 && i < len(w.entries) {
+			return w.entries[i].name
+		}
+		return ""
+	}
+	last, ahead := nameAt(w.last), nameAt(w.ahead)
+	w.entries, w.index = nil, map[string]int{}
+	for _, e := range ents {
+		if e.GetType() == wire.FileType_REGULAR && !strings.HasPrefix(string(e.GetName()), hiddenPrefix) {
+			w.index[string(e.GetName())] = len(w.entries)
+			w.entries = append(w.entries, walkEntry{name: string(e.GetName()), ino: ids.Ino(e.GetIno())})
+		}
+	}
+	w.last, w.ahead = -1, -1
+	if i, ok := w.index[last]; ok {
+		w.last = i
+	}
+	if i, ok := w.index[ahead]; ok {
+		w.ahead = max(i, w.last)
+	}
+	w.lease = l
+}
+
+// walkLookup answers a lookup of name from the listing relist read,
+// while the listing lease it was read under is valid (no other client
+// changed the directory's entries since), when the kernel still holds
+// the child and the child's attributes are current under its own read
+// lease (the kernel applies a lookup's attributes whatever their
+// timeout). nil: ask the ministry. The first lookup of a name of a walk
+// under way without such a listing (the kernel's entries expired: find
+// | xargs lists everything before the first open) has the listing read
+// again in the background; walks whose entries the kernel still holds
+// (grep -r, tar, cp -r) never ask for the listing lease, whose first
+// grant on a directory costs a commit.
+func (n *node) walkLookup(ctx context.Context, name string, out *fuse.EntryOut) *fs.Inode {
+	if !n.fsys.cfg.WalkAhead || !n.fsys.cfg.DirCache {
+		return nil
+	}
+	w := &n.walk
+	w.mu.Lock()
+	l := w.lease
+	i, ok := w.index[name]
+	var e walkEntry
+	if ok {
+		e = w.entries[i]
+	}
+	relist := ok && w.window > 0 && (l == nil || !l.Valid()) && !w.relisting && time.Since(w.at) < walkFresh
+	if relist {
+		w.relisting = true
+	}
+	w.mu.Unlock()
+	if relist {
+		n.fsys.walkQueue(walkJob{n: n, ctx: context.WithoutCancel(ctx), relist: true})
+		return nil
+	}
+	if l == nil || !ok || n.listLease() != l {
+		return nil
+	}
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	ch, ok := in.Operations().(*node)
+	if !ok || ch.ino != e.ino {
+		return nil
+	}
+	ch.mu.Lock()
+	lin := ch.mu.linearize
+	ch.mu.Unlock()
+	la, cl := ch.cachedLeaseAttr()
+	if la == nil || lin {
+		return nil
+	}
+	ch.setAttr(la, &out.Attr)
+	out.SetAttrTimeout(ch.leaseAttrTimeout(cl))
+	n.fsys.walkLookups.Inc()
+	return in
+}
+
+// walkForget drops name from the walk's listing: this mount unlinked
+// or renamed it (its own changes do not revoke its listing lease).
+func (n *node) walkForget(name string) {
+	w := &n.walk
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.forgets++
+	if i, ok := w.index[name]; ok {
+		delete(w.index, name)
+		w.entries[i].ino = 0 // keeps the indexes of the others
+	}
 }
 
 // prefetchLease asks for the file's read lease (with what an open reads)

@@ -114,6 +114,57 @@ func TestWalkAhead(t *testing.T) {
 	}
 }
 
+// TestWalkLookups: a walk whose kernel entries expired has its lookups
+// answered by the mount from a listing read under the directory's
+// listing lease; a name another mount unlinks or renames away during the
+// walk is not found by it afterwards (the change revokes that lease
+// before it is acknowledged), and the rest still read right.
+func TestWalkLookups(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	w := mountProc(t, c, "--async-dirs=false")
+	r := mountProc(t, c, "--metrics", addr)
+	const files = 40
+	d := filepath.Join(w, "d")
+	must(t, os.Mkdir(d, 0o755))
+	for i := range files {
+		p := filepath.Join(d, fmt.Sprintf("f%02d", i))
+		must(t, os.WriteFile(p, []byte(p), 0o644))
+	}
+	rd := filepath.Join(r, "d")
+	ents, err := os.ReadDir(rd)
+	must(t, err)
+	if len(ents) != files {
+		t.Fatalf("listed %d entries, want %d", len(ents), files)
+	}
+	time.Sleep(1500 * time.Millisecond) // the kernel's entries expire (1 s)
+	local0 := mountCounter(t, addr, "govfs_mount_walk_lookups_total")
+	gone := map[string]bool{ents[30].Name(): true, ents[31].Name(): true}
+	for i, e := range ents {
+		if i == 20 {
+			// Another mount removes two names ahead of the walk.
+			must(t, os.Remove(filepath.Join(d, ents[30].Name())))
+			must(t, os.Rename(filepath.Join(d, ents[31].Name()), filepath.Join(w, "moved")))
+		}
+		b, err := os.ReadFile(filepath.Join(rd, e.Name()))
+		switch {
+		case i >= 20 && gone[e.Name()]:
+			if !os.IsNotExist(err) {
+				t.Fatalf("%s, removed by another mount during the walk: %q, %v; want ENOENT", e.Name(), b, err)
+			}
+		case err != nil || string(b) != filepath.Join(d, e.Name()):
+			t.Fatalf("%s: %q, %v", e.Name(), b, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	local := mountCounter(t, addr, "govfs_mount_walk_lookups_total") - local0
+	t.Logf("%d files walked after their entries expired: %d lookups answered by the mount", files, local)
+	if local < 10 {
+		t.Fatalf("%d lookups answered from the walk's listing; want most of the first 20", local)
+	}
+}
+
 // walkFirstForTest: the opens that may miss before the window is ahead
 // (the first, whose own lease is asked for then).
 const walkFirstForTest = 2
