@@ -332,6 +332,9 @@ func openFlags(flags uint32) int {
 // changed since the kernel last saw them, its attribute cache is
 // invalidated, and the page cache is kept only when nothing changed.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		n.waitPrefetch() // the walk-ahead may be fetching it (walkahead.go)
+	}
 	if e := n.checkAccess(ctx, openWant(flags), "open"); e != 0 {
 		return nil, 0, e
 	}

@@ -144,6 +144,9 @@ type node struct {
 		// way: a walk-ahead store of its bytes stays off meanwhile
 		// (fenceStores).
 		busy int
+		// prefetching is closed when the walk-ahead's queued or running
+		// fetch of the file ends (nil: none; waitPrefetch).
+		prefetching chan struct{}
 	}
 }
 

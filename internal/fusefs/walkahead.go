@@ -125,7 +125,58 @@ func (n *node) walkAhead(ctx context.Context) {
 		if !ok || cn.ino != e.ino || cn.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
 			continue
 		}
-		n.fsys.walkQueue(walkJob{n: cn, ctx: context.WithoutCancel(ctx)})
+		if !cn.beginPrefetch() {
+			continue // one is under way
+		}
+		if !n.fsys.walkQueue(walkJob{n: cn, ctx: context.WithoutCancel(ctx)}) {
+			cn.endPrefetch()
+		}
+	}
+}
+
+// walkWait bounds how long an open waits for the walk-ahead's fetch of
+// its file.
+const walkWait = 100 * time.Millisecond
+
+// beginPrefetch marks a walk-ahead fetch of the file queued (false: one
+// is already).
+func (n *node) beginPrefetch() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.prefetching != nil {
+		return false
+	}
+	n.mu.prefetching = make(chan struct{})
+	return true
+}
+
+// endPrefetch marks it done, waking the opens that wait for it.
+func (n *node) endPrefetch() {
+	n.mu.Lock()
+	ch := n.mu.prefetching
+	n.mu.prefetching = nil
+	n.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// waitPrefetch waits (at most walkWait) for a walk-ahead fetch of the
+// file that is queued or under way: a process that catches up with the
+// walk-ahead then finds the lease and bytes it fetches, instead of
+// asking the minister for the same lease beside it.
+func (n *node) waitPrefetch() {
+	n.mu.Lock()
+	ch := n.mu.prefetching
+	n.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(walkWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
 	}
 }
 
@@ -139,9 +190,9 @@ type walkJob struct {
 }
 
 // walkQueue hands j to the mount's walkInFlight workers (started at the
-// first job); a job that finds the queue full is dropped: the open asks
-// for its lease itself then.
-func (f *FS) walkQueue(j walkJob) {
+// first job); a job that finds the queue full is dropped (false): the
+// open asks for its lease itself then.
+func (f *FS) walkQueue(j walkJob) bool {
 	f.walkStart.Do(func() {
 		f.walkJobs = make(chan walkJob, walkQueueLen)
 		for range walkInFlight {
@@ -158,12 +209,14 @@ func (f *FS) walkQueue(j walkJob) {
 	})
 	select {
 	case f.walkJobs <- j:
+		return true
 	default:
 		if j.relist {
 			j.n.walk.mu.Lock()
 			j.n.walk.relisting = false
 			j.n.walk.mu.Unlock()
 		}
+		return false
 	}
 }
 
@@ -337,6 +390,7 @@ func (n *node) walkForget(name string) {
 // prefetchLease asks for the file's read lease (with what an open reads)
 // unless it holds one or is open.
 func (n *node) prefetchLease(ctx context.Context) {
+	defer n.endPrefetch()
 	n.mu.Lock()
 	skip := n.validLeaseLocked() != nil || len(n.mu.handles) > 0 || n.mu.busy > 0
 	n.mu.Unlock()

@@ -614,9 +614,15 @@ func drainSetOf(cmd *wire.Command) drainSet {
 // Nothing happens on a non-leader (the proposal is refused anyway).
 func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wire.Command) (func(applied bool), error) {
 	ds := drainSetOf(cmd)
-	for _, d := range ls.replacedDirs(g, cmd) {
+	dirs, files := ls.replacedInodes(g, cmd)
+	for _, d := range dirs {
 		if !slices.Contains(ds.dirs, d) {
 			ds.dirs = append(ds.dirs, d)
+		}
+	}
+	for _, f := range files {
+		if !slices.Contains(ds.inos, f) {
+			ds.inos = append(ds.inos, f)
 		}
 	}
 	client := ds.client
@@ -726,13 +732,18 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 // renameExchange is RENAME_EXCHANGE (renameat2).
 const renameExchange = 2
 
-// replacedDirs returns the directories cmd removes (rmdir, a rename onto
-// an empty directory): their own directory leases are drained too, so a
-// holder's queued creates in one reach the ministry first (and the
+// replacedInodes returns what cmd removes a name of, as this node's state
+// resolves the names. dirs: the directories it removes (rmdir, a rename
+// onto an empty directory), whose own directory leases are drained too,
+// so a holder's queued creates in one reach the ministry first (and the
 // rmdir fails with ENOTEMPTY instead of the creates failing later, found
-// in review). Resolved in this node's state; a name not there yet makes
-// the command fail anyway.
-func (ls *leaseService) replacedDirs(g ids.GroupID, cmd *wire.Command) []ids.Ino {
+// in review). files: the other inodes an unlink or a rename onto their
+// name takes a link from, whose read leases are drained as a link's
+// are: a holder's attributes (st_nlink, st_ctime) would be stale, and a
+// mount answering lookups under its leases would still find the name
+// (found with the walk-ahead's lookups, docs/fuse.md). A name not there
+// yet makes the command fail anyway.
+func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, files []ids.Ino) {
 	type entry struct {
 		parent ids.Ino
 		name   []byte
@@ -741,9 +752,7 @@ func (ls *leaseService) replacedDirs(g ids.GroupID, cmd *wire.Command) []ids.Ino
 	add := func(c *wire.Command) {
 		switch op := c.GetOp().(type) {
 		case *wire.Command_Unlink:
-			if op.Unlink.GetDir() {
-				names = append(names, entry{ids.Ino(op.Unlink.GetParent()), op.Unlink.GetName()})
-			}
+			names = append(names, entry{ids.Ino(op.Unlink.GetParent()), op.Unlink.GetName()})
 		case *wire.Command_Rename:
 			if op.Rename.GetFlags()&renameExchange == 0 {
 				names = append(names, entry{ids.Ino(op.Rename.GetNewParent()), op.Rename.GetNewName()})
@@ -758,19 +767,22 @@ func (ls *leaseService) replacedDirs(g ids.GroupID, cmd *wire.Command) []ids.Ino
 		add(cmd)
 	}
 	if len(names) == 0 {
-		return nil
+		return nil, nil
 	}
-	var out []ids.Ino
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		for _, nm := range names {
 			a, _, err := namespace.Lookup(r, nm.parent, nm.name)
-			if err == nil && a != nil && a.GetType() == wire.FileType_DIRECTORY {
-				out = append(out, ids.Ino(a.GetIno()))
+			switch {
+			case err != nil || a == nil || a.GetIno() == 0:
+			case a.GetType() == wire.FileType_DIRECTORY:
+				dirs = append(dirs, ids.Ino(a.GetIno()))
+			default:
+				files = append(files, ids.Ino(a.GetIno()))
 			}
 		}
 		return nil
 	})
-	return out
+	return dirs, files
 }
 
 // dirLeaseMarked says whether one of dirs was ever given a directory
