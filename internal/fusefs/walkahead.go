@@ -91,10 +91,10 @@ func (n *node) noteListedPage(ents []*wire.DirEntry, first bool) {
 		if len(w.entries) >= walkNames {
 			return
 		}
-		if e.GetType() != wire.FileType_REGULAR {
+		name := string(e.GetName())
+		if e.GetType() != wire.FileType_REGULAR || strings.HasPrefix(name, hiddenPrefix) {
 			continue
 		}
-		name := string(e.GetName())
 		w.index[name] = len(w.entries)
 		w.entries = append(w.entries, walkEntry{name: name, ino: ids.Ino(e.GetIno())})
 	}
