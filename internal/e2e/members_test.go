@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,33 +36,8 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	}
 	g := mv.GetTarget()
 
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked)
-	}
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			p := fmt.Sprintf("/r/f%d", i)
-			if err := put(ctx, cl, p, p); err != nil {
-				t.Errorf("create %s: %v", p, err)
-				return
-			}
-			mu.Lock()
-			acked = append(acked, p)
-			mu.Unlock()
-		}
-	})
-	waitUntil(t, 30*time.Second, "300 creates in /r", func() bool { return count() >= 300 })
+	w := startCreates(t, ctx, cl, "/r")
+	waitUntil(t, 30*time.Second, "300 creates in /r", func() bool { return w.count() >= 300 })
 
 	c.Kill(4) // node 5
 	killed := time.Now()
@@ -80,24 +54,7 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	t.Logf("node 5 replaced by node %d %v after it was killed: members %v", added, time.Since(killed).Round(100*time.Millisecond), members)
 	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
-	groupAt := func(i int) *wire.GroupStatus {
-		cc, err := pool.Get(c.Addrs()[i])
-		if err != nil {
-			return nil
-		}
-		sctx, scancel := context.WithTimeout(ctx, time.Second)
-		defer scancel()
-		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
-		if err != nil {
-			return nil
-		}
-		for _, gs := range st.GetGroups() {
-			if gs.GetGroup() == g {
-				return gs
-			}
-		}
-		return nil
-	}
+	groupAt := func(i int) *wire.GroupStatus { return groupStatusAt(ctx, pool, c.Addrs()[i], g) }
 	waitUntil(t, 60*time.Second, fmt.Sprintf("node %d to vote in ministry %d", added, g), func() bool {
 		gs := groupAt(int(added) - 1)
 		return gs != nil && slices.Equal(sortedCopy(gs.GetVoters()), sortedCopy(members)) && gs.GetApplied() > 0
@@ -106,15 +63,13 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 
 	// A second original member dies: {3, new} of 3 still commit.
 	c.Kill(3) // node 4
-	n0 := count()
-	waitUntil(t, 60*time.Second, "creates after a second member died", func() bool { return count() >= n0+100 })
+	n0 := w.count()
+	waitUntil(t, 60*time.Second, "creates after a second member died", func() bool { return w.count() >= n0+100 })
 
 	// The first dead node comes back: it is out of the group and drops
 	// its replica. Meanwhile it must not serve what it holds: a file
 	// created after it died is never answered ENOENT by it.
-	mu.Lock()
-	late := acked[len(acked)-1]
-	mu.Unlock()
+	late := w.last()
 	rootIno, err := cl.Stat(ctx, "/r")
 	if err != nil {
 		t.Fatal(err)
@@ -152,8 +107,7 @@ func TestDeadMinistryMemberReplaced(t *testing.T) {
 	if err := c.Start(3); err != nil {
 		t.Fatal(err)
 	}
-	close(stop)
-	wg.Wait()
+	acked := w.finish()
 	check := newClient(t, c, c.Addrs(), 60*time.Second)
 	for _, p := range acked {
 		if b, err := get(ctx, check, p); err != nil || b != p {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,27 +41,8 @@ func TestReplicaMovedByHand(t *testing.T) {
 	g := mv.GetTarget()
 	pool := rpc.NewPool(c.Security())
 	defer pool.Close()
-	status := func(node uint64) *wire.StatusResponse {
-		cc, err := pool.Get(c.Addrs()[node-1])
-		if err != nil {
-			return nil
-		}
-		sctx, scancel := context.WithTimeout(ctx, time.Second)
-		defer scancel()
-		st, err := wire.NewMetaClient(cc).Status(sctx, &wire.StatusRequest{})
-		if err != nil {
-			return nil
-		}
-		return st
-	}
-	groupAt := func(node, group uint64) *wire.GroupStatus {
-		for _, gs := range status(node).GetGroups() {
-			if gs.GetGroup() == group {
-				return gs
-			}
-		}
-		return nil
-	}
+	status := func(node uint64) *wire.StatusResponse { return nodeStatusAt(ctx, pool, c.Addrs()[node-1]) }
+	groupAt := func(node, group uint64) *wire.GroupStatus { return groupStatusAt(ctx, pool, c.Addrs()[node-1], group) }
 	leaderOf := func(group uint64) uint64 {
 		for node := uint64(1); node <= 5; node++ {
 			if gs := groupAt(node, group); gs != nil && gs.GetLeader() == node {
@@ -79,35 +59,8 @@ func TestReplicaMovedByHand(t *testing.T) {
 		return ministryOf(info, group).GetMembers()
 	}
 
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	count := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(acked)
-	}
-	for _, dir := range []string{"/r", ""} {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				p := fmt.Sprintf("%s/f%d", dir, i)
-				if err := put(ctx, cl, p, p); err != nil {
-					t.Errorf("create %s: %v", p, err)
-					return
-				}
-				mu.Lock()
-				acked = append(acked, p)
-				mu.Unlock()
-			}
-		})
-	}
-	waitUntil(t, 30*time.Second, "200 creates", func() bool { return count() >= 200 })
+	w := startCreates(t, ctx, cl, "/r", "")
+	waitUntil(t, 30*time.Second, "200 creates", func() bool { return w.count() >= 200 })
 
 	// Bad requests: each refused, the map unchanged.
 	before := membersOf(g)
@@ -142,7 +95,7 @@ func TestReplicaMovedByHand(t *testing.T) {
 	// through the CLI.
 	var minister uint64
 	waitUntil(t, 20*time.Second, fmt.Sprintf("a minister of %d", g), func() bool { minister = leaderOf(g); return minister != 0 })
-	n0 := count()
+	n0 := w.count()
 	start := time.Now()
 	out, err := exec.Command(binary, "admin", "move-replica", fmt.Sprint(g), "--from", fmt.Sprint(minister), "--to", "1",
 		"--meta", strings.Join(c.Addrs(), ","), "--tls", c.ClientTLSDir(), "--timeout", "60s").CombinedOutput()
@@ -162,12 +115,12 @@ func TestReplicaMovedByHand(t *testing.T) {
 		st := status(minister)
 		return st != nil && !slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == g })
 	})
-	waitUntil(t, 30*time.Second, "creates after the move", func() bool { return count() >= n0+100 })
+	waitUntil(t, 30*time.Second, "creates after the move", func() bool { return w.count() >= n0+100 })
 
 	// 2. Drain node 2: a president voter and a member of the root
 	// ministry, which moves to a node outside it; node 2 keeps its
 	// president replica.
-	n1 := count()
+	n1 := w.count()
 	start = time.Now()
 	out, err = exec.Command(binary, "admin", "drain", "2", "--json",
 		"--meta", strings.Join(c.Addrs(), ","), "--tls", c.ClientTLSDir(), "--timeout", "60s").CombinedOutput()
@@ -195,14 +148,13 @@ func TestReplicaMovedByHand(t *testing.T) {
 		return st != nil && !slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == 1 }) &&
 			slices.ContainsFunc(st.GetGroups(), func(gs *wire.GroupStatus) bool { return gs.GetGroup() == 0 })
 	})
-	waitUntil(t, 30*time.Second, "creates after the drain", func() bool { return count() >= n1+100 })
+	waitUntil(t, 30*time.Second, "creates after the drain", func() bool { return w.count() >= n1+100 })
 	// A drain of a node holding nothing moves nothing.
 	if resp, err := cl.Drain(ctx, 2, 0); err != nil || len(resp.GetMoves()) != 0 {
 		t.Fatalf("second drain of node 2: %v, %v; want nothing to move", resp, err)
 	}
 
-	close(stop)
-	wg.Wait()
+	acked := w.finish()
 	check := newClient(t, c, c.Addrs(), 60*time.Second)
 	for _, p := range acked {
 		if b, err := get(ctx, check, p); err != nil || b != p {
