@@ -24,14 +24,16 @@ func (c *Client) lookup(ctx context.Context, parent ids.Ino, name string, opts [
 		Op: &wire.ReadRequest_Lookup{Lookup: &wire.LookupReq{Parent: uint64(parent), Name: []byte(name)}},
 	}
 	resp, group, err := c.read(ctx, parent, req, opts)
-	if errors.Is(err, syscall.ENOENT) && c.readOptions(opts).consistency == wire.ReadConsistency_SESSION {
-		// A clerk may not have applied another client's create yet (a
-		// session read waits only for this client's changes): a missing
-		// name is confirmed linearizably, so a file created and closed
-		// by another client is found by the next lookup (close-to-open;
-		// a mount's asynchronous creates reach the ministry just before
-		// the close returns, which made this window visible).
-		resp, group, err = c.read(ctx, parent, req, append(slices.Clip(opts), Linearizable()))
+	if errors.Is(err, syscall.ENOENT) {
+		// Confirmed by the minister, linearizably and after other
+		// clients' queued creates in the directory: a clerk may not have
+		// applied another client's create yet (a session read waits only
+		// for this client's changes), and another mount may still hold
+		// the create of a file it closed in its queue (docs/fuse.md,
+		// "Asynchronous creates"). So a file another client created and
+		// closed is found by the next lookup (close-to-open).
+		req.GetLookup().Recall, req.GetLookup().ClientId = true, c.clientID
+		resp, group, err = c.read(ctx, parent, req, append(slices.Clip(opts), Linearizable(), viaLeader()))
 	}
 	if err != nil {
 		return nil, err

@@ -23,6 +23,8 @@ type ReadOption func(*readOpts)
 
 type readOpts struct {
 	consistency wire.ReadConsistency
+	// leader: the read goes to the group's leader (a lookup's recall).
+	leader bool
 	noDeferred  bool
 }
 
@@ -37,6 +39,11 @@ func PastDeferred() ReadOption {
 // with its leader) instead of the Client's default.
 func Linearizable() ReadOption {
 	return func(o *readOpts) { o.consistency = wire.ReadConsistency_LINEARIZABLE }
+}
+
+// viaLeader sends a read to the group's leader.
+func viaLeader() ReadOption {
+	return func(o *readOpts) { o.leader = true }
 }
 
 // Session makes a read session consistent instead of the Client's default.
@@ -367,7 +374,7 @@ func (c *Client) read(ctx context.Context, route ids.Ino, req *wire.ReadRequest,
 		req.Caller = c.callerFor(ctx)
 	}
 	var out *wire.ReadResponse
-	rt := &target{group: c.owner(route), ino: route, follow: true, timeout: c.cfg.CallTimeout}
+	rt := &target{group: c.owner(route), ino: route, leader: o.leader, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
 		req.ClusterId = c.clusterID
 		req.Group = uint64(rt.group)

@@ -492,6 +492,28 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 	return busy, retryAt, revoked
 }
 
+// RecallDirWriters revokes the other clients' write directory leases on
+// directory ino, for a read that must see their queued entry changes (a
+// lookup that found nothing: close-to-open). It leaves no intent: the
+// holder may take its lease again at once, and changes it queues after
+// this read began need not be seen. busy: such leases are still held;
+// retryAt: when the first of them expires.
+func (t *Table) RecallDirWriters(now time.Time, client ClientID, ino ids.Ino) (busy bool, retryAt time.Time, revoked []Lease) {
+	t.expire(now)
+	for _, l := range t.sortedOn(ino) {
+		if l.Client == client || !l.Dir || l.Mode != Write || l.Lock {
+			continue
+		}
+		busy = true
+		retryAt = earliest(retryAt, l.Expires)
+		if !l.Revoked {
+			l.Revoked = true
+			revoked = append(revoked, *l)
+		}
+	}
+	return busy, retryAt, revoked
+}
+
 // DoneDraining ends one change of ino by client: the intent
 // DrainReaders left goes when no other change of the client's still
 // holds it.

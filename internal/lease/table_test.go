@@ -226,6 +226,51 @@ func TestDrainReaders(t *testing.T) {
 	}
 }
 
+// RecallDirWriters revokes other clients' write directory leases only,
+// and leaves nothing behind: the holder may take one again at once.
+func TestRecallDirWriters(t *testing.T) {
+	tb, clk := newTable(t)
+	dw := req(1, 7, Write, 0, 0)
+	dw.Dir = true
+	w := mustGrant(t, tb, clk.Now(), dw, 0)
+	other := mustGrant(t, tb, clk.Now(), req(2, 8, Write, 0, 0), 0) // a plain write lease elsewhere
+	// The holder's own read recalls nothing.
+	if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 1, 7); busy || len(revoked) != 0 {
+		t.Fatalf("own recall: busy %v revoked %v", busy, revoked)
+	}
+	busy, at, revoked := tb.RecallDirWriters(clk.Now(), 3, 7)
+	if !busy || at != w.Expires || len(revoked) != 1 || revoked[0].ID != w.ID {
+		t.Fatalf("recall: busy %v at %v revoked %v", busy, at, revoked)
+	}
+	// Asked again while it is still held: busy, nothing revoked twice.
+	if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 3, 7); !busy || len(revoked) != 0 {
+		t.Fatalf("second recall: busy %v revoked %v", busy, revoked)
+	}
+	tb.Release(clk.Now(), 1, []ID{w.ID})
+	if busy, _, _ := tb.RecallDirWriters(clk.Now(), 3, 7); busy {
+		t.Fatal("still busy after the holder released")
+	}
+	// No intent: the holder takes its directory lease again at once.
+	mustGrant(t, tb, clk.Now(), dw, 0)
+	// Read directory leases and plain write leases are not recalled.
+	dr := req(4, 9, Read, 0, 0)
+	dr.Dir = true
+	mustGrant(t, tb, clk.Now(), dr, 0)
+	for _, ino := range []ids.Ino{8, 9} {
+		if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 3, ino); busy || len(revoked) != 0 {
+			t.Fatalf("recall on %d: busy %v revoked %v", ino, busy, revoked)
+		}
+	}
+	if _, lost := tb.Renew(clk.Now(), 2, []ID{other.ID}); len(lost) != 0 {
+		t.Fatal("the recall dropped a plain write lease")
+	}
+	// An expired holder keeps nothing busy.
+	clk.Advance(2 * ttl)
+	if busy, _, _ := tb.RecallDirWriters(clk.Now(), 3, 7); busy {
+		t.Fatal("an expired lease kept the recall busy")
+	}
+}
+
 // DrainAll (a subtree move) revokes write leases too, waits for locks
 // without revoking them, and keeps every new request out meanwhile.
 func TestDrainAll(t *testing.T) {

@@ -729,6 +729,67 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	}
 }
 
+// recallDirWriters runs before a lookup that the asker did not find
+// (LookupReq.recall): other clients' write directory leases on dir are
+// revoked and the lookup waits until they are given back or expire, so
+// a create their holders queued and answered before this lookup began
+// (a file created and closed on another mount) is applied before the
+// read. During a new minister's fence, a directory that was ever given a
+// directory lease waits for the fence to end instead, as its entry
+// changes do (drainReaders): a predecessor's holder may not have
+// reclaimed yet. Waits at most a few seconds, then UNAVAILABLE (the
+// client asks again). A NotLeaderError on a clerk. waited: there was
+// something to wait for (the caller reads again).
+func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, client lease.ClientID, dir ids.Ino) (waited bool, err error) {
+	clk := ls.n.cfg.Clock
+	end := clk.Now().Add(3 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
+		end = dl.Add(-500 * time.Millisecond)
+	}
+	var marked bool
+	var markedFor time.Time
+	for {
+		now := clk.Now()
+		ls.mu.Lock()
+		gl, err := ls.syncLocked(g)
+		if err != nil {
+			ls.mu.Unlock()
+			return waited, err
+		}
+		var busy bool
+		var at time.Time
+		fence := gl.table.FencedUntil()
+		if now.Before(fence) && !markedFor.Equal(fence) {
+			ls.mu.Unlock()
+			m, err := ls.dirLeaseMarked(ctx, g, []ids.Ino{dir})
+			if err != nil {
+				return waited, err
+			}
+			marked, markedFor = m, fence
+			continue
+		}
+		if now.Before(fence) && marked {
+			busy, at = true, fence
+		} else {
+			var revoked []lease.Lease
+			busy, at, revoked = gl.table.RecallDirWriters(now, client, dir)
+			if len(revoked) > 0 {
+				gl.broadcastLocked()
+			}
+		}
+		ch := gl.changed
+		ls.mu.Unlock()
+		if !busy {
+			return waited, nil
+		}
+		waited = true
+		if !now.Before(end) || ctx.Err() != nil {
+			return waited, fmt.Errorf("%w: waiting for other clients to give back their directory leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, dir)
+		}
+		ls.wait(ctx, ch, earliestTime(at, end))
+	}
+}
+
 // renameExchange is RENAME_EXCHANGE (renameat2).
 const renameExchange = 2
 

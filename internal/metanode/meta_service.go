@@ -14,6 +14,7 @@ import (
 	"github.com/govfs/govfs/internal/clustermap"
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/lease"
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/rpc"
@@ -357,11 +358,35 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	}
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
+	lk := req.GetLookup()
+	if !lk.GetRecall() {
+		return s.readOnce(ctx, g, req, cred, caller, req.GetConsistency()), nil
+	}
+	// A lookup the asker did not find: linearizable, and if the name is
+	// still missing, once more after other clients' queued creates in
+	// the directory are applied (close-to-open across mounts).
+	resp := s.readOnce(ctx, g, req, cred, caller, wire.ReadConsistency_LINEARIZABLE)
+	if st := resp.GetStatus(); st.GetCode() != wire.Code_ERRNO || syscall.Errno(st.GetErrno()) != syscall.ENOENT {
+		return resp, nil
+	}
+	waited, err := s.n.leases.recallDirWriters(ctx, g, lease.ClientID(lk.GetClientId()), ids.Ino(lk.GetParent()))
+	if err != nil {
+		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+	}
+	if !waited {
+		return resp, nil
+	}
+	return s.readOnce(ctx, g, req, cred, caller, wire.ReadConsistency_LINEARIZABLE), nil
+}
+
+// readOnce serves read req of group g at the given consistency for the
+// user cred (nil: the node itself) asking through caller.
+func (s *metaService) readOnce(ctx context.Context, g ids.GroupID, req *wire.ReadRequest, cred *wire.Cred, caller rpc.Caller, consistency wire.ReadConsistency) *wire.ReadResponse {
 	wait := req.GetMinIndex()
-	if req.GetConsistency() == wire.ReadConsistency_LINEARIZABLE {
+	if consistency == wire.ReadConsistency_LINEARIZABLE {
 		idx, err := s.n.host.ReadIndex(ctx, g)
 		if err != nil {
-			return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+			return &wire.ReadResponse{Status: s.errStatus(g, err)}
 		}
 		wait = max(wait, idx)
 	}
@@ -372,7 +397,7 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		err := s.n.host.WaitApplied(wctx, g, wait)
 		wcancel()
 		if err != nil {
-			return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "replica on node %v has not applied index %d of %v yet", s.n.cfg.ID, wait, g)}, nil
+			return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "replica on node %v has not applied index %d of %v yet", s.n.cfg.ID, wait, g)}
 		}
 	}
 	var resp *wire.ReadResponse
@@ -398,16 +423,16 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 		return err
 	})
 	if err == nil && moving.To != 0 {
-		return &wire.ReadResponse{Status: s.n.redirectStatus(readRouteIno(req), g, moving.To)}, nil
+		return &wire.ReadResponse{Status: s.n.redirectStatus(readRouteIno(req), g, moving.To)}
 	}
 	if err == nil && moving.Move != 0 {
-		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved here (move %d) and is not open yet; retry", readRouteIno(req), moving.Move)}, nil
+		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "inode %v is being moved here (move %d) and is not open yet; retry", readRouteIno(req), moving.Move)}
 	}
 	if errors.Is(err, multiraft.ErrUnknownGroup) {
-		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+		return &wire.ReadResponse{Status: s.errStatus(g, err)}
 	}
 	if errors.Is(err, errNoTokenKeys) {
-		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "node %v: %v", s.n.cfg.ID, err)}, nil
+		return &wire.ReadResponse{Status: statusOf(wire.Code_UNAVAILABLE, "node %v: %v", s.n.cfg.ID, err)}
 	}
 	if err != nil {
 		var errno syscall.Errno
@@ -415,20 +440,20 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 			if errno == syscall.ENOENT || errno == syscall.ESTALE {
 				if ino := readRouteIno(req); ino != 0 {
 					if to := s.n.elsewhere(g, ino); to != 0 {
-						return &wire.ReadResponse{Status: s.n.redirectStatus(ino, g, to), AppliedIndex: applied}, nil
+						return &wire.ReadResponse{Status: s.n.redirectStatus(ino, g, to), AppliedIndex: applied}
 					}
 				}
 			}
-			return &wire.ReadResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}, AppliedIndex: applied}, nil
+			return &wire.ReadResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(errno), Message: err.Error()}, AppliedIndex: applied}
 		}
 		if errors.Is(err, errBadRead) {
-			return &wire.ReadResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
+			return &wire.ReadResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}
 		}
-		return &wire.ReadResponse{Status: statusOf(wire.Code_INTERNAL, "%v", err)}, nil
+		return &wire.ReadResponse{Status: statusOf(wire.Code_INTERNAL, "%v", err)}
 	}
 	resp.Status = &wire.Status{}
 	resp.AppliedIndex = applied
-	return resp, nil
+	return resp
 }
 
 var errBadRead = errors.New("malformed read request")

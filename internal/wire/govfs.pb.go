@@ -5399,9 +5399,18 @@ func (x *GetChunksReq) GetIndex() uint64 {
 }
 
 type LookupReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   []byte                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// recall: the asker did not find the name. The minister first recalls
+	// other clients' write directory leases on `parent` and waits until
+	// they are given back (their holders send their queued creates first,
+	// docs/leases.md), then reads linearizably: a file another client
+	// created and closed is found. Served by the group's leader only
+	// (NOT_LEADER elsewhere).
+	Recall bool `protobuf:"varint,3,opt,name=recall,proto3" json:"recall,omitempty"`
+	// client_id: the asker (its own directory lease is not recalled).
+	ClientId      uint64 `protobuf:"varint,4,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5448,6 +5457,20 @@ func (x *LookupReq) GetName() []byte {
 		return x.Name
 	}
 	return nil
+}
+
+func (x *LookupReq) GetRecall() bool {
+	if x != nil {
+		return x.Recall
+	}
+	return false
+}
+
+func (x *LookupReq) GetClientId() uint64 {
+	if x != nil {
+		return x.ClientId
+	}
+	return 0
 }
 
 type GetAttrReq struct {
@@ -9032,10 +9055,12 @@ const file_govfs_proto_rawDesc = "" +
 	"max_chunks\x18\x03 \x01(\rR\tmaxChunks\x12\x1d\n" +
 	"\n" +
 	"only_index\x18\x04 \x01(\bR\tonlyIndex\x12\x14\n" +
-	"\x05index\x18\x05 \x01(\x04R\x05index\"7\n" +
+	"\x05index\x18\x05 \x01(\x04R\x05index\"l\n" +
 	"\tLookupReq\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\fR\x04name\"\x1e\n" +
+	"\x04name\x18\x02 \x01(\fR\x04name\x12\x16\n" +
+	"\x06recall\x18\x03 \x01(\bR\x06recall\x12\x1b\n" +
+	"\tclient_id\x18\x04 \x01(\x04R\bclientId\"\x1e\n" +
 	"\n" +
 	"GetAttrReq\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\"L\n" +
