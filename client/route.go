@@ -24,8 +24,8 @@ type ReadOption func(*readOpts)
 type readOpts struct {
 	consistency wire.ReadConsistency
 	// leader: the read goes to the group's leader (a lookup's recall).
-	leader bool
-	noDeferred  bool
+	leader     bool
+	noDeferred bool
 }
 
 // PastDeferred lets a read go before the deferred changes queued so far
