@@ -270,3 +270,68 @@ func TestRmdirOfLeasedDirectory(t *testing.T) {
 		t.Fatalf("the queued create: %d done, failures %v", n, errs)
 	}
 }
+
+// TestLookupRecallsDirLease: another client's lookup of a name this
+// client created under its directory lease, with the create still held
+// back in the queue, finds it (the lookup that misses recalls the
+// lease, and the holder sends its queue before giving it back); a
+// lookup of a name nobody created still answers ENOENT, after the recall.
+func TestLookupRecallsDirLease(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs())
+	c2 := leaseClient(t, cl.Addrs())
+	d, err := c1.Mkdir(ctx, "/d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ids.Ino(d.GetIno())
+	var revokes atomic.Int32
+	acquire := func() {
+		t.Helper()
+		_, err := c1.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: func(*Lease, bool) {
+			c1.FlushDeferred(context.Background())
+			revokes.Add(1)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquire()
+	var log deferredLog
+	// A create the sender has not taken yet, held back (as a mount holds
+	// a new file's create until its close).
+	var name string
+	for i := 0; ; i++ {
+		name = fmt.Sprintf("f%d", i)
+		a, err := c1.MakeNodeDeferred(ctx, dir, name, NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if release := c1.HoldCreate(ids.Ino(a.GetIno())); release != nil {
+			defer release()
+			break
+		}
+		if i == 100 {
+			t.Fatal("the sender took every create before it could be held")
+		}
+	}
+	if got, err := c2.Lookup(ctx, dir, name); err != nil {
+		t.Fatalf("other client's lookup of %s, created under the lease and held in the queue: %v", name, err)
+	} else if got.GetType() != wire.FileType_REGULAR {
+		t.Fatalf("lookup of %s: %v", name, got)
+	}
+	if revokes.Load() != 1 {
+		t.Fatalf("%d revokes of the directory lease, want 1", revokes.Load())
+	}
+	acquire()
+	if _, err := c2.Lookup(ctx, dir, "missing"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("lookup of a missing name: %v, want ENOENT", err)
+	}
+	if revokes.Load() != 2 {
+		t.Fatalf("%d revokes of the directory lease, want 2", revokes.Load())
+	}
+	if n, errs := log.get(); len(errs) != 0 || n == 0 {
+		t.Fatalf("deferred creates: %d done, failures %v", n, errs)
+	}
+}

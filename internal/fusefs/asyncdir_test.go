@@ -156,18 +156,35 @@ func TestMountAsyncDirs(t *testing.T) {
 	// (CI once failed TestMount's close-to-open this way, before the
 	// recall; with a chunk-sized file the create waits for its chunk,
 	// and the open failed every time).
+	var dst syscall.Stat_t
+	must(t, syscall.Stat(d, &dst))
+	dirAttr := " dir=" + strconv.FormatUint(dst.Ino, 10) + " "
+	leaseLines := func(what string) int {
+		n := 0
+		for _, line := range strings.Split(readLog(t, ma.log), "\n") {
+			if strings.Contains(line, "directory lease "+what) && strings.Contains(line, dirAttr) {
+				n++
+			}
+		}
+		return n
+	}
 	for round := range 3 {
 		time.Sleep(2100 * time.Millisecond) // A's backoff after a recall
 		name := "cto" + strconv.Itoa(round)
 		body := bytes.Repeat([]byte(name), 16<<10)
 		must(t, os.WriteFile(filepath.Join(d, "pre"+strconv.Itoa(round)), nil, 0o600))
 		must(t, os.WriteFile(filepath.Join(d, name), body, 0o600))
-		if l := readLog(t, ma.log); strings.Count(l, "directory lease taken") <= strings.Count(l, "directory lease revoked") {
-			t.Fatalf("round %d: mount A holds no directory lease", round)
+		revoked := leaseLines("revoked")
+		if taken := leaseLines("taken"); taken <= revoked {
+			t.Fatalf("round %d: mount A holds no directory lease on d (taken %d times, revoked %d)", round, taken, revoked)
 		}
 		b, err := os.ReadFile(filepath.Join(dirB, "d", name))
 		if err != nil || !bytes.Equal(b, body) {
 			t.Fatalf("round %d: mount B's first open of %s, closed on mount A: %d bytes of %d, %v", round, name, len(b), len(body), err)
+		}
+		// B's lookup recalled the lease (nothing else of B's touched d).
+		if leaseLines("revoked") == revoked {
+			t.Fatalf("round %d: mount B's open did not recall mount A's directory lease", round)
 		}
 	}
 

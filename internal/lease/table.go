@@ -494,24 +494,36 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 
 // RecallDirWriters revokes the other clients' write directory leases on
 // directory ino, for a read that must see their queued entry changes (a
-// lookup that found nothing: close-to-open). It leaves no intent: the
-// holder may take its lease again at once, and changes it queues after
-// this read began need not be seen. busy: such leases are still held;
-// retryAt: when the first of them expires.
-func (t *Table) RecallDirWriters(now time.Time, client ClientID, ino ids.Ino) (busy bool, retryAt time.Time, revoked []Lease) {
+// lookup that found nothing: close-to-open), and returns them all
+// (revoked now or before): the read waits for those (StillHeld) and no
+// others. It leaves no intent: a holder may take its lease again at
+// once, and what it queues after the read began need not be seen.
+func (t *Table) RecallDirWriters(now time.Time, client ClientID, ino ids.Ino) (held []ID, revoked []Lease) {
 	t.expire(now)
 	for _, l := range t.sortedOn(ino) {
 		if l.Client == client || !l.Dir || l.Mode != Write || l.Lock {
 			continue
 		}
-		busy = true
-		retryAt = earliest(retryAt, l.Expires)
+		held = append(held, l.ID)
 		if !l.Revoked {
 			l.Revoked = true
 			revoked = append(revoked, *l)
 		}
 	}
-	return busy, retryAt, revoked
+	return held, revoked
+}
+
+// StillHeld says whether any of list is still held, and if so when the
+// first of those expires.
+func (t *Table) StillHeld(now time.Time, list []ID) (busy bool, retryAt time.Time) {
+	t.expire(now)
+	for _, id := range list {
+		if l := t.leases[id]; l != nil {
+			busy = true
+			retryAt = earliest(retryAt, l.Expires)
+		}
+	}
+	return busy, retryAt
 }
 
 // DoneDraining ends one change of ino by client: the intent

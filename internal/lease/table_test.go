@@ -227,7 +227,8 @@ func TestDrainReaders(t *testing.T) {
 }
 
 // RecallDirWriters revokes other clients' write directory leases only,
-// and leaves nothing behind: the holder may take one again at once.
+// and leaves nothing behind: the holder may take one again at once, and
+// a lease granted after the recall is not waited for.
 func TestRecallDirWriters(t *testing.T) {
 	tb, clk := newTable(t)
 	dw := req(1, 7, Write, 0, 0)
@@ -235,39 +236,47 @@ func TestRecallDirWriters(t *testing.T) {
 	w := mustGrant(t, tb, clk.Now(), dw, 0)
 	other := mustGrant(t, tb, clk.Now(), req(2, 8, Write, 0, 0), 0) // a plain write lease elsewhere
 	// The holder's own read recalls nothing.
-	if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 1, 7); busy || len(revoked) != 0 {
-		t.Fatalf("own recall: busy %v revoked %v", busy, revoked)
+	if held, revoked := tb.RecallDirWriters(clk.Now(), 1, 7); len(held)+len(revoked) != 0 {
+		t.Fatalf("own recall: held %v revoked %v", held, revoked)
 	}
-	busy, at, revoked := tb.RecallDirWriters(clk.Now(), 3, 7)
-	if !busy || at != w.Expires || len(revoked) != 1 || revoked[0].ID != w.ID {
-		t.Fatalf("recall: busy %v at %v revoked %v", busy, at, revoked)
+	held, revoked := tb.RecallDirWriters(clk.Now(), 3, 7)
+	if !slices.Equal(held, []ID{w.ID}) || len(revoked) != 1 || revoked[0].ID != w.ID {
+		t.Fatalf("recall: held %v revoked %v", held, revoked)
 	}
-	// Asked again while it is still held: busy, nothing revoked twice.
-	if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 3, 7); !busy || len(revoked) != 0 {
-		t.Fatalf("second recall: busy %v revoked %v", busy, revoked)
+	if busy, at := tb.StillHeld(clk.Now(), held); !busy || at != w.Expires {
+		t.Fatalf("still held: %v at %v, want true at %v", busy, at, w.Expires)
+	}
+	// Asked again while it is still held: listed, not revoked twice.
+	if again, revoked := tb.RecallDirWriters(clk.Now(), 5, 7); !slices.Equal(again, held) || len(revoked) != 0 {
+		t.Fatalf("second recall: held %v revoked %v", again, revoked)
 	}
 	tb.Release(clk.Now(), 1, []ID{w.ID})
-	if busy, _, _ := tb.RecallDirWriters(clk.Now(), 3, 7); busy {
+	if busy, _ := tb.StillHeld(clk.Now(), held); busy {
 		t.Fatal("still busy after the holder released")
 	}
-	// No intent: the holder takes its directory lease again at once.
+	// No intent: the holder takes its directory lease again at once, and
+	// the first recall does not wait for the new one.
 	mustGrant(t, tb, clk.Now(), dw, 0)
+	if busy, _ := tb.StillHeld(clk.Now(), held); busy {
+		t.Fatal("a lease granted after the recall kept it busy")
+	}
 	// Read directory leases and plain write leases are not recalled.
 	dr := req(4, 9, Read, 0, 0)
 	dr.Dir = true
 	mustGrant(t, tb, clk.Now(), dr, 0)
 	for _, ino := range []ids.Ino{8, 9} {
-		if busy, _, revoked := tb.RecallDirWriters(clk.Now(), 3, ino); busy || len(revoked) != 0 {
-			t.Fatalf("recall on %d: busy %v revoked %v", ino, busy, revoked)
+		if held, revoked := tb.RecallDirWriters(clk.Now(), 3, ino); len(held)+len(revoked) != 0 {
+			t.Fatalf("recall on %d: held %v revoked %v", ino, held, revoked)
 		}
 	}
 	if _, lost := tb.Renew(clk.Now(), 2, []ID{other.ID}); len(lost) != 0 {
 		t.Fatal("the recall dropped a plain write lease")
 	}
 	// An expired holder keeps nothing busy.
+	held, _ = tb.RecallDirWriters(clk.Now(), 3, 7)
 	clk.Advance(2 * ttl)
-	if busy, _, _ := tb.RecallDirWriters(clk.Now(), 3, 7); busy {
-		t.Fatal("an expired lease kept the recall busy")
+	if busy, _ := tb.StillHeld(clk.Now(), held); busy || len(held) != 1 {
+		t.Fatalf("an expired lease kept the recall busy (held %v)", held)
 	}
 }
 

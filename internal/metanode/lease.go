@@ -729,18 +729,18 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	}
 }
 
-// recallDirWriters runs before a lookup that the asker did not find
-// (LookupReq.recall): other clients' write directory leases on dir are
-// revoked and the lookup waits until they are given back or expire, so
-// a create their holders queued and answered before this lookup began
-// (a file created and closed on another mount) is applied before the
-// read. During a new minister's fence, a directory that was ever given a
-// directory lease waits for the fence to end instead, as its entry
-// changes do (drainReaders): a predecessor's holder may not have
+// recallDirWriters runs before a lookup that the asker did not find and
+// this leader does not have either (LookupReq.recall): other clients'
+// write directory leases on dir are revoked and the lookup waits until
+// those are given back (their holders send their queues first) or
+// expire, so a create a holder queued and answered before the lookup
+// began (a file created and closed on another mount) is applied before
+// the read. During a new minister's fence, a directory that was ever
+// given a directory lease waits for the fence to end instead, as its
+// entry changes do (drainReaders): a predecessor's holder may not have
 // reclaimed yet. Waits at most a few seconds, then UNAVAILABLE (the
-// client asks again). A NotLeaderError on a clerk. waited: there was
-// something to wait for (the caller reads again).
-func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, client lease.ClientID, dir ids.Ino) (waited bool, err error) {
+// client asks again). A NotLeaderError when this node does not lead g.
+func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, client lease.ClientID, dir ids.Ino) error {
 	clk := ls.n.cfg.Clock
 	end := clk.Now().Add(3 * time.Second)
 	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
@@ -748,13 +748,17 @@ func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, cli
 	}
 	var marked bool
 	var markedFor time.Time
+	// held: the leases this recall waits for, from its first look at
+	// the table (a lease granted later holds nothing queued before).
+	var held []lease.ID
+	looked := false
 	for {
 		now := clk.Now()
 		ls.mu.Lock()
 		gl, err := ls.syncLocked(g)
 		if err != nil {
 			ls.mu.Unlock()
-			return waited, err
+			return err
 		}
 		var busy bool
 		var at time.Time
@@ -763,28 +767,32 @@ func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, cli
 			ls.mu.Unlock()
 			m, err := ls.dirLeaseMarked(ctx, g, []ids.Ino{dir})
 			if err != nil {
-				return waited, err
+				return err
 			}
 			marked, markedFor = m, fence
 			continue
 		}
-		if now.Before(fence) && marked {
+		switch {
+		case now.Before(fence) && marked:
 			busy, at = true, fence
-		} else {
+		case !looked:
 			var revoked []lease.Lease
-			busy, at, revoked = gl.table.RecallDirWriters(now, client, dir)
+			held, revoked = gl.table.RecallDirWriters(now, client, dir)
+			looked = true
 			if len(revoked) > 0 {
 				gl.broadcastLocked()
 			}
+			busy, at = gl.table.StillHeld(now, held)
+		default:
+			busy, at = gl.table.StillHeld(now, held)
 		}
 		ch := gl.changed
 		ls.mu.Unlock()
 		if !busy {
-			return waited, nil
+			return nil
 		}
-		waited = true
 		if !now.Before(end) || ctx.Err() != nil {
-			return waited, fmt.Errorf("%w: waiting for other clients to give back their directory leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, dir)
+			return fmt.Errorf("%w: waiting for other clients to give back their directory leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, dir)
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}

@@ -362,19 +362,19 @@ func (s *metaService) Read(ctx context.Context, req *wire.ReadRequest) (*wire.Re
 	if !lk.GetRecall() {
 		return s.readOnce(ctx, g, req, cred, caller, req.GetConsistency()), nil
 	}
-	// A lookup the asker did not find: linearizable, and if the name is
-	// still missing, once more after other clients' queued creates in
-	// the directory are applied (close-to-open across mounts).
-	resp := s.readOnce(ctx, g, req, cred, caller, wire.ReadConsistency_LINEARIZABLE)
-	if st := resp.GetStatus(); st.GetCode() != wire.Code_ERRNO || syscall.Errno(st.GetErrno()) != syscall.ENOENT {
-		return resp, nil
+	// A lookup the asker did not find (client.lookup): answered by the
+	// leader, which holds the lease table, linearizably and after other
+	// clients' queued creates in the directory (close-to-open across
+	// mounts). A name this replica has, or may not look up, needs no
+	// recall: the local read says which.
+	if _, lead, isLeader := s.n.host.Term(g); !isLeader {
+		return &wire.ReadResponse{Status: s.errStatus(g, &multiraft.NotLeaderError{Group: g, Leader: lead})}, nil
 	}
-	waited, err := s.n.leases.recallDirWriters(ctx, g, lease.ClientID(lk.GetClientId()), ids.Ino(lk.GetParent()))
-	if err != nil {
-		return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
-	}
-	if !waited {
-		return resp, nil
+	local := s.readOnce(ctx, g, req, cred, caller, wire.ReadConsistency_SESSION)
+	if st := local.GetStatus(); st.GetCode() == wire.Code_ERRNO && syscall.Errno(st.GetErrno()) == syscall.ENOENT {
+		if err := s.n.leases.recallDirWriters(ctx, g, lease.ClientID(lk.GetClientId()), ids.Ino(lk.GetParent())); err != nil {
+			return &wire.ReadResponse{Status: s.errStatus(g, err)}, nil
+		}
 	}
 	return s.readOnce(ctx, g, req, cred, caller, wire.ReadConsistency_LINEARIZABLE), nil
 }
