@@ -385,6 +385,24 @@ func (c *Client) SetattrDeferred(ctx context.Context, ino ids.Ino, op *wire.Seta
 	return cmd.NowNs, true
 }
 
+// DeferredDirSetattr queues op, a change of directory dir's own
+// attributes (not its size), under the caller's write directory lease on
+// dir: no other client changes the directory's attributes or entries
+// while it holds it, so the caller can answer the change itself (cp -a,
+// tar and rsync set every directory's owner, mode and times once they
+// filled it, and each would otherwise wait for the queue and a commit).
+// It returns the command's time (the ctime the ministry stores, as for
+// SetattrDeferred).
+func (c *Client) DeferredDirSetattr(ctx context.Context, dir ids.Ino, op *wire.SetattrOp, done DeferredDone) (nowNs int64, err error) {
+	if op.GetValid()&uint32(wire.SetattrField_SETATTR_SIZE|wire.SetattrField_SETATTR_SIZE_GROW) != 0 {
+		return 0, opErr("setattr", inoPath(uint64(dir)), fmt.Errorf("%w: a directory's size is not set", syscall.EINVAL))
+	}
+	cmd := c.setattrCmd(dir, op)
+	cmd.Caller = c.callerFor(ctx)
+	c.enqueue(&deferredOp{group: c.owner(dir), route: dir, cmd: cmd, what: "setattr " + inoPath(uint64(dir)), done: done})
+	return cmd.NowNs, nil
+}
+
 // DeferredUnlink queues the removal of name (a non-directory) from
 // parent, under a directory lease on parent.
 func (c *Client) DeferredUnlink(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {

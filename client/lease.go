@@ -106,7 +106,9 @@ type LeaseOptions struct {
 	// FileOfLease for a File that needs no other read): an open needs one
 	// round trip instead of a lease request and a read. It stays current
 	// while the lease is valid (another client's change revokes it
-	// first).
+	// first). On a LeaseWrite directory lease, it asks for the
+	// directory's attributes (Lease.Attr), which stay current while the
+	// lease is valid except for this Client's own changes.
 	Open bool
 }
 
@@ -270,7 +272,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir,
-			Open: opts.Open && mode == LeaseRead && !opts.Lock && !opts.Dir && off == 0 && length == 0, OpenMaxChunks: openChunks}, wait)
+			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks}, wait)
 		asked()
 		var redir *redirectedError
 		if errors.As(err, &redir) {

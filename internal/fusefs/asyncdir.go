@@ -5,14 +5,17 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/ids"
+	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -85,6 +88,34 @@ type dirState struct {
 	// handedOut are the names the kernel was told to trust beyond the
 	// entry timeout, while the lease lasts: invalidated at its revoke.
 	handedOut map[string]struct{}
+	// attr is what the ministry holds of the directory's own attributes
+	// once the queue is applied, for its setattrs answered here
+	// (setattrDirQueued), valid under the lease attrLease only: read at
+	// the grant (when nothing of the directory's was queued), then each
+	// answer given here. Its nlink is not used (the listing says), nor
+	// its mtime unless mtimeExact: an entry change since moves the
+	// mtime to a time the ministry picks.
+	attr       *wire.Attr
+	attrLease  *client.Lease
+	mtimeExact bool
+	// gen counts entry changes (entriesChangedLocked).
+	gen uint64
+	// queued counts this mount's queued changes of the directory's
+	// entries or attributes not answered yet: at a grant with some, the
+	// grant's attributes may not show them (the sender updates it, so
+	// atomic).
+	queued atomic.Int64
+}
+
+// entriesChangedLocked: an entry change of the directory (made here,
+// queued or not) moves its mtime. n.dir.mu held.
+func (d *dirState) entriesChangedLocked() { d.mtimeExact, d.gen = false, d.gen+1 }
+
+// dirGen returns n's entry change count (dirState.gen).
+func (n *node) dirGen() uint64 {
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
+	return n.dir.gen
 }
 
 // leasedEntryLocked lets the kernel keep the entry of name (which the
@@ -165,6 +196,7 @@ func (n *node) leaseForChangeLocked(ctx context.Context) bool {
 		return false
 	}
 	d := &n.dir
+	d.entriesChangedLocked()
 	if n.asyncLocked() {
 		return true
 	}
@@ -180,7 +212,12 @@ func (n *node) leaseForChangeLocked(ctx context.Context) bool {
 		return false
 	}
 	if d.lease == nil {
-		l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseWrite, 0, 0, client.LeaseOptions{Dir: true, OnRevoke: n.dirLeaseRevoked})
+		// Nothing of the directory's queued (dir.mu keeps more from
+		// being queued meanwhile): the grant's attributes are then the
+		// ones the ministry holds, and stay so but for this mount's
+		// changes.
+		quiet := d.queued.Load() == 0
+		l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseWrite, 0, 0, client.LeaseOptions{Dir: true, Open: true, OnRevoke: n.dirLeaseRevoked})
 		if err != nil {
 			// EAGAIN: another client holds it (or is changing the
 			// directory); ENOLCK: this client holds too many.
@@ -188,6 +225,10 @@ func (n *node) leaseForChangeLocked(ctx context.Context) bool {
 			return false
 		}
 		d.lease = l
+		d.attr, d.attrLease, d.mtimeExact = nil, nil, false
+		if a := l.Attr(); a != nil && quiet {
+			d.attr, d.attrLease, d.mtimeExact = a, l, true
+		}
 	}
 	names, err := n.listForLease(ctx)
 	if err != nil || !d.lease.Valid() {
@@ -301,7 +342,15 @@ func (n *node) dropDirLease(ctx context.Context) {
 // before a waiting fsync returns); then the listings are no longer
 // trusted and the kernel forgets the names.
 func (n *node) deferredDone(name string, np *node, newName string) client.DeferredDone {
+	n.dir.queued.Add(1)
+	if np != nil && np != n {
+		np.dir.queued.Add(1)
+	}
 	return func(_ *wire.Result, err error) {
+		n.dir.queued.Add(-1)
+		if np != nil && np != n {
+			np.dir.queued.Add(-1)
+		}
 		if err == nil {
 			return
 		}
@@ -343,6 +392,7 @@ func (d *dirState) failure(take bool) error {
 func (n *node) forgetListing(name string) {
 	n.dir.mu.Lock()
 	n.dir.names = nil
+	n.dir.entriesChangedLocked()
 	n.dir.mu.Unlock()
 	_ = n.NotifyEntry(name)
 }
@@ -361,6 +411,7 @@ func (n *node) syncDir(ctx context.Context) syscall.Errno {
 // setName records, after a synchronous change of n's entries, what the
 // listing must now say of name (delete when e is nil). n.dir.mu held.
 func (n *node) setNameLocked(name string, e *dirEnt) {
+	n.dir.entriesChangedLocked()
 	if n.dir.names == nil {
 		return
 	}
@@ -406,5 +457,132 @@ func lockDirs(a, b *node) func() {
 	return func() {
 		b.dir.mu.Unlock()
 		a.dir.mu.Unlock()
+	}
+}
+
+// setattrDirQueued answers a setattr of directory n's own attributes
+// under n's directory lease and queues it (client.DeferredDirSetattr).
+// cp -a, tar and rsync set each directory's times, owner and mode once
+// they filled it; asked of the ministry, each waited for the whole queue
+// (the files' creates and chunk writes) and a commit of its own (cp -a
+// of /usr/include: 5.6 ms for the utimens, 1.2 for the chown and 1.0 for
+// the chmod of each of 855 directories, a quarter of the copy). The
+// answer is made from what the lease makes exact: dir.attr (the grant's
+// attributes, then each answer given here), nlink from the listing, the
+// command's time as ctime, and the mtime only when the setattr sets it
+// or no entry changed since it was known. nil: ask the ministry.
+func (n *node) setattrDirQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr {
+	if !n.fsys.cfg.AsyncDirs {
+		return nil
+	}
+	cur := n.cachedAttr()
+	if cur == nil || cur.GetType() != wire.FileType_DIRECTORY {
+		return nil
+	}
+	has := func(f wire.SetattrField) bool { return op.GetValid()&uint32(f) != 0 }
+	d := &n.dir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !n.asyncLocked() || d.attr == nil || d.attrLease != d.lease {
+		return nil
+	}
+	setsMtime := has(wire.SetattrField_SETATTR_MTIME) || has(wire.SetattrField_SETATTR_MTIME_NOW)
+	if !setsMtime && !d.mtimeExact {
+		return nil
+	}
+	// Queued only what the ministry will allow unchanged (it checks
+	// again, as for a file's: setattrQueued).
+	cred, err := n.fsys.c.Caller(ctx)
+	if err != nil {
+		return nil
+	}
+	base := d.attr
+	probe := proto.Clone(op).(*wire.SetattrOp)
+	if clear, err := posix.CheckSetattr(base, cred, probe); err != nil || clear&(base.GetMode()|op.GetMode()) != 0 || probe.GetMode() != op.GetMode() {
+		return nil
+	}
+	// The ministry counts a directory's subdirectories in its nlink
+	// (another ministry's subtree too: the entry stays).
+	nlink := uint32(2)
+	for _, e := range d.names {
+		if e.typ == wire.FileType_DIRECTORY {
+			nlink++
+		}
+	}
+	done := n.dirSetattrDone()
+	now, err := n.fsys.c.DeferredDirSetattr(ctx, n.ino, op, done)
+	if err != nil {
+		done(nil, nil) // not queued
+		return nil
+	}
+	a := proto.Clone(base).(*wire.Attr)
+	a.Nlink, a.CtimeNs = nlink, now
+	// Not older than what the kernel was told (setAttr keeps the newer
+	// of two answers); the ministry's own answer, when one comes, is
+	// newer still.
+	a.Version = max(a.GetVersion(), cur.GetVersion())
+	if has(wire.SetattrField_SETATTR_MODE) {
+		a.Mode = op.GetMode() & 0o7777
+	}
+	if has(wire.SetattrField_SETATTR_UID) {
+		a.Uid = op.GetUid()
+	}
+	if has(wire.SetattrField_SETATTR_GID) {
+		a.Gid = op.GetGid()
+	}
+	switch {
+	case has(wire.SetattrField_SETATTR_ATIME_NOW):
+		a.AtimeNs = now
+	case has(wire.SetattrField_SETATTR_ATIME):
+		a.AtimeNs = op.GetAtimeNs()
+	}
+	switch {
+	case has(wire.SetattrField_SETATTR_MTIME_NOW):
+		a.MtimeNs = now
+	case has(wire.SetattrField_SETATTR_MTIME):
+		a.MtimeNs = op.GetMtimeNs()
+	}
+	d.attr, d.mtimeExact = a, true
+	n.fsys.log.Debug("directory setattr queued under its lease", slog.Uint64("dir", uint64(n.ino)), slog.Uint64("valid", uint64(op.GetValid())))
+	return proto.Clone(a).(*wire.Attr)
+}
+
+// dirSetattrDone is the done function of a queued setattr of directory
+// n: counted in dir.queued; a failure is reported as a queued entry
+// change's is (the directory's next fsync), and what was answered from
+// dir.attr is no longer trusted.
+func (n *node) dirSetattrDone() client.DeferredDone {
+	n.dir.queued.Add(1)
+	return func(_ *wire.Result, err error) {
+		n.dir.queued.Add(-1)
+		if err == nil {
+			return
+		}
+		n.dir.noteFailure(err)
+		// Not on the sender: a request holding dir.mu may wait for it.
+		go func() {
+			n.dir.mu.Lock()
+			n.dir.attr = nil
+			n.dir.mu.Unlock()
+			_ = n.NotifyContent(-1, 0) // the kernel asks for the attributes again
+		}()
+	}
+}
+
+// noteDirAttr takes a directory's attributes the ministry answered a
+// setattr of this mount with (after everything queued before it was
+// applied) as dir.attr, when nothing of the directory's is queued and
+// no entry changed since the setattr was asked (gen: dirGen then): its
+// next setattrs are answered here (rsync sets the owner, then the mode,
+// then the times).
+func (n *node) noteDirAttr(a *wire.Attr, gen uint64) {
+	if a.GetType() != wire.FileType_DIRECTORY {
+		return
+	}
+	d := &n.dir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n.asyncLocked() && d.queued.Load() == 0 && d.gen == gen {
+		d.attr, d.attrLease, d.mtimeExact = proto.Clone(a).(*wire.Attr), d.lease, true
 	}
 }

@@ -511,8 +511,10 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		if _, exists := n.dir.names[name]; exists {
 			return nil, nil, syscall.EEXIST
 		}
-		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""))
+		done := n.deferredDone(name, nil, "")
+		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, done)
 		if err != nil {
+			done(nil, nil) // not queued
 			return nil, nil, n.fsys.errno("create", err)
 		}
 		n.dir.names[name] = dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()}
@@ -658,7 +660,9 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 	if !ch.asyncLocked() || len(ch.dir.names) != 0 {
 		return nil
 	}
-	if err := n.fsys.c.DeferredRmdir(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
+	done := n.deferredDone(name, nil, "")
+	if err := n.fsys.c.DeferredRmdir(ctx, n.ino, name, done); err != nil {
+		done(nil, nil) // not queued
 		return nil
 	}
 	n.fsys.log.Debug("rmdir queued under the directory leases", slog.Uint64("dir", uint64(n.ino)), slog.String("name", name))
@@ -685,7 +689,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		case e.typ == wire.FileType_DIRECTORY:
 			return syscall.EISDIR
 		case ch == nil && !e.referral && n.mayDeferRemove(ctx):
-			if err := n.fsys.c.DeferredUnlink(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
+			done := n.deferredDone(name, nil, "")
+			if err := n.fsys.c.DeferredUnlink(ctx, n.ino, name, done); err != nil {
+				done(nil, nil) // not queued
 				return n.fsys.errno("unlink", err)
 			}
 			delete(n.dir.names, name)
@@ -764,6 +770,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		np.setNameLocked(newName, &src)
 	default:
 		n.dir.names, np.dir.names = nil, nil
+		n.dir.entriesChangedLocked()
+		np.dir.entriesChangedLocked()
 	}
 	return 0
 }
@@ -804,7 +812,10 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 	case !exchange && exists && dst.typ == wire.FileType_DIRECTORY:
 		return false, 0 // is it empty? the ministry knows
 	}
-	if err := n.fsys.c.DeferredRename(ctx, n.ino, name, np.ino, newName, flags, n.deferredDone(name, np, newName)); err != nil {
+	np.dir.entriesChangedLocked()
+	done := n.deferredDone(name, np, newName)
+	if err := n.fsys.c.DeferredRename(ctx, n.ino, name, np.ino, newName, flags, done); err != nil {
+		done(nil, nil) // not queued
 		if errors.Is(err, syscall.EXDEV) {
 			return false, 0
 		}
@@ -974,10 +985,15 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		a = n.setattrQueued(ctx, op)
 	}
 	if op.Valid != 0 && a == nil {
+		a = n.setattrDirQueued(ctx, op)
+	}
+	if op.Valid != 0 && a == nil {
+		gen := n.dirGen()
 		var err error
 		if a, err = n.fsys.c.Setattr(ctx, n.ino, op); err != nil {
 			return n.fsys.errno("setattr", err)
 		}
+		n.noteDirAttr(a, gen)
 	}
 	if a == nil {
 		var err error

@@ -339,8 +339,12 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			l := out.Lease
 			resp := &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
 				Off: l.Off, Len: req.GetLen()}}
-			if req.GetOpen() && r.Mode == lease.Read && !r.Lock && !r.Dir {
+			switch {
+			case !req.GetOpen() || r.Lock:
+			case r.Mode == lease.Read && !r.Dir:
 				resp.Opened = ls.openAfterGrant(rpc.CallerOf(ctx), g, r.Ino, req.GetOpenMaxChunks())
+			case r.Mode == lease.Write && r.Dir:
+				resp.Opened = ls.dirAttrAfterGrant(g, r.Ino)
 			}
 			return resp, nil
 		}
@@ -387,6 +391,29 @@ func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids
 			Ino: uint64(ino), WithAttr: true, MaxChunks: maxChunks}}})
 		if out != nil && ls.n.tokenizeRefs(caller, nil, r, ino, out) != nil {
 			out = nil // the client reads for itself, naming its user
+		}
+		return nil
+	})
+	return out
+}
+
+// dirAttrAfterGrant reads the attributes of directory dir for a write
+// directory lease just granted with LeaseRequest.open: the holder
+// answers its own setattrs of the directory from them (docs/fuse.md,
+// "Asynchronous creates"). Current for the reason openAfterGrant's read
+// is: another client's change of the directory's attributes or entries
+// drains its directory leases first (and a drain in progress blocks
+// this grant). nil when it cannot be read here (gone, being moved).
+func (ls *leaseService) dirAttrAfterGrant(g ids.GroupID, dir ids.Ino) *wire.ReadResponse {
+	var out *wire.ReadResponse
+	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		mv, err := namespace.ReadMoving(r, dir)
+		if err != nil || mv.To != 0 || mv.Copy {
+			return err
+		}
+		out, _ = query(r, &wire.ReadRequest{Op: &wire.ReadRequest_GetAttr{GetAttr: &wire.GetAttrReq{Ino: uint64(dir)}}})
+		if out.GetAttr().GetType() != wire.FileType_DIRECTORY {
+			out = nil
 		}
 		return nil
 	})

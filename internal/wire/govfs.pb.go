@@ -7370,7 +7370,9 @@ type LeaseRequest struct {
 	// to open_max_chunks chunk records, inline bytes) as it is once the
 	// lease is granted, so that an open needs one round trip instead of a
 	// lease request and a read. It stays current while the lease is held:
-	// every other client's change to the file drains it first.
+	// every other client's change to the file drains it first. ACQUIRE
+	// of a write directory lease (dir): also answer the directory's
+	// attributes (opened.attr) as they are once the lease is granted.
 	Open          bool   `protobuf:"varint,18,opt,name=open,proto3" json:"open,omitempty"`
 	OpenMaxChunks uint32 `protobuf:"varint,19,opt,name=open_max_chunks,json=openMaxChunks,proto3" json:"open_max_chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
