@@ -48,6 +48,12 @@ func (m *metricsFS) done(op string, start time.Time, st fuse.Status) {
 func (m *metricsFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	t := time.Now()
 	st := m.RawFileSystem.Lookup(c, h, name, out)
+	if st == fuse.OK && out.NodeId == 0 {
+		// A missing name, answered as a negative entry: counted as
+		// what it is.
+		m.done("lookup", t, fuse.ENOENT)
+		return st
+	}
 	m.done("lookup", t, st)
 	return st
 }
