@@ -335,3 +335,76 @@ func TestLookupRecallsDirLease(t *testing.T) {
 		t.Fatalf("deferred creates: %d done, failures %v", n, errs)
 	}
 }
+
+// TestNewDirLease: a directory made under its parent's lease, its create
+// still queued, gets its own directory lease at once (LeaseOptions.NewDir),
+// known empty (Absent), so creates in it queue behind its own; once it
+// exists, another client's create in it recalls that lease first. Asked
+// for a directory that exists, it is an ordinary directory lease.
+func TestNewDirLease(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs())
+	c2 := leaseClient(t, cl.Addrs())
+	p, err := c1.Mkdir(ctx, "/p", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := ids.Ino(p.GetIno())
+	flush := func(*Lease, bool) { c1.FlushDeferred(context.Background()) }
+	if _, err := c1.AcquireLease(ctx, parent, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	c1.deferred.holdForTest = hold
+	var log deferredLog
+	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ids.Ino(a.GetIno())
+	var revokes atomic.Int32
+	l, err := c1.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Open: true, NewDir: true, OnRevoke: func(l *Lease, lost bool) {
+		flush(l, lost)
+		revokes.Add(1)
+	}})
+	if err != nil {
+		t.Fatalf("lease on a new directory whose create is queued: %v", err)
+	}
+	if !l.Absent() || l.Attr() != nil {
+		t.Fatalf("lease on a new directory: absent %v, attributes %v; want absent, none", l.Absent(), l.Attr())
+	}
+	if _, err := c1.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("create f")); err != nil {
+		t.Fatal(err)
+	}
+	close(hold)
+	released = true
+	c1.FlushDeferred(ctx)
+	if n, errs := log.get(); n != 2 || len(errs) != 0 {
+		t.Fatalf("queued mkdir and create: %d done, failures %v", n, errs)
+	}
+	if revokes.Load() != 0 {
+		t.Fatal("the new directory's lease was recalled by its holder's own changes")
+	}
+	if _, err := c2.CreateAt(ctx, dir, "g", 0o600, true); err != nil {
+		t.Fatal(err)
+	}
+	if revokes.Load() != 1 {
+		t.Fatalf("another client's create in the new directory: %d revokes of its lease, want 1", revokes.Load())
+	}
+	// The directory exists now: an ordinary directory lease, with the
+	// directory's attributes.
+	l2, err := c1.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Open: true, NewDir: true, Wait: 3 * leaseTTL, OnRevoke: flush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Absent() || l2.Attr().GetIno() != uint64(dir) || l2.Attr().GetNlink() != 2 {
+		t.Fatalf("lease on an existing directory: absent %v, attributes %v", l2.Absent(), l2.Attr())
+	}
+}

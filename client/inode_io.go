@@ -30,6 +30,11 @@ type NodeSpec struct {
 	Cred *wire.Cred
 	// Rdev is a device node's number (st_rdev).
 	Rdev uint64
+	// MarkDirLease, for a directory made by MakeNodeDeferred whose
+	// directory lease the caller asks for before the create is applied
+	// (LeaseOptions.NewDir): the create marks the directory as leased
+	// (wire.CreateOp.mark_dir_lease).
+	MarkDirLease bool
 }
 
 // MakeNode creates name in directory parent as spec says and returns its
@@ -75,7 +80,7 @@ func (c *Client) createOp(ctx context.Context, parent ids.Ino, name string, spec
 	}
 	op := &wire.CreateOp{Parent: uint64(parent), Name: []byte(name), Type: spec.Type,
 		Mode: spec.Mode & 0o7777, Exclusive: spec.Exclusive, Rdev: spec.Rdev,
-		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}}
+		Cred: &wire.Cred{Uid: cred.GetUid(), Gid: cred.GetGid()}, MarkDirLease: spec.MarkDirLease && spec.Type == wire.FileType_DIRECTORY}
 	if spec.Type == wire.FileType_SYMLINK {
 		op.Target = []byte(spec.Target)
 	}

@@ -110,6 +110,13 @@ type LeaseOptions struct {
 	// directory's attributes (Lease.Attr), which stay current while the
 	// lease is valid except for this Client's own changes.
 	Open bool
+	// NewDir (a LeaseWrite Dir lease) asks for the lease on a directory
+	// this Client made with MakeNodeDeferred and NodeSpec.MarkDirLease,
+	// whose create may not be applied yet: if it is not, the lease is
+	// granted at once and Lease.Absent says the directory is empty for
+	// the holder (nobody else can have put anything in it, and whoever
+	// does once it exists drains the lease first).
+	NewDir bool
 }
 
 // LeaseConflict describes a lease in the way of a refused AcquireLease.
@@ -156,6 +163,8 @@ type Lease struct {
 	// attributes, chunk records, inline bytes), nil when not asked or not
 	// given.
 	opened *wire.ReadResponse
+	// absent: granted on a new directory not created yet (NewDir).
+	absent bool
 
 	mu struct {
 		sync.Mutex
@@ -174,6 +183,11 @@ func (l *Lease) Ino() ids.Ino { return l.ino }
 // are current while the lease is valid, except for this Client's own
 // changes since.
 func (l *Lease) Attr() *wire.Attr { return l.opened.GetAttr() }
+
+// Absent says whether the lease was granted on a new directory before
+// its create was applied (LeaseOptions.NewDir): the directory is empty
+// but for this Client's own changes.
+func (l *Lease) Absent() bool { return l.absent }
 
 // Mode returns the lease's mode.
 func (l *Lease) Mode() LeaseMode { return l.mode }
@@ -271,7 +285,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		epoch, asked := c.leases.ensureLoop(c, group)
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
-			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir,
+			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir, NewDir: opts.NewDir && opts.Dir && mode == LeaseWrite,
 			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks}, wait)
 		asked()
 		var redir *redirectedError
@@ -285,7 +299,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		if err == nil {
 			g := resp.GetLease()
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), done: make(chan struct{})}
+				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
 			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
 			if c.leases.addIfEpoch(l, epoch) {
 				return l, nil

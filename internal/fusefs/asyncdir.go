@@ -586,3 +586,40 @@ func (n *node) noteDirAttr(a *wire.Attr, gen uint64) {
 		d.attr, d.attrLease, d.mtimeExact = proto.Clone(a).(*wire.Attr), d.lease, true
 	}
 }
+
+// newDirLease takes the directory lease of n, a directory this mount has
+// just made under its parent's lease (its create queued, with the mark;
+// a its answer), before the create is applied (client.LeaseOptions.NewDir):
+// the minister grants it at once, and n is then known empty, so its
+// entry changes are answered here from the first one. Before, cp -a,
+// tar and git filled every new directory with two synchronous creates
+// (each waiting for the whole queue: the creates and chunk writes of the
+// files before), a lease request with its mark's commit and a listing.
+// If the create was applied first, the lease is an ordinary one and n
+// is listed at its next change. Called with the parent's dir.mu held
+// (n is new: nobody else holds or waits for its own).
+func (n *node) newDirLease(ctx context.Context, a *wire.Attr) {
+	d := &n.dir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lease != nil {
+		return
+	}
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseWrite, 0, 0,
+		client.LeaseOptions{Dir: true, Open: true, NewDir: true, OnRevoke: n.dirLeaseRevoked})
+	if err != nil {
+		n.fsys.log.Debug("a new directory's lease", slog.Uint64("dir", uint64(n.ino)), slog.Any("err", err))
+		return
+	}
+	d.lease, d.names = l, nil
+	d.attr, d.attrLease, d.mtimeExact = nil, nil, false
+	switch {
+	case l.Absent():
+		// Empty; its attributes are the ones its create answered.
+		d.names = map[string]dirEnt{}
+		d.attr, d.attrLease, d.mtimeExact = proto.Clone(a).(*wire.Attr), l, true
+		n.fsys.log.Debug("directory lease taken before the directory's create: entry changes answered here", slog.Uint64("dir", uint64(n.ino)))
+	case l.Attr() != nil && d.queued.Load() == 0:
+		d.attr, d.attrLease, d.mtimeExact = l.Attr(), l, true
+	}
+}

@@ -148,6 +148,29 @@ func TestMountAsyncDirs(t *testing.T) {
 		waitFor(t, "mount A to see "+bname, func() error { _, err := os.Lstat(filepath.Join(d, bname)); return err })
 	}
 
+	// A directory A makes under its parent's lease holds its own lease
+	// from the start (newDirLease): A answers the creates in it at once;
+	// B's O_EXCL create there of a name A made recalls that lease first,
+	// and B's own create shows on A.
+	n := filepath.Join(dirA, "n")
+	must(t, os.Mkdir(n, 0o755))
+	for i := range 2 {
+		must(t, os.WriteFile(filepath.Join(n, "pre"+strconv.Itoa(i)), nil, 0o600))
+	}
+	sub := filepath.Join(n, "sub")
+	must(t, os.Mkdir(sub, 0o755))
+	must(t, os.WriteFile(filepath.Join(sub, "x"), []byte("made in a new directory"), 0o600))
+	if !strings.Contains(readLog(t, ma.log), "directory lease taken before the directory's create") {
+		t.Fatal("mount A did not lease the directory it made before its create was applied")
+	}
+	_, err = os.OpenFile(filepath.Join(dirB, "n", "sub", "x"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	wantErrno(t, "mount B's O_EXCL create of a name mount A made in its new directory", err, syscall.EEXIST)
+	must(t, os.WriteFile(filepath.Join(dirB, "n", "sub", "y"), nil, 0o600))
+	waitFor(t, "mount A to see n/sub/y", func() error { _, err := os.Lstat(filepath.Join(sub, "y")); return err })
+	if b, err := os.ReadFile(filepath.Join(dirB, "n", "sub", "x")); err != nil || string(b) != "made in a new directory" {
+		t.Fatalf("mount B reads n/sub/x: %q, %v", b, err)
+	}
+
 	// Close-to-open without fsync: a file A created under its directory
 	// lease and closed is found and read whole by B's very next open,
 	// although A's create and the file's chunk (written in the

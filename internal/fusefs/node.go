@@ -512,6 +512,9 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 			return nil, nil, syscall.EEXIST
 		}
 		done := n.deferredDone(name, nil, "")
+		// A new directory's lease is asked for at once (newDirLease),
+		// so its create marks it.
+		spec.MarkDirLease = spec.Type == wire.FileType_DIRECTORY
 		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, done)
 		if err != nil {
 			done(nil, nil) // not queued
@@ -520,6 +523,9 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		n.dir.names[name] = dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()}
 		in := n.child(ctx, a, out)
 		n.leasedEntryLocked(name, out)
+		if ch, ok := in.Operations().(*node); ok && spec.MarkDirLease {
+			ch.newDirLease(ctx, a)
+		}
 		return in, a, 0
 	}
 	a, err := n.fsys.c.MakeNode(ctx, n.ino, name, spec)

@@ -291,7 +291,14 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}
-	if r.Dir {
+	// A directory the client is making, not there yet: no mark now (its
+	// create carries it), and the holder knows it empty (Absent).
+	newDir := false
+	if r.Dir && req.GetNewDir() && r.Mode == lease.Write && r.Off == 0 && r.End == lease.ToEnd && !r.Lock {
+		exists, _, err := ls.dirExists(g, r.Ino)
+		newDir = err == nil && !exists
+	}
+	if r.Dir && !newDir {
 		if err := ls.markDirLease(ctx, g, r.Ino); err != nil {
 			return nil, err
 		}
@@ -339,6 +346,18 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			l := out.Lease
 			resp := &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(l.ID), Ino: uint64(l.Ino), Mode: req.GetMode(),
 				Off: l.Off, Len: req.GetLen()}}
+			if newDir {
+				// Read after the grant, for the reason openAfterGrant's
+				// is current: whoever changed the directory before this
+				// grant made it exist here first. Appeared unmarked
+				// (not the create this request announced): given back.
+				exists, marked, err := ls.dirExists(g, r.Ino)
+				if err != nil || (exists && !marked) {
+					_, _ = ls.release(g, &wire.LeaseRequest{ClientId: req.GetClientId(), Ids: []uint64{uint64(l.ID)}})
+					return &wire.LeaseResponse{}, fmt.Errorf("%w: directory %v appeared, unmarked, while its lease was granted as a new directory's; ask for an ordinary directory lease", syscall.EAGAIN, r.Ino)
+				}
+				resp.Absent = !exists
+			}
 			switch {
 			case !req.GetOpen() || r.Lock:
 			case r.Mode == lease.Read && !r.Dir:
@@ -879,6 +898,25 @@ func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, 
 		return nil
 	})
 	return dirs, files
+}
+
+// dirExists says whether directory dir exists in g's state on this
+// node, and whether it is marked as ever leased (MarkDirLeaseOp, or a
+// create with mark_dir_lease).
+func (ls *leaseService) dirExists(g ids.GroupID, dir ids.Ino) (exists, marked bool, err error) {
+	err = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		if _, err := namespace.GetAttr(r, dir); err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				return nil
+			}
+			return err
+		}
+		exists = true
+		var err error
+		marked, err = namespace.DirLeaseMarked(r, dir)
+		return err
+	})
+	return exists, marked, err
 }
 
 // dirLeaseMarked says whether one of dirs was ever given a directory

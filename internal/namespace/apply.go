@@ -217,6 +217,9 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	if op.Rdev != 0 && op.Type != wire.FileType_CHAR_DEVICE && op.Type != wire.FileType_BLOCK_DEVICE {
 		return nil, errnof(syscall.EINVAL, "create %q: device number given for a %v", op.Name, op.Type)
 	}
+	if op.MarkDirLease && op.Type != wire.FileType_DIRECTORY {
+		return nil, errnof(syscall.EINVAL, "create %q: a directory lease mark asked for a %v", op.Name, op.Type)
+	}
 	pin, err := t.dir(parent)
 	if err != nil {
 		return nil, err
@@ -273,6 +276,11 @@ func create(t *tx, client uint64, op *wire.CreateOp) (*wire.Result, error) {
 	if op.Type == wire.FileType_DIRECTORY {
 		t.setParent(ino, parent)
 		pin.Attr.Nlink++
+		if op.MarkDirLease {
+			// Its creator holds its directory lease already (granted
+			// before it existed): marked as markDirLease would.
+			t.set(dirLeaseKey(ino), nil)
+		}
 	}
 	t.touchDir(pin)
 	return attrResult(in), nil

@@ -141,6 +141,17 @@ func TestDirLeaseMark(t *testing.T) {
 	if marked(d) {
 		t.Fatal("the mark outlived its directory")
 	}
+	// A directory made by a creator holding its lease already is marked
+	// by its create; a file cannot be made so, and nothing changes.
+	born := v.ok(&wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(root), Name: []byte("born"), Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}})
+	if !marked(ids.Ino(born.GetAttr().GetIno())) {
+		t.Fatal("a directory created with mark_dir_lease is not marked")
+	}
+	before := v.dump()
+	v.fails(&wire.Command_Create{Create: &wire.CreateOp{Parent: uint64(root), Name: []byte("g"), Type: wire.FileType_REGULAR, Mode: 0o644, MarkDirLease: true}}, syscall.EINVAL)
+	if v.dump() != before {
+		t.Fatal("a refused create changed the state")
+	}
 }
 
 // TestLeaseSessions: sessions open and close in one command for many

@@ -1649,7 +1649,14 @@ type CreateOp struct {
 	// ReserveInodesOp, above every number it used from that range: an
 	// asynchronous create (docs/fuse.md) answers the application before
 	// the ministry has seen the create, with the inode number it will get.
-	Ino           uint64 `protobuf:"varint,9,opt,name=ino,proto3" json:"ino,omitempty"`
+	Ino uint64 `protobuf:"varint,9,opt,name=ino,proto3" json:"ino,omitempty"`
+	// DIRECTORY: the creator was granted the new directory's write
+	// directory lease before the directory existed (LeaseRequest.new_dir);
+	// the create marks it as MarkDirLeaseOp would, in the same command, so
+	// a new minister knows the directory may be leased. Metadata nodes of
+	// one cluster must run the same version (an older one ignores the
+	// field and its state would differ).
+	MarkDirLease  bool `protobuf:"varint,10,opt,name=mark_dir_lease,json=markDirLease,proto3" json:"mark_dir_lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1745,6 +1752,13 @@ func (x *CreateOp) GetIno() uint64 {
 		return x.Ino
 	}
 	return 0
+}
+
+func (x *CreateOp) GetMarkDirLease() bool {
+	if x != nil {
+		return x.MarkDirLease
+	}
+	return false
 }
 
 // ReserveInodesOp sets aside up to `count` (at most 4096) consecutive
@@ -7375,6 +7389,13 @@ type LeaseRequest struct {
 	// attributes (opened.attr) as they are once the lease is granted.
 	Open          bool   `protobuf:"varint,18,opt,name=open,proto3" json:"open,omitempty"`
 	OpenMaxChunks uint32 `protobuf:"varint,19,opt,name=open_max_chunks,json=openMaxChunks,proto3" json:"open_max_chunks,omitempty"`
+	// ACQUIRE of a write directory lease on a directory this client is
+	// making (its create, with mark_dir_lease, is queued): when the
+	// directory does not exist yet, granted without a MarkDirLeaseOp (its
+	// create marks it) and answered with LeaseResponse.absent: nobody can
+	// have put anything in it, and whoever does once it exists drains the
+	// lease first. Otherwise an ordinary directory lease request.
+	NewDir        bool `protobuf:"varint,20,opt,name=new_dir,json=newDir,proto3" json:"new_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7542,6 +7563,13 @@ func (x *LeaseRequest) GetOpenMaxChunks() uint32 {
 	return 0
 }
 
+func (x *LeaseRequest) GetNewDir() bool {
+	if x != nil {
+		return x.NewDir
+	}
+	return false
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7676,7 +7704,10 @@ type LeaseResponse struct {
 	// ACQUIRE with LeaseRequest.open, granted: the open's read (attributes,
 	// chunk records, inline bytes) made after the grant; absent when it
 	// could not be made there (the file is gone or being moved).
-	Opened        *ReadResponse `protobuf:"bytes,9,opt,name=opened,proto3" json:"opened,omitempty"`
+	Opened *ReadResponse `protobuf:"bytes,9,opt,name=opened,proto3" json:"opened,omitempty"`
+	// ACQUIRE with LeaseRequest.new_dir, granted: the directory did not
+	// exist at the grant (it is empty for the holder).
+	Absent        bool `protobuf:"varint,10,opt,name=absent,proto3" json:"absent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7772,6 +7803,13 @@ func (x *LeaseResponse) GetOpened() *ReadResponse {
 		return x.Opened
 	}
 	return nil
+}
+
+func (x *LeaseResponse) GetAbsent() bool {
+	if x != nil {
+		return x.Absent
+	}
+	return false
 }
 
 type AssignRequest struct {
@@ -8774,7 +8812,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x11dissolve_ministry\x18+ \x01(\v2\x1e.govfs.wire.DissolveMinistryOpH\x00R\x10dissolveMinistry\x12?\n" +
 	"\radd_token_key\x18, \x01(\v2\x19.govfs.wire.AddTokenKeyOpH\x00R\vaddTokenKey\x12B\n" +
 	"\x0ebind_node_cert\x18- \x01(\v2\x1a.govfs.wire.BindNodeCertOpH\x00R\fbindNodeCertB\x04\n" +
-	"\x02op\"\xf6\x01\n" +
+	"\x02op\"\x9c\x02\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\fR\x04name\x12(\n" +
@@ -8784,7 +8822,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06target\x18\x06 \x01(\fR\x06target\x12\x1c\n" +
 	"\texclusive\x18\a \x01(\bR\texclusive\x12\x12\n" +
 	"\x04rdev\x18\b \x01(\x04R\x04rdev\x12\x10\n" +
-	"\x03ino\x18\t \x01(\x04R\x03ino\"'\n" +
+	"\x03ino\x18\t \x01(\x04R\x03ino\x12$\n" +
+	"\x0emark_dir_lease\x18\n" +
+	" \x01(\bR\fmarkDirLease\"'\n" +
 	"\x0fReserveInodesOp\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\"\"\n" +
 	"\x0eMarkDirLeaseOp\x12\x10\n" +
@@ -9230,7 +9270,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x85\x04\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x9e\x04\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9252,7 +9292,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\treleasing\x18\x10 \x03(\x04R\treleasing\x12\x14\n" +
 	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04open\x18\x12 \x01(\bR\x04open\x12&\n" +
-	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\"\xdc\x01\n" +
+	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\x12\x17\n" +
+	"\anew_dir\x18\x14 \x01(\bR\x06newDir\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -9263,7 +9304,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
 	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
-	"\x03dir\x18\t \x01(\bR\x03dir\"\xd2\x02\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\"\xea\x02\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -9273,7 +9314,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0eretry_after_ms\x18\x06 \x01(\x04R\fretryAfterMs\x122\n" +
 	"\bconflict\x18\a \x01(\v2\x16.govfs.wire.LeaseGrantR\bconflict\x12\x18\n" +
 	"\areclaim\x18\b \x01(\bR\areclaim\x120\n" +
-	"\x06opened\x18\t \x01(\v2\x18.govfs.wire.ReadResponseR\x06opened\"\xa1\x02\n" +
+	"\x06opened\x18\t \x01(\v2\x18.govfs.wire.ReadResponseR\x06opened\x12\x16\n" +
+	"\x06absent\x18\n" +
+	" \x01(\bR\x06absent\"\xa1\x02\n" +
 	"\rAssignRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
