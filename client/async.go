@@ -62,6 +62,9 @@ type deferredOp struct {
 	// creates: the regular file this op creates (0: none), see creating;
 	// changes: the file this op changes, queued behind its create.
 	creates, changes ids.Ino
+	// dirs: the directories whose entries or own attributes this op
+	// changes (DirQueued).
+	dirs []ids.Ino
 }
 
 type deferredQueue struct {
@@ -85,6 +88,9 @@ type deferredQueue struct {
 	// changing counts the unanswered queued changes of each file
 	// (deferFileCmd).
 	changing map[ids.Ino]int
+	// dirOps counts the unanswered queued changes of each directory's
+	// entries or attributes (deferredOp.dirs).
+	dirOps map[ids.Ino]int
 	// newChunks holds the chunks given to new files' writes whose
 	// records are queued (newfile.go), by inode and chunk index, so that
 	// every File of such a file writes a chunk index into one chunk.
@@ -311,7 +317,7 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 		a.Size = uint64(len(spec.Target))
 	}
 	c.learnChild(ino, group, 0)
-	dop := &deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done}
+	dop := &deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done, dirs: []ids.Ino{parent}}
 	if spec.Type == wire.FileType_REGULAR {
 		dop.creates = ino
 	}
@@ -364,6 +370,19 @@ func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 	return creating || changing
 }
 
+// DirQueued says whether a change of directory dir's entries or own
+// attributes is queued in this Client (or on its way) and not answered
+// yet.
+func (c *Client) DirQueued(dir ids.Ino) bool {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.dirOps[dir] > 0
+}
+
 // CreateQueued says whether ino's create is queued in this Client and
 // not answered by the ministry yet.
 func (c *Client) CreateQueued(ino ids.Ino) bool { return c.creating(ino) }
@@ -399,7 +418,7 @@ func (c *Client) DeferredDirSetattr(ctx context.Context, dir ids.Ino, op *wire.S
 	}
 	cmd := c.setattrCmd(dir, op)
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: c.owner(dir), route: dir, cmd: cmd, what: "setattr " + inoPath(uint64(dir)), done: done})
+	c.enqueue(&deferredOp{group: c.owner(dir), route: dir, cmd: cmd, what: "setattr " + inoPath(uint64(dir)), done: done, dirs: []ids.Ino{dir}})
 	return cmd.NowNs, nil
 }
 
@@ -430,7 +449,7 @@ func (c *Client) deferredUnlink(ctx context.Context, parent ids.Ino, name string
 		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name), Dir: dir}}
 	})
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: what + " " + p, done: done})
+	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: what + " " + p, done: done, dirs: []ids.Ino{parent}})
 	return nil
 }
 
@@ -456,7 +475,7 @@ func (c *Client) DeferredRename(ctx context.Context, parent ids.Ino, name string
 			NewParent: uint64(newParent), NewName: []byte(newName), Flags: flags}}
 	})
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done})
+	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done, dirs: []ids.Ino{parent, newParent}})
 	return nil
 }
 
@@ -535,6 +554,12 @@ func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) boo
 				q.creating = map[ids.Ino]uint64{}
 			}
 			q.creating[op.creates] = op.ticket
+		}
+		for _, d := range op.dirs {
+			if q.dirOps == nil {
+				q.dirOps = map[ids.Ino]int{}
+			}
+			q.dirOps[d]++
 		}
 		if op.changes != 0 {
 			if q.changing == nil {
@@ -665,6 +690,11 @@ func (c *Client) retireOps(run []*deferredOp) {
 	q.mu.Lock()
 	q.doneTo = run[len(run)-1].ticket
 	for _, op := range run {
+		for _, d := range op.dirs {
+			if q.dirOps[d]--; q.dirOps[d] <= 0 {
+				delete(q.dirOps, d)
+			}
+		}
 		if op.creates != 0 && q.creating[op.creates] == op.ticket {
 			delete(q.creating, op.creates)
 			if q.changing[op.creates] == 0 {

@@ -408,3 +408,59 @@ func TestNewDirLease(t *testing.T) {
 		t.Fatalf("lease on an existing directory: absent %v, attributes %v", l2.Absent(), l2.Attr())
 	}
 }
+
+// TestRmdirOfNewLeasedDirectory: another client's rmdir of a name whose
+// create is still queued here, a directory leased before its create was
+// applied, finds it only once the drain of the parent's lease sent the
+// queue; the directory's own lease is recalled before it goes (found in
+// review: it was resolved once, before the drain, and the lease stayed).
+func TestRmdirOfNewLeasedDirectory(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs())
+	c2 := leaseClient(t, cl.Addrs())
+	p, err := c1.Mkdir(ctx, "/p", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := ids.Ino(p.GetIno())
+	flush := func(*Lease, bool) { c1.FlushDeferred(context.Background()) }
+	if _, err := c1.AcquireLease(ctx, parent, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(hold)
+		}
+	}()
+	c1.deferred.holdForTest = hold
+	var log deferredLog
+	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revokes atomic.Int32
+	l, err := c1.AcquireLease(ctx, ids.Ino(a.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, NewDir: true, OnRevoke: func(l *Lease, lost bool) {
+		flush(l, lost)
+		revokes.Add(1)
+	}})
+	if err != nil || !l.Absent() {
+		t.Fatalf("lease on the new directory: %v (absent %v)", err, l != nil && l.Absent())
+	}
+	rmdir := make(chan error, 1)
+	go func() { rmdir <- c2.Rmdir(ctx, "/p/new") }()
+	time.Sleep(100 * time.Millisecond)
+	close(hold)
+	released = true
+	if err := <-rmdir; err != nil {
+		t.Fatalf("rmdir of the new directory once its create was sent: %v", err)
+	}
+	if revokes.Load() != 1 || l.Valid() {
+		t.Fatalf("the removed directory's lease: %d revokes, still valid %v; want it recalled", revokes.Load(), l.Valid())
+	}
+	if n, errs := log.get(); n != 1 || len(errs) != 0 {
+		t.Fatalf("queued mkdir: %d done, failures %v", n, errs)
+	}
+}

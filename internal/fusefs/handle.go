@@ -740,6 +740,13 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		if err := n.fsys.c.UnlinkAt(ctx, parent, hidden); err != nil {
 			n.fsys.log.Warn("remove an unlinked file's hidden name", slog.String("name", hidden), slog.Any("err", err))
 		}
+		// An entry change of the directory too (its mtime: a setattr
+		// answered under its lease must not say the old one).
+		if pn := n.parentNode(); pn != nil && pn.ino == parent {
+			pn.dir.mu.Lock()
+			pn.setNameLocked(hidden, nil)
+			pn.dir.mu.Unlock()
+		}
 	}
 	return 0
 }

@@ -506,24 +506,27 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 	ctx = n.fsys.asCaller(bg(ctx))
 	spec.Cred, spec.Mode = n.newCred(ctx, spec.Mode&0o7777, spec.Type == wire.FileType_DIRECTORY)
 	n.dir.mu.Lock()
-	defer n.dir.mu.Unlock()
+	unlock := sync.OnceFunc(n.dir.mu.Unlock)
+	defer unlock()
 	if n.leaseForChangeLocked(ctx) && n.mayDeferCreate(ctx) {
 		if _, exists := n.dir.names[name]; exists {
 			return nil, nil, syscall.EEXIST
 		}
-		done := n.deferredDone(name, nil, "")
 		// A new directory's lease is asked for at once (newDirLease),
 		// so its create marks it.
 		spec.MarkDirLease = spec.Type == wire.FileType_DIRECTORY
-		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, done)
+		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""))
 		if err != nil {
-			done(nil, nil) // not queued
 			return nil, nil, n.fsys.errno("create", err)
 		}
 		n.dir.names[name] = dirEnt{ino: ids.Ino(a.GetIno()), typ: a.GetType()}
 		in := n.child(ctx, a, out)
 		n.leasedEntryLocked(name, out)
 		if ch, ok := in.Operations().(*node); ok && spec.MarkDirLease {
+			// Outside n's lock (a revoke of n's lease waits for it);
+			// the kernel's lock on n keeps the new directory
+			// unreachable until this returns.
+			unlock()
 			ch.newDirLease(ctx, a)
 		}
 		return in, a, 0
@@ -666,9 +669,7 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 	if !ch.asyncLocked() || len(ch.dir.names) != 0 {
 		return nil
 	}
-	done := n.deferredDone(name, nil, "")
-	if err := n.fsys.c.DeferredRmdir(ctx, n.ino, name, done); err != nil {
-		done(nil, nil) // not queued
+	if err := n.fsys.c.DeferredRmdir(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
 		return nil
 	}
 	n.fsys.log.Debug("rmdir queued under the directory leases", slog.Uint64("dir", uint64(n.ino)), slog.String("name", name))
@@ -695,9 +696,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		case e.typ == wire.FileType_DIRECTORY:
 			return syscall.EISDIR
 		case ch == nil && !e.referral && n.mayDeferRemove(ctx):
-			done := n.deferredDone(name, nil, "")
-			if err := n.fsys.c.DeferredUnlink(ctx, n.ino, name, done); err != nil {
-				done(nil, nil) // not queued
+			if err := n.fsys.c.DeferredUnlink(ctx, n.ino, name, n.deferredDone(name, nil, "")); err != nil {
 				return n.fsys.errno("unlink", err)
 			}
 			delete(n.dir.names, name)
@@ -819,9 +818,7 @@ func (n *node) renameDeferred(ctx context.Context, name string, np *node, newNam
 		return false, 0 // is it empty? the ministry knows
 	}
 	np.dir.entriesChangedLocked()
-	done := n.deferredDone(name, np, newName)
-	if err := n.fsys.c.DeferredRename(ctx, n.ino, name, np.ino, newName, flags, done); err != nil {
-		done(nil, nil) // not queued
+	if err := n.fsys.c.DeferredRename(ctx, n.ino, name, np.ino, newName, flags, n.deferredDone(name, np, newName)); err != nil {
 		if errors.Is(err, syscall.EXDEV) {
 			return false, 0
 		}

@@ -756,6 +756,25 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		ch := gl.changed
 		ls.mu.Unlock()
 		if !busy {
+			// What the command replaces is resolved again: a holder's
+			// queue, sent in this drain, may have made the name it
+			// removes (a directory its holder had leased before its
+			// create was applied: LeaseRequest.new_dir; found in review).
+			more := false
+			dirs, files := ls.replacedInodes(g, cmd)
+			for _, d := range dirs {
+				if !slices.Contains(ds.dirs, d) {
+					ds.dirs, more = append(ds.dirs, d), true
+				}
+			}
+			for _, f := range files {
+				if !slices.Contains(ds.inos, f) {
+					ds.inos, more = append(ds.inos, f), true
+				}
+			}
+			if more {
+				continue
+			}
 			return done, nil
 		}
 		if !now.Before(end) || ctx.Err() != nil {

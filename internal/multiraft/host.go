@@ -342,6 +342,18 @@ func (h *Host) processReady() (int, error) {
 		if r.mu.rn.HasReady() {
 			w := &readyWork{r: r, rd: r.mu.rn.Ready()}
 			h.noteSoftStateLocked(r, w.rd.SoftState, w.rd.HardState)
+			// Read indexes go to their waiters now, not after this
+			// round's fsync and apply (as etcd's server does): a reader
+			// waits until its index is applied anyway. Under a stream of
+			// writes each round is a few milliseconds, and a lease
+			// request (confirmed by a read index) waited for one more.
+			for _, rs := range w.rd.ReadStates {
+				key := h.readKey(rs.RequestCtx)
+				if ch, ok := r.mu.readWaiters[key]; ok && key != 0 {
+					ch <- rs.Index
+					delete(r.mu.readWaiters, key)
+				}
+			}
 			w.leader = r.mu.leader
 			if !raft.IsEmptySnap(w.rd.Snapshot) {
 				idx := w.rd.Snapshot.GetMetadata().GetIndex()
@@ -472,13 +484,6 @@ func (h *Host) processReady() (int, error) {
 	for _, w := range work {
 		r := w.r
 		r.mu.Lock()
-		for _, rs := range w.rd.ReadStates {
-			key := h.readKey(rs.RequestCtx)
-			if ch, ok := r.mu.readWaiters[key]; ok && key != 0 {
-				ch <- rs.Index
-				delete(r.mu.readWaiters, key)
-			}
-		}
 		r.mu.rn.Advance(w.rd)
 		if r.mu.rn.HasReady() {
 			again = true
