@@ -318,6 +318,11 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 	}
 	c.learnChild(ino, group, 0)
 	dop := &deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done, dirs: []ids.Ino{parent}}
+	if spec.Type == wire.FileType_DIRECTORY {
+		// Until it is applied the ministry does not know the directory
+		// itself either (DirQueued).
+		dop.dirs = append(dop.dirs, ino)
+	}
 	if spec.Type == wire.FileType_REGULAR {
 		dop.creates = ino
 	}
@@ -371,8 +376,8 @@ func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 }
 
 // DirQueued says whether a change of directory dir's entries or own
-// attributes is queued in this Client (or on its way) and not answered
-// yet.
+// attributes, or dir's create, is queued in this Client (or on its way)
+// and not answered yet.
 func (c *Client) DirQueued(dir ids.Ino) bool {
 	q := &c.deferred
 	if q.outstanding.Load() == 0 {
