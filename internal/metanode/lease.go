@@ -772,10 +772,13 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 					ds.inos, more = append(ds.inos, f), true
 				}
 			}
-			if more {
+			if !more {
+				return done, nil
+			}
+			if now.Before(end) {
 				continue
 			}
-			return done, nil
+			// A name that kept changing: asked again (UNAVAILABLE below).
 		}
 		if !now.Before(end) || ctx.Err() != nil {
 			// The intents stay (they expire by themselves): the client
