@@ -110,9 +110,9 @@ type deferredQueue struct {
 	// numbered from the old range must be applied first).
 	resvMu sync.Mutex
 	resv   map[ids.GroupID]*reservation
-	// holdForTest, set by a test before anything is queued, holds the
-	// sender until closed (a queue that is slow to leave): what is
-	// queued stays pending.
+	// holdForTest, set by a test (under mu: setHoldForTest) before
+	// anything is queued, holds the sender until closed (a queue that
+	// is slow to leave): what is queued stays pending.
 	holdForTest chan struct{}
 	// afterNewFileStoreForTest runs when a new file's bytes are written
 	// and their records not queued yet (newfile.go).
@@ -617,8 +617,11 @@ func (c *Client) sendDeferred() {
 	q := &c.deferred
 	ctx := context.Background()
 	for {
-		if q.holdForTest != nil {
-			<-q.holdForTest
+		q.mu.Lock()
+		hold := q.holdForTest
+		q.mu.Unlock()
+		if hold != nil {
+			<-hold
 		}
 		q.mu.Lock()
 		if len(q.pending) == 0 {

@@ -249,7 +249,7 @@ func TestRmdirOfLeasedDirectory(t *testing.T) {
 			close(hold)
 		}
 	}()
-	a.deferred.holdForTest = hold
+	setHoldForTest(a, hold)
 	if _, err := a.MakeNodeDeferred(ctx, dir, "x", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestNewDirLease(t *testing.T) {
 			close(hold)
 		}
 	}()
-	c1.deferred.holdForTest = hold
+	setHoldForTest(c1, hold)
 	var log deferredLog
 	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
 	if err != nil {
@@ -435,7 +435,7 @@ func TestRmdirOfNewLeasedDirectory(t *testing.T) {
 			close(hold)
 		}
 	}()
-	c1.deferred.holdForTest = hold
+	setHoldForTest(c1, hold)
 	var log deferredLog
 	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
 	if err != nil {

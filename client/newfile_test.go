@@ -46,8 +46,17 @@ func holdSender(t *testing.T, c *Client) (release func()) {
 	var once sync.Once
 	release = func() { once.Do(func() { close(hold) }) }
 	t.Cleanup(release)
-	c.deferred.holdForTest = hold
+	setHoldForTest(c, hold)
 	return release
+}
+
+// setHoldForTest makes c's sender wait for hold before each batch. Under
+// the queue's lock: a sender from an earlier queue may still be on its
+// way out (found by the race detector in CI).
+func setHoldForTest(c *Client, hold chan struct{}) {
+	c.deferred.mu.Lock()
+	c.deferred.holdForTest = hold
+	c.deferred.mu.Unlock()
 }
 
 // newQueuedFile queues the create of name in dir on c (done hears it)
