@@ -336,6 +336,30 @@ func TestLookupRecallsDirLease(t *testing.T) {
 	}
 }
 
+// queueNewDir makes /p on c, takes its directory lease, holds c's
+// sender (release lets it go) and queues the create of /p/new with the
+// directory lease mark, as a mount's mkdir does: its answer, and the
+// queue's done log and c's revoke handler (which sends the queue).
+func queueNewDir(t *testing.T, c *Client) (a *wire.Attr, release func(), log *deferredLog, flush func(*Lease, bool)) {
+	t.Helper()
+	ctx := t.Context()
+	p, err := c.Mkdir(ctx, "/p", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush = func(*Lease, bool) { c.FlushDeferred(context.Background()) }
+	if _, err := c.AcquireLease(ctx, ids.Ino(p.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
+		t.Fatal(err)
+	}
+	release = holdSender(t, c)
+	log = &deferredLog{}
+	a, err = c.MakeNodeDeferred(ctx, ids.Ino(p.GetIno()), "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, release, log, flush
+}
+
 // TestNewDirLease: a directory made under its parent's lease, its create
 // still queued, gets its own directory lease at once (LeaseOptions.NewDir),
 // known empty (Absent), so creates in it queue behind its own; once it
@@ -346,28 +370,7 @@ func TestNewDirLease(t *testing.T) {
 	ctx := t.Context()
 	c1 := leaseClient(t, cl.Addrs())
 	c2 := leaseClient(t, cl.Addrs())
-	p, err := c1.Mkdir(ctx, "/p", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := ids.Ino(p.GetIno())
-	flush := func(*Lease, bool) { c1.FlushDeferred(context.Background()) }
-	if _, err := c1.AcquireLease(ctx, parent, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
-		t.Fatal(err)
-	}
-	hold := make(chan struct{})
-	released := false
-	defer func() {
-		if !released {
-			close(hold)
-		}
-	}()
-	setHoldForTest(c1, hold)
-	var log deferredLog
-	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, release, log, flush := queueNewDir(t, c1)
 	dir := ids.Ino(a.GetIno())
 	var revokes atomic.Int32
 	l, err := c1.AcquireLease(ctx, dir, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Open: true, NewDir: true, OnRevoke: func(l *Lease, lost bool) {
@@ -383,8 +386,7 @@ func TestNewDirLease(t *testing.T) {
 	if _, err := c1.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("create f")); err != nil {
 		t.Fatal(err)
 	}
-	close(hold)
-	released = true
+	release()
 	c1.FlushDeferred(ctx)
 	if n, errs := log.get(); n != 2 || len(errs) != 0 {
 		t.Fatalf("queued mkdir and create: %d done, failures %v", n, errs)
@@ -419,28 +421,7 @@ func TestRmdirOfNewLeasedDirectory(t *testing.T) {
 	ctx := t.Context()
 	c1 := leaseClient(t, cl.Addrs())
 	c2 := leaseClient(t, cl.Addrs())
-	p, err := c1.Mkdir(ctx, "/p", 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := ids.Ino(p.GetIno())
-	flush := func(*Lease, bool) { c1.FlushDeferred(context.Background()) }
-	if _, err := c1.AcquireLease(ctx, parent, LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
-		t.Fatal(err)
-	}
-	hold := make(chan struct{})
-	released := false
-	defer func() {
-		if !released {
-			close(hold)
-		}
-	}()
-	setHoldForTest(c1, hold)
-	var log deferredLog
-	a, err := c1.MakeNodeDeferred(ctx, parent, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true}, log.done("mkdir new"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, release, log, flush := queueNewDir(t, c1)
 	var revokes atomic.Int32
 	l, err := c1.AcquireLease(ctx, ids.Ino(a.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, NewDir: true, OnRevoke: func(l *Lease, lost bool) {
 		flush(l, lost)
@@ -452,8 +433,7 @@ func TestRmdirOfNewLeasedDirectory(t *testing.T) {
 	rmdir := make(chan error, 1)
 	go func() { rmdir <- c2.Rmdir(ctx, "/p/new") }()
 	time.Sleep(100 * time.Millisecond)
-	close(hold)
-	released = true
+	release()
 	if err := <-rmdir; err != nil {
 		t.Fatalf("rmdir of the new directory once its create was sent: %v", err)
 	}

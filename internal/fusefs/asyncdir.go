@@ -521,27 +521,7 @@ func (n *node) setattrDirQueued(ctx context.Context, op *wire.SetattrOp) *wire.A
 	// of two answers); the ministry's own answer, when one comes, is
 	// newer still.
 	a.Version = max(a.GetVersion(), cur.GetVersion())
-	if has(wire.SetattrField_SETATTR_MODE) {
-		a.Mode = op.GetMode() & 0o7777
-	}
-	if has(wire.SetattrField_SETATTR_UID) {
-		a.Uid = op.GetUid()
-	}
-	if has(wire.SetattrField_SETATTR_GID) {
-		a.Gid = op.GetGid()
-	}
-	switch {
-	case has(wire.SetattrField_SETATTR_ATIME_NOW):
-		a.AtimeNs = now
-	case has(wire.SetattrField_SETATTR_ATIME):
-		a.AtimeNs = op.GetAtimeNs()
-	}
-	switch {
-	case has(wire.SetattrField_SETATTR_MTIME_NOW):
-		a.MtimeNs = now
-	case has(wire.SetattrField_SETATTR_MTIME):
-		a.MtimeNs = op.GetMtimeNs()
-	}
+	applySetattr(a, op, now)
 	d.attr, d.mtimeExact = a, true
 	n.fsys.log.Debug("directory setattr queued under its lease", slog.Uint64("dir", uint64(n.ino)), slog.Uint64("valid", uint64(op.GetValid())),
 		slog.String("mode", strconv.FormatUint(uint64(a.GetMode()), 8)), slog.Uint64("uid", uint64(a.GetUid())), slog.Uint64("gid", uint64(a.GetGid())),

@@ -910,6 +910,14 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	a := &wire.Attr{Ino: cur.GetIno(), Type: cur.GetType(), Mode: cur.GetMode(), Uid: cur.GetUid(), Gid: cur.GetGid(),
 		Nlink: cur.GetNlink(), Size: cur.GetSize(), AtimeNs: cur.GetAtimeNs(), MtimeNs: cur.GetMtimeNs(),
 		CtimeNs: now, CrtimeNs: cur.GetCrtimeNs(), Version: cur.GetVersion(), Rdev: cur.GetRdev()}
+	applySetattr(a, op, now)
+	growByHandles(a, hs)
+	return a
+}
+
+// applySetattr makes of a what namespace's setattr makes of it for op
+// (not its size), with now the command's time; ctime is the caller's.
+func applySetattr(a *wire.Attr, op *wire.SetattrOp, now int64) {
 	has := func(f wire.SetattrField) bool { return op.GetValid()&uint32(f) != 0 }
 	if has(wire.SetattrField_SETATTR_MODE) {
 		a.Mode = op.GetMode() & 0o7777
@@ -932,8 +940,6 @@ func (n *node) setattrQueued(ctx context.Context, op *wire.SetattrOp) *wire.Attr
 	case has(wire.SetattrField_SETATTR_MTIME):
 		a.MtimeNs = op.GetMtimeNs()
 	}
-	growByHandles(a, hs)
-	return a
 }
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {

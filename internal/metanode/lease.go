@@ -677,10 +677,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	}
 	clk := ls.n.cfg.Clock
 	start := clk.Now()
-	end := start.Add(3 * time.Second)
-	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
-		end = dl.Add(-500 * time.Millisecond)
-	}
+	end := waitEnd(ctx, start)
 	intent := ls.ttl + ls.ttl/10
 	var drained []ids.Ino
 	done := func(applied bool) {
@@ -810,10 +807,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 // client asks again). A NotLeaderError when this node does not lead g.
 func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, client lease.ClientID, dir ids.Ino) error {
 	clk := ls.n.cfg.Clock
-	end := clk.Now().Add(3 * time.Second)
-	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
-		end = dl.Add(-500 * time.Millisecond)
-	}
+	end := waitEnd(ctx, clk.Now())
 	var marked bool
 	var markedFor time.Time
 	// held: the leases this recall waits for, from its first look at
@@ -864,6 +858,17 @@ func (ls *leaseService) recallDirWriters(ctx context.Context, g ids.GroupID, cli
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
 	}
+}
+
+// waitEnd is when a drain or recall starting at start stops waiting and
+// answers UNAVAILABLE (the client asks again): after a few seconds, and
+// early enough before the call's deadline for the answer to arrive.
+func waitEnd(ctx context.Context, start time.Time) time.Time {
+	end := start.Add(3 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-500*time.Millisecond).Before(end) {
+		end = dl.Add(-500 * time.Millisecond)
+	}
+	return end
 }
 
 // renameExchange is RENAME_EXCHANGE (renameat2).
