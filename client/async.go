@@ -63,7 +63,8 @@ type deferredOp struct {
 	// changes: the file this op changes, queued behind its create.
 	creates, changes ids.Ino
 	// dirs: the directories whose entries or own attributes this op
-	// changes (DirQueued).
+	// changes (DirQueued), the inode it makes or removes and the inodes
+	// a rename moves (InoQueued).
 	dirs []ids.Ino
 }
 
@@ -318,11 +319,9 @@ func (c *Client) MakeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 	}
 	c.learnChild(ino, group, 0)
 	dop := &deferredOp{group: group, route: parent, cmd: cmd, what: "create " + p, done: done, dirs: []ids.Ino{parent}}
-	if spec.Type == wire.FileType_DIRECTORY {
-		// Until it is applied the ministry does not know the directory
-		// itself either (DirQueued).
-		dop.dirs = append(dop.dirs, ino)
-	}
+	// Until it is applied the ministry does not know the new inode
+	// either (DirQueued of a directory, InoQueued of any).
+	dop.dirs = append(dop.dirs, ino)
 	if spec.Type == wire.FileType_REGULAR {
 		dop.creates = ino
 	}
@@ -373,6 +372,24 @@ func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done 
 func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 	creating, changing := c.fileQueue(ino)
 	return creating || changing
+}
+
+// InoQueued says whether a change queued in this Client and not answered
+// yet touches ino's own attributes: its create, a change queued behind
+// it, a change of its entries or attributes (a directory), or its
+// rename. Otherwise a read of ino's attributes past the queue
+// (PastDeferred) shows what this Client changed, except a change of its
+// link count by a removal of another of its names (a caller that cares
+// checks nlink).
+func (c *Client) InoQueued(ino ids.Ino) bool {
+	q := &c.deferred
+	if q.outstanding.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, creating := q.creating[ino]
+	return creating || q.changing[ino] > 0 || q.dirOps[ino] > 0
 }
 
 // DirQueued says whether a change of directory dir's entries or own
@@ -427,61 +444,73 @@ func (c *Client) DeferredDirSetattr(ctx context.Context, dir ids.Ino, op *wire.S
 	return cmd.NowNs, nil
 }
 
-// DeferredUnlink queues the removal of name (a non-directory) from
-// parent, under a directory lease on parent.
-func (c *Client) DeferredUnlink(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {
-	return c.deferredUnlink(ctx, parent, name, false, done)
+// DeferredUnlink queues the removal of name (a non-directory, inode ino
+// if the caller knows it: InoQueued says so until it is answered) from
+// parent, under a directory lease on parent. It returns the command's
+// time: parent's mtime and ctime once it is applied (the ministry keeps
+// a queued command's time, as for MakeNodeDeferred's attributes).
+func (c *Client) DeferredUnlink(ctx context.Context, parent ids.Ino, name string, ino ids.Ino, done DeferredDone) (nowNs int64, err error) {
+	return c.deferredUnlink(ctx, parent, name, ino, false, done)
 }
 
-// DeferredRmdir queues the removal of the directory name from parent,
+// DeferredRmdir queues the removal of the directory name (inode ino, as
+// for DeferredUnlink) from parent,
 // under directory leases on parent and on the directory, whose listing
 // the caller knows to be empty (what it queued before empties it: the
-// queue keeps their order).
-func (c *Client) DeferredRmdir(ctx context.Context, parent ids.Ino, name string, done DeferredDone) error {
-	return c.deferredUnlink(ctx, parent, name, true, done)
+// queue keeps their order). It returns the command's time, as
+// DeferredUnlink.
+func (c *Client) DeferredRmdir(ctx context.Context, parent ids.Ino, name string, ino ids.Ino, done DeferredDone) (nowNs int64, err error) {
+	return c.deferredUnlink(ctx, parent, name, ino, true, done)
 }
 
-func (c *Client) deferredUnlink(ctx context.Context, parent ids.Ino, name string, dir bool, done DeferredDone) error {
+func (c *Client) deferredUnlink(ctx context.Context, parent ids.Ino, name string, ino ids.Ino, dir bool, done DeferredDone) (int64, error) {
 	what := "remove"
 	if dir {
 		what = "rmdir"
 	}
 	p := inoNamePath(uint64(parent), name)
 	if err := checkName(name); err != nil {
-		return opErr(what, p, err)
+		return 0, opErr(what, p, err)
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(parent), Name: []byte(name), Dir: dir}}
 	})
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: what + " " + p, done: done, dirs: []ids.Ino{parent}})
-	return nil
+	dirs := []ids.Ino{parent}
+	if ino != 0 {
+		dirs = append(dirs, ino)
+	}
+	c.enqueue(&deferredOp{group: c.owner(parent), route: parent, cmd: cmd, what: what + " " + p, done: done, dirs: dirs})
+	return cmd.NowNs, nil
 }
 
 // DeferredRename queues a rename, under directory leases on both
-// parents (which one ministry must own).
-func (c *Client) DeferredRename(ctx context.Context, parent ids.Ino, name string, newParent ids.Ino, newName string, flags uint32, done DeferredDone) error {
+// parents (which one ministry must own). moved are the inodes it moves
+// (the source's, and the target's for an exchange), whose ctime (and a
+// directory's "..") it changes: InoQueued says so until it is answered.
+// It returns the command's time, as DeferredUnlink.
+func (c *Client) DeferredRename(ctx context.Context, parent ids.Ino, name string, newParent ids.Ino, newName string, flags uint32, moved []ids.Ino, done DeferredDone) (nowNs int64, err error) {
 	p := inoNamePath(uint64(parent), name)
 	if err := checkRenameFlags(flags); err != nil {
-		return opErr("rename", p, err)
+		return 0, opErr("rename", p, err)
 	}
 	if err := checkName(name); err != nil {
-		return opErr("rename", p, err)
+		return 0, opErr("rename", p, err)
 	}
 	if err := checkName(newName); err != nil {
-		return opErr("rename", p, err)
+		return 0, opErr("rename", p, err)
 	}
 	g := c.owner(parent)
 	if c.owner(newParent) != g {
-		return opErr("rename", p, fmt.Errorf("%w: the directories belong to different ministries", syscall.EXDEV))
+		return 0, opErr("rename", p, fmt.Errorf("%w: the directories belong to different ministries", syscall.EXDEV))
 	}
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_Rename{Rename: &wire.RenameOp{Parent: uint64(parent), Name: []byte(name),
 			NewParent: uint64(newParent), NewName: []byte(newName), Flags: flags}}
 	})
 	cmd.Caller = c.callerFor(ctx)
-	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done, dirs: []ids.Ino{parent, newParent}})
-	return nil
+	c.enqueue(&deferredOp{group: g, route: parent, cmd: cmd, what: "rename " + p, done: done, dirs: append([]ids.Ino{parent, newParent}, moved...)})
+	return cmd.NowNs, nil
 }
 
 // noFlushKey marks a context whose requests must not wait for the

@@ -110,10 +110,10 @@ func TestDeferredOps(t *testing.T) {
 	// A deferred rename and unlink, then another client's exclusive
 	// create of a name only just created here: EEXIST, since its create
 	// revokes the lease and waits for what was queued.
-	if err := c1.DeferredRename(ctx, dir, "f0", dir, "g0", 0, log.done("rename f0")); err != nil {
+	if _, err := c1.DeferredRename(ctx, dir, "f0", dir, "g0", 0, nil, log.done("rename f0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := c1.DeferredUnlink(ctx, dir, "f1", log.done("unlink f1")); err != nil {
+	if _, err := c1.DeferredUnlink(ctx, dir, "f1", 0, log.done("unlink f1")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c1.MakeNodeDeferred(ctx, dir, "y", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("y")); err != nil {
@@ -238,7 +238,7 @@ func TestRmdirOfLeasedDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.FlushDeferred(ctx)
-	if err := a.DeferredUnlink(ctx, dir, "w", log.done("unlink w")); err != nil {
+	if _, err := a.DeferredUnlink(ctx, dir, "w", 0, log.done("unlink w")); err != nil {
 		t.Fatal(err)
 	}
 	a.FlushDeferred(ctx)

@@ -261,16 +261,7 @@ func TestRmdirQueued(t *testing.T) {
 	dirA, dirB := ma.dir, mountProc(t, c, "--async-dirs=false")
 	cl := newClient(t, c, c.Addrs())
 
-	top := filepath.Join(dirA, "t")
-	must(t, os.Mkdir(top, 0o755))
-	for k := range 6 {
-		sub := filepath.Join(top, "s"+strconv.Itoa(k))
-		must(t, os.Mkdir(sub, 0o755))
-		for i := range 5 {
-			must(t, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), []byte("x"), 0o644))
-		}
-	}
-	fsyncDir(t, top)
+	top := makeDirsOfFiles(t, filepath.Join(dirA, "t"), "s", 6)
 	empty := func(k int) {
 		for i := range 5 {
 			must(t, os.Remove(filepath.Join(top, "s"+strconv.Itoa(k), "f"+strconv.Itoa(i))))
@@ -304,6 +295,23 @@ func TestRmdirQueued(t *testing.T) {
 	}
 }
 
+// makeDirsOfFiles makes directory top with dirs subdirectories prefix0,
+// prefix1, ..., each with files f0-f4 of one byte, fsyncs it and
+// returns it.
+func makeDirsOfFiles(t *testing.T, top, prefix string, dirs int) string {
+	t.Helper()
+	must(t, os.Mkdir(top, 0o755))
+	for k := range dirs {
+		sub := filepath.Join(top, prefix+strconv.Itoa(k))
+		must(t, os.Mkdir(sub, 0o755))
+		for i := range 5 {
+			must(t, os.WriteFile(filepath.Join(sub, "f"+strconv.Itoa(i)), []byte("x"), 0o644))
+		}
+	}
+	fsyncDir(t, top)
+	return top
+}
+
 // emptyDir returns a new empty directory (a mount point).
 func emptyDir(t *testing.T) string {
 	t.Helper()
@@ -318,4 +326,67 @@ func readLog(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	must(t, err)
 	return string(b)
+}
+
+// dropKernelCaches makes the kernel forget unused dentries and inodes,
+// as memory pressure would (needs root).
+func dropKernelCaches(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+		t.Skipf("cannot drop the kernel's caches: %v", err)
+	}
+}
+
+// TestDirLeaseKeptPastForget: directory leases outlive the kernel's
+// forget of their directories (keptdirs.go). After the kernel dropped
+// its caches, rm -rf of directories this mount made queues every
+// unlink and rmdir under the kept leases; another mount's create in a
+// directory whose lease is kept recalls it (the create succeeds at once
+// and this mount lists the new name); the cluster ends with exactly
+// what both mounts did.
+func TestDirLeaseKeptPastForget(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	ma := startMount(t, c, emptyDir(t), "--log-level", "debug")
+	dirA, dirB := ma.dir, mountProc(t, c, "--async-dirs=false")
+	cl := newClient(t, c, c.Addrs())
+
+	top := makeDirsOfFiles(t, filepath.Join(dirA, "k"), "d", 3)
+	dropKernelCaches(t)
+	waitFor(t, "the kernel to forget the directories", func() error {
+		if n := strings.Count(readLog(t, ma.log), "directory lease kept past the kernel's forget"); n < 3 {
+			return errors.New(strconv.Itoa(n) + " leases kept")
+		}
+		return nil
+	})
+
+	// B's create in d2 recalls A's kept lease on it.
+	must(t, os.WriteFile(filepath.Join(dirB, "k", "d2", "late"), []byte("b"), 0o644))
+	if got := names(t, filepath.Join(top, "d2")); !slices.Contains(got, "late") {
+		t.Fatalf("mount A lists %v in k/d2 after mount B's create, want late among them", got)
+	}
+
+	before := strings.Count(readLog(t, ma.log), "rmdir queued")
+	for k := range 2 {
+		must(t, os.RemoveAll(filepath.Join(top, "d"+strconv.Itoa(k))))
+	}
+	log := readLog(t, ma.log)
+	if n := strings.Count(log, "directory lease kept past a forget taken over"); n < 2 {
+		t.Fatalf("mount A took over %d kept leases, want at least 2", n)
+	}
+	if n := strings.Count(log, "rmdir queued") - before; n != 2 {
+		t.Fatalf("mount A queued %d rmdirs of kept-lease directories, want 2", n)
+	}
+	fsyncDir(t, top)
+	if got := listNames(t, cl, "/k"); !slices.Equal(got, []string{"d2"}) {
+		t.Fatalf("the cluster has %v in /k after the fsync, want [d2]", got)
+	}
+	if got := listNames(t, cl, "/k/d2"); !slices.Equal(got, []string{"f0", "f1", "f2", "f3", "f4", "late"}) {
+		t.Fatalf("the cluster has %v in /k/d2, want f0-f4 and late", got)
+	}
+	must(t, os.RemoveAll(filepath.Join(top, "d2")))
+	fsyncDir(t, top)
+	if got := listNames(t, cl, "/k"); len(got) != 0 {
+		t.Fatalf("the cluster has %v in /k after rm -rf of everything, want nothing", got)
+	}
 }

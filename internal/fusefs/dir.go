@@ -10,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/posix"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -139,7 +140,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			opts = append(opts, client.Linearizable())
 		}
 		first := len(d.mu.cookie) == 0
-		ents, next, eof, err := d.n.fsys.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
+		ents, next, eof, err := d.readPage(ctx, opts)
 		if err != nil {
 			return nil, d.n.fsys.errno("readdir", err)
 		}
@@ -149,6 +150,30 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 		d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = ents, 0, next, eof || len(ents) == 0
 	}
+}
+
+// readPage reads the next page, past the client's queue when nothing
+// queued changes the directory's entries or the attributes the page
+// brings (FS.readPastQueue). d.mu held.
+func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) ([]*wire.DirEntry, []byte, bool, error) {
+	f := d.n.fsys
+	if !f.c.DirQueued(d.n.ino) {
+		ents, next, eof, err := f.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, append(opts, client.PastDeferred())...)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		current := true
+		for _, e := range ents {
+			if a := e.GetAttr(); f.c.InoQueued(ids.Ino(e.GetIno())) || (a != nil && f.queuedFor(a)) {
+				current = false
+				break
+			}
+		}
+		if current {
+			return ents, next, eof, nil
+		}
+	}
+	return f.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
 }
 
 // Lookup answers readdirplus for the entry just listed from the

@@ -407,3 +407,67 @@ func TestDirSetattrAnswers(t *testing.T) {
 		t.Error("the mount answered no setattr of top/t (times, then mode, under its lease)")
 	}
 }
+
+// TestLeasedDirAttrAfterQueuedChanges: a directory's attributes
+// answered under its lease while changes of its entries are queued
+// (leasedDirAttr: rm -rf's fstat of every directory it returns to) are
+// the ones the cluster has once the queue is applied: mtime and ctime
+// the last queued change's time, nlink from the listing.
+func TestLeasedDirAttrAfterQueuedChanges(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	mnt := filepath.Join(t.TempDir(), "m")
+	must(t, os.Mkdir(mnt, 0o755))
+	m := startMount(t, c, mnt, "--log-level", "debug")
+	cl := newClient(t, c, c.Addrs())
+	d := filepath.Join(mnt, "d")
+	must(t, os.Mkdir(d, 0o755))
+	fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	compare := func(step, name string, fd int) {
+		t.Helper()
+		var st unix.Stat_t
+		must(t, unix.Fstat(fd, &st))
+		must(t, unix.Fsync(fd))
+		a, err := cl.Stat(t.Context(), name, client.Linearizable())
+		must(t, err)
+		if st.Mtim.Nano() != a.GetMtimeNs() || st.Ctim.Nano() != a.GetCtimeNs() || st.Nlink != uint64(a.GetNlink()) || st.Mode != a.GetMode()|unix.S_IFDIR {
+			t.Errorf("%s: the mount answered %s mtime %d ctime %d nlink %d mode %o; the cluster has %d %d %d %o",
+				step, name, st.Mtim.Nano(), st.Ctim.Nano(), st.Nlink, st.Mode, a.GetMtimeNs(), a.GetCtimeNs(), a.GetNlink(), a.GetMode()|unix.S_IFDIR)
+		}
+	}
+	for i := range 4 {
+		must(t, os.WriteFile(filepath.Join(d, "f"+strconv.Itoa(i)), []byte("x"), 0o644))
+	}
+	compare("creates", "/d", fd)
+	must(t, os.Mkdir(filepath.Join(d, "s1"), 0o755))
+	must(t, os.Mkdir(filepath.Join(d, "s2"), 0o755))
+	must(t, os.Rename(filepath.Join(d, "f0"), filepath.Join(d, "g0")))
+	must(t, os.Remove(filepath.Join(d, "f1")))
+	compare("mkdirs, a rename, an unlink", "/d", fd)
+	must(t, os.Remove(filepath.Join(d, "s2")))
+	must(t, os.Rename(filepath.Join(d, "f2"), filepath.Join(d, "s1", "f2")))
+	compare("rmdir, a rename into a subdirectory", "/d", fd)
+	sfd, err := unix.Open(filepath.Join(d, "s1"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer unix.Close(sfd)
+	compare("the subdirectory renamed into", "/d/s1", sfd)
+	// The leased subdirectory itself renamed: its ctime moves.
+	must(t, os.WriteFile(filepath.Join(d, "s1", "f5"), nil, 0o644))
+	must(t, os.Rename(filepath.Join(d, "s1"), filepath.Join(d, "s3")))
+	compare("a leased directory renamed", "/d/s3", sfd)
+	compare("its parent", "/d", fd)
+	// A file unlinked while open is hidden, and its hidden name removed
+	// at its last close: an entry change of d too.
+	f, err := os.Open(filepath.Join(d, "g0"))
+	must(t, err)
+	must(t, os.Remove(filepath.Join(d, "g0")))
+	must(t, os.WriteFile(filepath.Join(d, "f6"), nil, 0o644))
+	must(t, f.Close())
+	time.Sleep(100 * time.Millisecond) // the kernel's release is asynchronous
+	compare("a hidden name removed at close", "/d", fd)
+	if n := strings.Count(readLog(t, m.log), "directory attributes answered under its lease"); n == 0 {
+		t.Errorf("no directory attributes were answered under the lease: the test checked nothing of it")
+	}
+}

@@ -742,11 +742,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		}
 		// An entry change of the directory too (its mtime: a setattr
 		// answered under its lease must not say the old one).
-		if pn := n.parentNode(); pn != nil && pn.ino == parent {
-			pn.dir.mu.Lock()
-			pn.setNameLocked(hidden, nil)
-			pn.dir.mu.Unlock()
-		}
+		// go-fuse no longer counts the directory as the file's
+		// parent once the unlink returned, and its node may be gone.
+		n.fsys.noteEntryGone(parent, hidden)
 	}
 	return 0
 }
