@@ -709,17 +709,23 @@ func (n *node) setattrDirQueued(ctx context.Context, op *wire.SetattrOp) *wire.A
 // directory's next fsync), and what was answered from dir.attr is no
 // longer trusted.
 func (n *node) dirSetattrDone() client.DeferredDone {
+	h := n.dir.holder // n.dir.mu held
 	return func(_ *wire.Result, err error) {
 		if err == nil {
 			return
 		}
+		// At once, to n and to whichever node took the lease over since
+		// (or what is kept of it: keptdirs.go).
 		n.dir.noteFailure(err)
+		cur := h.failed(err)
 		// Not on the sender: a request holding dir.mu may wait for it.
 		go func() {
-			n.dir.mu.Lock()
-			n.dir.attr = nil
-			n.dir.mu.Unlock()
+			n.forgetDirAttr()
 			_ = n.NotifyContent(-1, 0) // the kernel asks for the attributes again
+			if cur != nil && cur != n {
+				cur.forgetDirAttr()
+				_ = cur.NotifyContent(-1, 0)
+			}
 		}()
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Directory leases kept past the kernel's forget (docs/fuse.md,
-// "Directory leases past a forget").
+// "Directory leases past the kernel's forget"; docs/decisions.md).
 //
 // The kernel forgets a directory's inode when memory is short or caches
 // are dropped, and go-fuse's node goes with it (OnForget). Giving its
@@ -23,9 +23,10 @@ import (
 // mark's commit, a listing and, for half of them, a synchronous rmdir.
 // Nothing about the lease depends on the node, only on the directory:
 // the lease and its listing are kept here, keyed by the inode number,
-// and the next node in use for the directory takes them (inUseLocked). While
-// kept nothing can change the directory through this mount (a change
-// goes through a node of the directory, which takes the lease first),
+// and the next node in use for the directory takes them (inUseLocked).
+// While kept nothing can change the directory through this mount (a
+// change goes through a node of the directory, which takes the lease
+// first; the removal of a hidden name at close: noteEntryGone),
 // and another client's change recalls the lease as before
 // (leaseHolder). Bounded: at most maxKeptDirs directories and
 // maxKeptEntries names, each given back keptIdle after its forget if
@@ -37,9 +38,10 @@ const (
 	keptIdle       = 2 * time.Minute
 )
 
-// leaseHolder routes a directory lease's revoke, and its queued changes'
-// failures, to whoever holds it now: the node that took it, the node
-// that took it over after a forget, or the kept set (n nil).
+// leaseHolder routes a directory lease's revoke, and the failures of
+// the changes queued under it, to whoever holds it now: the node that
+// took it, the node that took it over after a forget, or the kept set
+// (n nil).
 type leaseHolder struct {
 	f   *FS
 	ino ids.Ino
