@@ -77,6 +77,10 @@ type bgPush struct {
 	// newFile: a new file's push (pushNewLocked), which close need not
 	// wait for.
 	newFile bool
+	// releasing: the handle's release waits for it without the lock, so
+	// whoever waits for it first keeps a failed extent's journal, as the
+	// release would (under the handle's lock).
+	releasing bool
 }
 
 // waitBgLocked waits for the background push, if any; its failure is
@@ -90,6 +94,7 @@ func (h *handle) waitBgLocked(keepJournal bool) {
 	}
 	<-p.done
 	h.mu.bg = nil
+	keepJournal = keepJournal || p.releasing
 	if p.err != nil && h.mu.err == nil {
 		h.mu.err = &client.Error{Op: "write", Path: "buffered data", Err: p.err}
 	}
@@ -711,6 +716,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	n := h.n
 	h.mu.Lock()
 	if p := h.mu.bg; p != nil && h.newPushOnlyLocked() {
+		p.releasing = true
 		// A new file's push (its records keep their place in the queue)
 		// is waited for without the lock: the kernel releases after
 		// close(2) returned, and cp -a's or git's utimensat right after
