@@ -345,14 +345,22 @@ func (c *Client) creating(ino ids.Ino) bool {
 // fileQueue says whether ino's create is queued and unanswered, and
 // whether changes of it queued behind the create are.
 func (c *Client) fileQueue(ino ids.Ino) (creating, changing bool) {
+	creating, changing, _ = c.queuedFor(ino)
+	return creating, changing
+}
+
+// queuedFor says what of ino is queued and not answered yet: its create
+// (a regular file's), changes queued behind it, and changes of its entries
+// or own attributes (dirOps: deferredOp.dirs).
+func (c *Client) queuedFor(ino ids.Ino) (creating, changing, dirOps bool) {
 	q := &c.deferred
 	if q.outstanding.Load() == 0 {
-		return false, false
+		return false, false, false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, creating = q.creating[ino]
-	return creating, q.changing[ino] > 0
+	return creating, q.changing[ino] > 0, q.dirOps[ino] > 0
 }
 
 // deferFileCmd queues cmd, a change of regular file ino, behind ino's
@@ -382,27 +390,16 @@ func (c *Client) QueuedFileChanges(ino ids.Ino) bool {
 // link count by a removal of another of its names (a caller that cares
 // checks nlink).
 func (c *Client) InoQueued(ino ids.Ino) bool {
-	q := &c.deferred
-	if q.outstanding.Load() == 0 {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, creating := q.creating[ino]
-	return creating || q.changing[ino] > 0 || q.dirOps[ino] > 0
+	creating, changing, dirOps := c.queuedFor(ino)
+	return creating || changing || dirOps
 }
 
 // DirQueued says whether a change of directory dir's entries or own
 // attributes, or dir's create, is queued in this Client (or on its way)
 // and not answered yet.
 func (c *Client) DirQueued(dir ids.Ino) bool {
-	q := &c.deferred
-	if q.outstanding.Load() == 0 {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.dirOps[dir] > 0
+	_, _, dirOps := c.queuedFor(dir)
+	return dirOps
 }
 
 // CreateQueued says whether ino's create is queued in this Client and

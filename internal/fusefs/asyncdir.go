@@ -158,7 +158,7 @@ func (n *node) queuedChangeLocked(now int64) {
 // also when a change of n is in progress.
 func (n *node) leasedDirAttr() *wire.Attr {
 	d := &n.dir
-	if !d.mu.TryLock() {
+	if !n.isDir() || !d.mu.TryLock() {
 		return nil
 	}
 	defer d.mu.Unlock()
@@ -199,7 +199,7 @@ func noteRenamed(a *node, name string, b *node, newName string, now int64) {
 // inside it); settleMovedLocked applies it to the attributes held under
 // the lease.
 func (n *node) noteMoved(now int64) {
-	if n.StableAttr().Mode != syscall.S_IFDIR {
+	if !n.isDir() {
 		return
 	}
 	d := &n.dir
@@ -235,7 +235,7 @@ func (d *dirState) settleMovedLocked() {
 // (an xattr's: its ctime), so those held under the lease are not exact
 // any more.
 func (n *node) dirAttrChanged() {
-	if n.StableAttr().Mode != syscall.S_IFDIR {
+	if !n.isDir() {
 		return
 	}
 	d := &n.dir
@@ -243,6 +243,9 @@ func (n *node) dirAttrChanged() {
 	d.attr, d.attrLease, d.mtimeExact = nil, nil, false
 	d.mu.Unlock()
 }
+
+// isDir says whether n is a directory's node (its dirState is used).
+func (n *node) isDir() bool { return n.StableAttr().Mode == syscall.S_IFDIR }
 
 // dirGen returns n's entry change count (dirState.gen).
 func (n *node) dirGen() uint64 {
@@ -451,7 +454,7 @@ func (n *node) OnForget() {
 	if l := n.detachListLease(true); l != nil {
 		go n.finishListDrop(l, false)
 	}
-	if n.StableAttr().Mode == syscall.S_IFDIR {
+	if n.isDir() {
 		n.keepDirLease()
 	}
 }
@@ -559,7 +562,7 @@ func (n *node) forgetListing(name string) {
 // answer is taken whatever its version (one predicted here may be
 // ahead of it).
 func (n *node) forgetDirAttr() {
-	if n.StableAttr().Mode != syscall.S_IFDIR {
+	if !n.isDir() {
 		return
 	}
 	n.dirAttrChanged()

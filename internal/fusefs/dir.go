@@ -164,7 +164,8 @@ func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) ([]*
 		}
 		current := true
 		for _, e := range ents {
-			if a := e.GetAttr(); f.c.InoQueued(ids.Ino(e.GetIno())) || (a != nil && f.queuedFor(a)) {
+			a := e.GetAttr()
+			if (a == nil && f.c.InoQueued(ids.Ino(e.GetIno()))) || (a != nil && f.queuedFor(a)) {
 				current = false
 				break
 			}

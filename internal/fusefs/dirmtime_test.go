@@ -23,12 +23,8 @@ import (
 // forgotten the name, was answered from the attributes the mount held
 // from the first setattr.
 func TestDirMtimeAfterQueuedChanges(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	mnt := filepath.Join(t.TempDir(), "m")
-	must(t, os.Mkdir(mnt, 0o755))
-	startMount(t, c, mnt, "--entry-timeout", "50ms")
-	cl := newClient(t, c, c.Addrs())
+	m, cl := clusterMount(t, "--entry-timeout", "50ms")
+	mnt := m.dir
 
 	old := time.Date(2011, 3, 4, 5, 6, 7, 0, time.UTC)
 	const dirs = 10
@@ -110,12 +106,8 @@ func TestDirMtimeAfterQueuedChanges(t *testing.T) {
 // answers at once must be what the cluster has once the directory is
 // fsynced.
 func TestCopyAttributesOfNewFiles(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	mnt := filepath.Join(t.TempDir(), "m")
-	must(t, os.Mkdir(mnt, 0o755))
-	startMount(t, c, mnt)
-	cl := newClient(t, c, c.Addrs())
+	m, cl := clusterMount(t)
+	mnt := m.dir
 	dir := filepath.Join(mnt, "copy")
 	must(t, os.Mkdir(dir, 0o755))
 
@@ -202,12 +194,8 @@ func TestCopyAttributesOfNewFiles(t *testing.T) {
 // not in is kept here: root) or that needs the mtime after an entry
 // change is asked of the ministry.
 func TestCopyAttributesOfNewDirectories(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	mnt := filepath.Join(t.TempDir(), "m")
-	must(t, os.Mkdir(mnt, 0o755))
-	m := startMount(t, c, mnt, "--log-level", "debug")
-	cl := newClient(t, c, c.Addrs())
+	m, cl := clusterMount(t, "--log-level", "debug")
+	mnt := m.dir
 	top := filepath.Join(mnt, "copy")
 	must(t, os.Mkdir(top, 0o755))
 
@@ -301,6 +289,16 @@ func TestCopyAttributesOfNewDirectories(t *testing.T) {
 	})
 }
 
+// clusterMount starts a cluster, a mount of it on a new directory (with
+// the extra flags) and a library client of it.
+func clusterMount(t *testing.T, extra ...string) (*mountProcess, *client.Client) {
+	t.Helper()
+	canMount(t)
+	c := startCluster(t)
+	m := startMount(t, c, emptyDir(t), extra...)
+	return m, newClient(t, c, c.Addrs())
+}
+
 // modeBits returns the setuid, setgid and sticky bits of m as chmod(2)
 // takes them.
 func modeBits(m os.FileMode) uint32 {
@@ -344,12 +342,8 @@ func unixMode(m uint32) os.FileMode {
 // mtime before it was fixed, and now goes to the ministry (the mtime is
 // not known here). And cp -a's order, times then mode, answered here.
 func TestDirSetattrAnswers(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	mnt := filepath.Join(t.TempDir(), "m")
-	must(t, os.Mkdir(mnt, 0o755))
-	m := startMount(t, c, mnt, "--log-level", "debug")
-	cl := newClient(t, c, c.Addrs())
+	m, cl := clusterMount(t, "--log-level", "debug")
+	mnt := m.dir
 	ctx := t.Context()
 
 	// a: made by another client, leased by the mount's second create.
@@ -429,12 +423,8 @@ func TestDirSetattrAnswers(t *testing.T) {
 // the ones the cluster has once the queue is applied: mtime and ctime
 // the last queued change's time, nlink from the listing.
 func TestLeasedDirAttrAfterQueuedChanges(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	mnt := filepath.Join(t.TempDir(), "m")
-	must(t, os.Mkdir(mnt, 0o755))
-	m := startMount(t, c, mnt, "--log-level", "debug")
-	cl := newClient(t, c, c.Addrs())
+	m, cl := clusterMount(t, "--log-level", "debug")
+	mnt := m.dir
 	d := filepath.Join(mnt, "d")
 	must(t, os.Mkdir(d, 0o755))
 	fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY, 0)

@@ -304,7 +304,10 @@ func (h *leaseHolder) moveTo(n *node, l *client.Lease) (trusted bool, failed err
 // holdsDirLease, setNameLocked) comes here first. n.dir.mu held.
 func (n *node) inUseLocked() {
 	d := &n.dir
-	if d.inUse || d.forgotten {
+	if d.inUse || d.forgotten || !n.isDir() {
+		// A file's node (getattr asks leasedDirAttr of every node)
+		// must not enter the live set: only a directory's forget
+		// takes it out.
 		return
 	}
 	d.inUse = true
