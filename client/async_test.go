@@ -444,3 +444,122 @@ func TestRmdirOfNewLeasedDirectory(t *testing.T) {
 		t.Fatalf("queued mkdir: %d done, failures %v", n, errs)
 	}
 }
+
+// TestMakeDirDeferred: a directory made with its lease
+// (MakeDirDeferred) is leased at once, before any answer, and empty for
+// its holder, so a create in it queues without waiting; its create is
+// not sent before the grant comes (the directory cannot exist at the
+// ministry when it is granted); once it exists, another client's create
+// in it recalls the lease. A grant that does not come revokes the lease
+// as lost, and what was queued under it still goes, in order.
+func TestMakeDirDeferred(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs())
+	c2 := leaseClient(t, cl.Addrs())
+	p, err := c1.Mkdir(ctx, "/p", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flush := func(*Lease, bool) { c1.FlushDeferred(context.Background()) }
+	if _, err := c1.AcquireLease(ctx, ids.Ino(p.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
+		t.Fatal(err)
+	}
+	grant := make(chan error)
+	t.Cleanup(func() { close(grant) }) // before the clients close
+	c1.deferred.mu.Lock()
+	c1.deferred.newDirGrantForTest = func() error { return <-grant }
+	c1.deferred.mu.Unlock()
+	log := &deferredLog{}
+	var revokes, lost atomic.Int32
+	onRevoke := func(l *Lease, wasLost bool) {
+		revokes.Add(1)
+		if wasLost {
+			lost.Add(1)
+		}
+		flush(l, wasLost)
+	}
+	mkdir := func(name string) (ids.Ino, *Lease) {
+		t.Helper()
+		a, l, err := c1.MakeDirDeferred(ctx, ids.Ino(p.GetIno()), name, NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755}, log.done("mkdir "+name), onRevoke)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Valid() || !l.Absent() || a.GetType() != wire.FileType_DIRECTORY {
+			t.Fatalf("a new directory's lease before its grant: valid %v, absent %v (%v); want both", l.Valid(), l.Absent(), a)
+		}
+		dir := ids.Ino(a.GetIno())
+		if _, err := c1.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("create "+name+"/f")); err != nil {
+			t.Fatal(err)
+		}
+		return dir, l
+	}
+
+	dir, l := mkdir("new")
+	// The sender is free, yet the create stays until the grant.
+	time.Sleep(50 * time.Millisecond)
+	c1.deferred.mu.Lock()
+	waiting := len(c1.deferred.pending)
+	c1.deferred.mu.Unlock()
+	if waiting != 2 {
+		t.Fatalf("%d operations queued while the new directory's lease is asked for, want its create and the create in it (2)", waiting)
+	}
+	if n, _ := log.get(); n != 0 {
+		t.Fatalf("%d queued operations answered before the new directory's lease was granted", n)
+	}
+	grant <- nil
+	c1.FlushDeferred(ctx)
+	if n, errs := log.get(); n != 2 || len(errs) != 0 {
+		t.Fatalf("queued mkdir and create: %d done, failures %v", n, errs)
+	}
+	if !l.Valid() || revokes.Load() != 0 {
+		t.Fatalf("the new directory's lease after its own changes: valid %v, %d revokes", l.Valid(), revokes.Load())
+	}
+	if _, err := c2.CreateAt(ctx, dir, "g", 0o600, true); err != nil {
+		t.Fatal(err)
+	}
+	if revokes.Load() != 1 || lost.Load() != 0 || l.Valid() {
+		t.Fatalf("another client's create in the new directory: %d revokes (%d lost), valid %v; want it recalled", revokes.Load(), lost.Load(), l.Valid())
+	}
+
+	// A grant that does not come.
+	_, l = mkdir("new2")
+	grant <- fmt.Errorf("%w: refused for the test", syscall.ENOLCK)
+	c1.FlushDeferred(ctx)
+	<-l.Done() // its OnRevoke ran
+	if n, errs := log.get(); n != 4 || len(errs) != 0 {
+		t.Fatalf("queued mkdir and create after a refused lease: %d done, failures %v", n, errs)
+	}
+	if l.Valid() || lost.Load() != 1 {
+		t.Fatalf("a refused new directory's lease: valid %v, %d lost; want lost", l.Valid(), lost.Load())
+	}
+	if _, err := c2.Stat(ctx, "/p/new2/f"); err != nil {
+		t.Fatalf("the create queued under a refused lease: %v", err)
+	}
+
+	// Given back before its grant came: the grant goes back, the
+	// creates go on.
+	dir3, l := mkdir("new3")
+	if err := l.Release(ctx); err != nil || l.Valid() {
+		t.Fatalf("release of a pending lease: %v (valid %v)", err, l.Valid())
+	}
+	grant <- nil
+	c1.FlushDeferred(ctx)
+	if n, errs := log.get(); n != 6 || len(errs) != 0 {
+		t.Fatalf("queued mkdir and create after a released pending lease: %d done, failures %v", n, errs)
+	}
+	// Nobody holds it: another client's directory lease is granted at once.
+	l3, err := c2.AcquireLease(ctx, dir3, LeaseWrite, 0, 0, LeaseOptions{Dir: true})
+	if err != nil {
+		t.Fatalf("another client's lease on a directory whose pending lease was given back: %v", err)
+	}
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.CreateAt(ctx, dir3, "g", 0o600, true); err != nil {
+		t.Fatal(err)
+	}
+	if revokes.Load() != 2 {
+		t.Fatalf("%d revokes in all after another client's create in a directory whose pending lease was given back; want 2 (none more)", revokes.Load())
+	}
+}

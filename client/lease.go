@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -171,6 +172,10 @@ type Lease struct {
 		until    time.Time // trusted until
 		ended    bool      // revoked, lost or released
 		revoking bool
+		// pending: a new directory's lease whose grant is on its way
+		// (MakeDirDeferred); group, id and opened are set when it
+		// comes, under mu.
+		pending bool
 	}
 	done chan struct{} // closed when ended
 }
@@ -229,10 +234,27 @@ func (l *Lease) end() bool {
 	return true
 }
 
-// Release gives the lease back. Releasing twice is harmless.
+// Release gives the lease back. Releasing twice is harmless. A pending
+// lease (MakeDirDeferred) just ends: its grant is given back when it
+// comes.
 func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.mu.pending {
+		// Ended in the same critical section that saw it pending, so
+		// complete cannot fill it after all (found in review).
+		if !l.mu.ended {
+			l.mu.ended = true
+			close(l.done)
+		}
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	// Ended first: a grant being added concurrently (addLocked) skips
+	// an ended lease, and one added before is forgotten here.
+	live := l.end()
 	l.c.leases.forget(l)
-	if !l.end() {
+	if !live {
 		return nil
 	}
 	_, err := l.c.leaseCall(ctx, l.group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{l.id}}, 0)
@@ -254,11 +276,16 @@ func (l *Lease) Release(ctx context.Context) error {
 // once with Wait 0, it fails with EAGAIN. The lease is renewed in the
 // background until released, revoked or lost.
 func (c *Client) AcquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
-	l, err := c.acquireLease(ctx, ino, mode, off, length, opts)
+	l, err := c.acquireLease(ctx, ino, mode, off, length, opts, nil)
 	return l, opErr("lease", inoPath(uint64(ino)), err)
 }
 
-func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
+// errPendingEnded: a pending lease was given back before its grant came.
+var errPendingEnded = errors.New("the new directory's lease was given back before it was granted")
+
+// acquireLease is AcquireLease; into, when not nil, is a pending lease
+// (MakeDirDeferred) that the grant completes instead of a new Lease.
+func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions, into *Lease) (*Lease, error) {
 	if mode != LeaseRead && mode != LeaseWrite {
 		return nil, fmt.Errorf("%w: lease mode %v", syscall.EINVAL, mode)
 	}
@@ -298,11 +325,31 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		}
 		if err == nil {
 			g := resp.GetLease()
-			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
-			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
+			c.leases.lastTTL.Store(int64(ttlOf(resp)))
+			var l *Lease
+			if into == nil {
+				l = &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
+					onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
+				l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
+			} else if !resp.GetAbsent() {
+				// Only a grant on a directory not there yet completes it
+				// (cannot happen while its create waits for this).
+				c.releaseGranted(group, g.GetId())
+				return nil, fmt.Errorf("%w: directory %v exists before its create was sent", syscall.EEXIST, ino)
+			} else if !into.complete(group, g.GetId(), resp, sent) {
+				c.releaseGranted(group, g.GetId())
+				return nil, errPendingEnded
+			} else {
+				l = into
+			}
 			if c.leases.addIfEpoch(l, epoch) {
 				return l, nil
+			}
+			if into != nil {
+				// Completed once only (its fields are read without its
+				// lock from here on): the caller gives up on it.
+				c.releaseGranted(group, g.GetId())
+				return nil, fmt.Errorf("%w: the minister of %v changed during the request", syscall.EAGAIN, group)
 			}
 			// This Client reclaimed its leases in the group after the
 			// request left (the minister may have changed): a grant of a
@@ -336,6 +383,32 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			return nil, ctx.Err()
 		case <-c.cfg.Clock.After(pause):
 		}
+	}
+}
+
+// complete fills pending lease l with its grant, unless it ended
+// meanwhile (false).
+func (l *Lease) complete(group ids.GroupID, id uint64, resp *wire.LeaseResponse, sent time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.ended || !l.mu.pending {
+		return false
+	}
+	// absent stays true and opened nil (an absent directory has no
+	// attributes to read): Absent and Attr read them without the lock.
+	l.group, l.id = group, id
+	l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
+	l.mu.pending = false
+	return true
+}
+
+// releaseGranted gives back a grant nobody holds (best effort: a lost
+// release is reported revoked by a keepalive, then released again).
+func (c *Client) releaseGranted(group ids.GroupID, id uint64) {
+	rctx, cancel := c.keeper().stopContext(c.cfg.CallTimeout)
+	defer cancel()
+	if _, err := c.leaseCall(rctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{id}}, 0); err != nil && !errors.Is(err, syscall.ENOENT) {
+		c.leases.gaveUp(group, id)
 	}
 }
 
@@ -392,9 +465,12 @@ type leaseKeeper struct {
 		// them is about to bring.
 		inflight map[ids.GroupID]int
 	}
-	stop chan struct{}
-	wg   sync.WaitGroup // keepalive loops and revoke handlers
-	once sync.Once
+	// lastTTL is the TTL of the last grant (ns; 0: none yet), which a
+	// pending lease's trust is counted with (MakeDirDeferred).
+	lastTTL atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup // keepalive loops and revoke handlers
+	once    sync.Once
 }
 
 func (k *leaseKeeper) init() {
@@ -509,6 +585,12 @@ func (k *leaseKeeper) addLocked(l *Lease) {
 	if k.mu.closed {
 		l.end()
 		return
+	}
+	l.mu.Lock()
+	ended := l.mu.ended
+	l.mu.Unlock()
+	if ended {
+		return // released while its grant was on its way (Release)
 	}
 	if k.mu.held[l.group] == nil {
 		k.mu.held[l.group] = map[uint64]*Lease{}

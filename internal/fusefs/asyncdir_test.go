@@ -149,9 +149,9 @@ func TestMountAsyncDirs(t *testing.T) {
 	}
 
 	// A directory A makes under its parent's lease holds its own lease
-	// from the start (newDirLease): A answers the creates in it at once;
-	// B's O_EXCL create there of a name A made recalls that lease first,
-	// and B's own create shows on A.
+	// from the start (MakeDirDeferred, newDirLease): A answers the creates
+	// in it at once; B's O_EXCL create there of a name A made recalls that
+	// lease first, and B's own create shows on A.
 	n := filepath.Join(dirA, "n")
 	must(t, os.Mkdir(n, 0o755))
 	for i := range 2 {
@@ -160,7 +160,7 @@ func TestMountAsyncDirs(t *testing.T) {
 	sub := filepath.Join(n, "sub")
 	must(t, os.Mkdir(sub, 0o755))
 	must(t, os.WriteFile(filepath.Join(sub, "x"), []byte("made in a new directory"), 0o600))
-	if !strings.Contains(readLog(t, ma.log), "directory lease taken before the directory's create") {
+	if !strings.Contains(readLog(t, ma.log), "directory made with its lease") {
 		t.Fatal("mount A did not lease the directory it made before its create was applied")
 	}
 	_, err = os.OpenFile(filepath.Join(dirB, "n", "sub", "x"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)

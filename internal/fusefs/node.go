@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -534,10 +535,23 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		if _, exists := n.dir.names[name]; exists {
 			return nil, nil, syscall.EEXIST
 		}
-		// A new directory's lease is asked for at once (newDirLease),
-		// so its create marks it.
-		spec.MarkDirLease = spec.Type == wire.FileType_DIRECTORY
-		a, err := n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""))
+		var a *wire.Attr
+		var l *client.Lease
+		var err error
+		// The holder of a new directory's lease: set once its node is
+		// made (a revoke before that finds the lease no longer Valid
+		// when the node takes it, and so does not trust it).
+		var holder atomic.Pointer[leaseHolder]
+		if spec.Type == wire.FileType_DIRECTORY {
+			// With its lease (newDirLease).
+			a, l, err = n.fsys.c.MakeDirDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""), func(l *client.Lease, lost bool) {
+				if h := holder.Load(); h != nil {
+					h.revoked(l, lost)
+				}
+			})
+		} else {
+			a, err = n.fsys.c.MakeNodeDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""))
+		}
 		if err != nil {
 			return nil, nil, n.fsys.errno("create", err)
 		}
@@ -545,12 +559,19 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		n.queuedChangeLocked(a.GetCtimeNs())
 		in := n.child(ctx, a, out)
 		n.leasedEntryLocked(name, out)
-		if ch, ok := in.Operations().(*node); ok && spec.MarkDirLease {
+		if l != nil {
+			ch, ok := in.Operations().(*node)
+			if !ok {
+				go func() { _ = l.Release(context.Background()) }() // not under n's lock
+				return in, a, 0
+			}
+			h := newLeaseHolder(ch)
+			holder.Store(h)
 			// Outside n's lock (a revoke of n's lease waits for it);
 			// the kernel's lock on n keeps the new directory
 			// unreachable until this returns.
 			unlock()
-			ch.newDirLease(ctx, a)
+			ch.newDirLease(a, l, h)
 		}
 		return in, a, 0
 	}
