@@ -156,6 +156,14 @@ type Table struct {
 	byIno      map[ids.Ino]map[ID]*Lease
 	byClient   map[ClientID]map[ID]*Lease
 	intents    map[ids.Ino][]*intent
+	// revokedOf holds each client's revoked leases (RevokedOf, asked at
+	// every keepalive, would otherwise go through all of them).
+	revokedOf map[ClientID]map[ID]struct{}
+	// scanAt is no later than the earliest expiry of a lease or intent:
+	// expire looks at them only from then on. Why: every call scanned the
+	// whole table, 18 % of a minister's CPU while grep -r held a
+	// thousand read leases (profile, session 15).
+	scanAt time.Time
 }
 
 // New returns an empty table that grants at once (call StartTerm to fence).
@@ -177,7 +185,7 @@ func New(cfg Config) *Table {
 		first = 1
 	}
 	return &Table{cfg: cfg, firstID: first, nextID: first, leases: map[ID]*Lease{}, byIno: map[ids.Ino]map[ID]*Lease{},
-		byClient: map[ClientID]map[ID]*Lease{}, intents: map[ids.Ino][]*intent{}}
+		byClient: map[ClientID]map[ID]*Lease{}, intents: map[ids.Ino][]*intent{}, revokedOf: map[ClientID]map[ID]struct{}{}}
 }
 
 // TTL returns the lease time to live.
@@ -191,6 +199,8 @@ func (t *Table) StartTerm(now time.Time) {
 	t.byIno = map[ids.Ino]map[ID]*Lease{}
 	t.byClient = map[ClientID]map[ID]*Lease{}
 	t.intents = map[ids.Ino][]*intent{}
+	t.revokedOf = map[ClientID]map[ID]struct{}{}
+	t.scanAt = time.Time{}
 	t.fenceUntil = now.Add(t.cfg.Fence)
 }
 
@@ -357,6 +367,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		}
 		if exp := now.Add(wait); exp.After(own.expires) {
 			own.expires = exp
+			t.noteExpiry(exp)
 		}
 	}
 	if now.Before(t.fenceUntil) {
@@ -395,7 +406,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 			out.Conflict = &c
 		}
 		if wait > 0 && !l.Revoked && !l.Lock {
-			l.Revoked = true
+			t.markRevoked(l)
 			out.Revoked = append(out.Revoked, *l)
 		}
 	}
@@ -476,6 +487,7 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 		}
 		if exp := now.Add(wait); exp.After(own.expires) {
 			own.expires = exp
+			t.noteExpiry(exp)
 		}
 	}
 	for _, l := range t.sortedOn(ino) {
@@ -485,7 +497,7 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 		busy = true
 		retryAt = earliest(retryAt, l.Expires)
 		if !l.Revoked && !l.Lock {
-			l.Revoked = true
+			t.markRevoked(l)
 			revoked = append(revoked, *l)
 		}
 	}
@@ -506,7 +518,7 @@ func (t *Table) RecallDirWriters(now time.Time, client ClientID, ino ids.Ino) (h
 		}
 		held = append(held, l.ID)
 		if !l.Revoked {
-			l.Revoked = true
+			t.markRevoked(l)
 			revoked = append(revoked, *l)
 		}
 	}
@@ -598,10 +610,8 @@ func (t *Table) Check(now time.Time, client ClientID, list []ID) (revoke, lost [
 func (t *Table) RevokedOf(now time.Time, client ClientID) []ID {
 	t.expire(now)
 	var out []ID
-	for id, l := range t.byClient[client] {
-		if l.Revoked {
-			out = append(out, id)
-		}
+	for id := range t.revokedOf[client] {
+		out = append(out, id)
 	}
 	slices.Sort(out)
 	return out
@@ -730,6 +740,28 @@ func (t *Table) add(l *Lease) {
 		t.byClient[l.Client] = map[ID]*Lease{}
 	}
 	t.byClient[l.Client][l.ID] = l
+	if l.Revoked {
+		t.markRevoked(l)
+	}
+	t.noteExpiry(l.Expires)
+}
+
+// markRevoked marks l revoked (its holder is asked to give it back).
+func (t *Table) markRevoked(l *Lease) {
+	l.Revoked = true
+	m := t.revokedOf[l.Client]
+	if m == nil {
+		m = map[ID]struct{}{}
+		t.revokedOf[l.Client] = m
+	}
+	m[l.ID] = struct{}{}
+}
+
+// noteExpiry notes that something expires at e (expire looks then).
+func (t *Table) noteExpiry(e time.Time) {
+	if t.scanAt.IsZero() || e.Before(t.scanAt) {
+		t.scanAt = e
+	}
 }
 
 func (t *Table) remove(l *Lease) {
@@ -749,13 +781,30 @@ func (t *Table) remove(l *Lease) {
 			delete(t.byClient, l.Client)
 		}
 	}
+	if m := t.revokedOf[l.Client]; m != nil {
+		delete(m, l.ID)
+		if len(m) == 0 {
+			delete(t.revokedOf, l.Client)
+		}
+	}
 }
 
 // expire drops leases and intents whose time is up.
 func (t *Table) expire(now time.Time) {
+	if !t.scanAt.IsZero() && now.Before(t.scanAt) {
+		return // nothing expires before scanAt
+	}
+	var next time.Time
+	later := func(e time.Time) {
+		if next.IsZero() || e.Before(next) {
+			next = e
+		}
+	}
 	for _, l := range t.leases {
 		if !now.Before(l.Expires) {
 			t.remove(l)
+		} else {
+			later(l.Expires)
 		}
 	}
 	for ino, ins := range t.intents {
@@ -763,6 +812,7 @@ func (t *Table) expire(now time.Time) {
 		for _, in := range ins {
 			if now.Before(in.expires) {
 				live = append(live, in)
+				later(in.expires)
 			}
 		}
 		if len(live) == 0 {
@@ -771,4 +821,9 @@ func (t *Table) expire(now time.Time) {
 			t.intents[ino] = live
 		}
 	}
+	if next.IsZero() {
+		// Nothing left: the next lease or intent notes its expiry.
+		next = now.Add(time.Duration(1<<62))
+	}
+	t.scanAt = next
 }

@@ -2,6 +2,8 @@ package lease
 
 import (
 	"errors"
+	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -647,4 +649,68 @@ func TestReclaimAfterMinisterChange(t *testing.T) {
 	// Unrenewed, a reclaimed lease expires a TTL after its reclaim.
 	clk.Advance(ttl)
 	mustGrant(t, tb, clk.Now(), other, 0)
+}
+
+// TestExpireSkipMatchesFullScan runs random operations on two tables,
+// one of which scans every lease and intent at every call (scanAt
+// cleared first, as before the skip existed), and checks that they
+// answer alike: expire's skip (scanAt) and the revoked-lease index
+// (revokedOf) change no answer.
+func TestExpireSkipMatchesFullScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 27))
+	fast, ref := New(Config{TTL: ttl}), New(Config{TTL: ttl})
+	now := time.Unix(1000, 0)
+	held := map[ClientID][]ID{}
+	for i := range 20000 {
+		now = now.Add(time.Duration(rng.IntN(700)) * time.Millisecond)
+		ref.scanAt = time.Time{}
+		c := ClientID(1 + rng.IntN(4))
+		ino := ids.Ino(1 + rng.IntN(12))
+		wait := time.Duration(rng.IntN(3)) * ttl / 4
+		var a, b any
+		switch op := rng.IntN(8); op {
+		case 0, 1, 2:
+			m := Read
+			if rng.IntN(3) == 0 {
+				m = Write
+			}
+			r := req(c, ino, m, 0, 0)
+			r.Dir = rng.IntN(4) == 0
+			o1, e1 := fast.Acquire(now, r, wait)
+			o2, e2 := ref.Acquire(now, r, wait)
+			a, b = []any{o1, e1 == nil}, []any{o2, e2 == nil}
+			if o1.Granted {
+				held[c] = append(held[c], o1.Lease.ID)
+			}
+		case 3:
+			r1, l1 := fast.Renew(now, c, held[c])
+			r2, l2 := ref.Renew(now, c, held[c])
+			a, b = []any{r1, l1}, []any{r2, l2}
+		case 4:
+			a, b = fast.RevokedOf(now, c), ref.RevokedOf(now, c)
+		case 5:
+			if len(held[c]) > 0 {
+				k := rng.IntN(len(held[c]))
+				list := []ID{held[c][k]}
+				a, b = fast.Release(now, c, list), ref.Release(now, c, list)
+			}
+		case 6:
+			b1, t1, v1 := fast.DrainReaders(now, c, ino, wait, false)
+			b2, t2, v2 := ref.DrainReaders(now, c, ino, wait, false)
+			a, b = []any{b1, t1, v1}, []any{b2, t2, v2}
+		case 7:
+			fast.DoneDraining(c, ino)
+			ref.DoneDraining(c, ino)
+			a, b = fast.ClientLeases(now, c), ref.ClientLeases(now, c)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("step %d: skipping scans answered %+v, scanning always %+v", i, a, b)
+		}
+		if fast.Len() < ref.Len() {
+			t.Fatalf("step %d: %d leases with skipped scans, %d scanning always: one expired early", i, fast.Len(), ref.Len())
+		}
+	}
+	if len(fast.revokedOf) == 0 && len(ref.revokedOf) == 0 {
+		t.Log("no revoked lease left at the end")
+	}
 }
