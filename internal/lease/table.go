@@ -823,7 +823,7 @@ func (t *Table) expire(now time.Time) {
 	}
 	if next.IsZero() {
 		// Nothing left: the next lease or intent notes its expiry.
-		next = now.Add(time.Duration(1<<62))
+		next = now.Add(time.Duration(1 << 62))
 	}
 	t.scanAt = next
 }
