@@ -54,6 +54,10 @@ func (f *File) writeQueued(ctx context.Context, p []byte, off int64) (ok bool, e
 // background at once (WriteNewAsync); past it they run in the caller.
 const maxNewWrites = 32
 
+// maxNewWriteWait bounds how long WriteNewAsync waits for one of the
+// writes under way to end; past it the write runs in the caller.
+const maxNewWriteWait = 2 * time.Second
+
 // maxNewWrite is the largest write done this way: one data request
 // (larger ones go the usual way, whose time the queue need not wait for).
 const maxNewWrite = requestSize
@@ -81,7 +85,17 @@ func (f *File) WriteNewAsync(ctx context.Context, p []byte, off int64, done Defe
 	select {
 	case f.c.newWrites <- struct{}{}:
 	default:
-		return nil
+		// All maxNewWrites under way: wait for one to end (about a
+		// write's time divided by them) rather than write in the
+		// caller, which waits for a whole write: cp -a of /usr/include
+		// spent 7 s of 12.7 in 125 such writes of 57 ms.
+		select {
+		case f.c.newWrites <- struct{}{}:
+		case <-f.c.cfg.Clock.After(maxNewWriteWait):
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	both := func(res *wire.Result, err error) {
 		f.queuedDone(res, err)
