@@ -19,6 +19,12 @@ const CommandVersion = 1
 // and change nothing. The returned error is only for storage failures and
 // unknown command formats; the caller treats it as fatal.
 func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
+	return apply(rw, cmd, nil)
+}
+
+// apply is Apply; cc, when not nil, holds the client records of the
+// batch being applied (applyBatch).
+func apply(rw engine.ReadWriter, cmd *wire.Command, cc *clientCache) (*wire.Result, error) {
 	if cmd.GetVersion() != CommandVersion {
 		return nil, fmt.Errorf("namespace: command version %d, want %d", cmd.GetVersion(), CommandVersion)
 	}
@@ -40,7 +46,7 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	if req.GetClientId() == 0 {
 		return applyOp(rw, cmd)
 	}
-	res, done, err := dedupBegin(rw, req, cmd.NowNs)
+	res, done, err := dedupBegin(rw, req, cmd.NowNs, cc)
 	if err != nil || done {
 		return res, err
 	}
@@ -56,7 +62,7 @@ func Apply(rw engine.ReadWriter, cmd *wire.Command) (*wire.Result, error) {
 	if absent, err := routeAbsent(rw, cmd, res); err != nil || absent {
 		return res, err
 	}
-	if err := dedupFinish(rw, req, res); err != nil {
+	if err := dedupFinish(rw, req, res, cc); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -126,7 +126,14 @@ func useReserved(t *tx, client uint64, ino uint64) error {
 // is deduplicated by its own request id.
 func applyBatch(rw engine.ReadWriter, now int64, b *wire.BatchOp) (*wire.Result, error) {
 	out := &wire.Result{Results: make([]*wire.Result, 0, len(b.Cmds))}
+	cc := &clientCache{}
 	for i, sub := range b.Cmds {
+		if _, imp := sub.GetOp().(*wire.Command_ImportSubtree); imp {
+			// It writes client records itself (importResult).
+			if err := cc.flush(rw); err != nil {
+				return nil, err
+			}
+		}
 		if _, nested := sub.GetOp().(*wire.Command_Batch); nested || sub.GetVersion() != CommandVersion {
 			out.Results = append(out.Results, &wire.Result{Errno: uint32(syscall.EINVAL),
 				Message: fmt.Sprintf("namespace: batch command %d: nested batch or version %d", i, sub.GetVersion())})
@@ -138,11 +145,14 @@ func applyBatch(rw engine.ReadWriter, now int64, b *wire.BatchOp) (*wire.Result,
 		if d := sub.NowNs - now; sub.NowNs == 0 || d > maxClientAhead || d < -maxClientBehind {
 			sub.NowNs = now
 		}
-		res, err := Apply(rw, sub)
+		res, err := apply(rw, sub, cc)
 		if err != nil {
 			return nil, err
 		}
 		out.Results = append(out.Results, res)
+	}
+	if err := cc.flush(rw); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -326,7 +326,14 @@ func TestClientRecordEncoding(t *testing.T) {
 // watermark, anything below the watermark is refused, and a new request
 // is never taken for a retry.
 func TestDedupModel(t *testing.T) {
-	for _, tracked := range []bool{true, false} {
+	for _, mode := range []struct{ tracked, cached bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		tracked := mode.tracked
+		// cached: through a batch's record cache (applyBatch), stored
+		// every few requests, as batches end.
+		var cc *clientCache
+		if mode.cached {
+			cc = &clientCache{}
+		}
 		v := newEnv(t)
 		const client = 5
 		rng := rand.New(rand.NewPCG(7, uint64(len(fmt.Sprint(tracked)))))
@@ -346,7 +353,12 @@ func TestDedupModel(t *testing.T) {
 				first += rng.Uint64N(seq - watermark + 1)
 			}
 			r := req(client, seq, first)
-			res, done, err := dedupBegin(v.rw, r, v.now)
+			if cc != nil && step%7 == 0 {
+				if err := cc.flush(v.rw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, done, err := dedupBegin(v.rw, r, v.now, cc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,7 +376,7 @@ func TestDedupModel(t *testing.T) {
 			case done:
 				t.Fatalf("tracked=%v step %d: new seq %d taken for a retry: %v", tracked, step, seq, res)
 			}
-			if err := dedupFinish(v.rw, r, &wire.Result{Start: seq}); err != nil {
+			if err := dedupFinish(v.rw, r, &wire.Result{Start: seq}, cc); err != nil {
 				t.Fatal(err)
 			}
 			answered[seq] = true
@@ -377,6 +389,11 @@ func TestDedupModel(t *testing.T) {
 				}
 			}
 			if step == 0 && !tracked {
+				if cc != nil {
+					if err := cc.flush(v.rw); err != nil {
+						t.Fatal(err)
+					}
+				}
 				rec, _, err := loadClient(v.rw, client)
 				if err != nil {
 					t.Fatal(err)
@@ -385,6 +402,11 @@ func TestDedupModel(t *testing.T) {
 				if err := storeClient(v.rw, client, rec); err != nil {
 					t.Fatal(err)
 				}
+			}
+		}
+		if cc != nil {
+			if err := cc.flush(v.rw); err != nil {
+				t.Fatal(err)
 			}
 		}
 		rec, _, err := loadClient(v.rw, client)
