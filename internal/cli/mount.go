@@ -19,6 +19,7 @@ import (
 
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/fusefs"
+	"github.com/govfs/govfs/internal/rpc"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -40,6 +41,7 @@ type mountInvocation struct {
 	background bool
 	logFile    string
 	metrics    string
+	debugAddr  string
 	cfg        fusefs.Config
 }
 
@@ -71,6 +73,7 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	f.StringVar(&inv.logLevel, "log-level", "info", "debug, info, warn or error (to stderr)")
 	f.BoolVar(&inv.background, "background", false, "detach once mounted: serve from a background process until 'govfs umount'")
 	f.StringVar(&inv.metrics, "metrics", "", "serve this mount's Prometheus /metrics (operations by kind, latency, errors) on ADDR, e.g. 127.0.0.1:9480")
+	f.StringVar(&inv.debugAddr, "debug-listen", "", "loopback HOST:PORT for /debug/pprof of the mount process (off when empty)")
 	f.StringVar(&inv.logFile, "log-file", "", "with --background: where the background process logs (default: /var/log/govfs/mount-<name>.log as root, else ~/.local/state/govfs/mount-<name>.log)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
@@ -128,6 +131,18 @@ func runMount(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cl.Close()
 	inv.cfg.Client = cl
 	inv.cfg.Logger = log
+	if inv.debugAddr != "" {
+		addr, err := debugListen("mount", inv.debugAddr)
+		if err != nil {
+			return err
+		}
+		dbg, err := rpc.StartDebug(addr)
+		if err != nil {
+			return fmt.Errorf("mount: %w", err)
+		}
+		defer dbg.Stop()
+		log.Info("pprof", "url", "http://"+addr+"/debug/pprof/")
+	}
 	if inv.metrics != "" {
 		stop, err := serveMountMetrics(inv.metrics, &inv.cfg)
 		if err != nil {
