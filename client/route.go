@@ -68,10 +68,10 @@ func (c *Client) newCommand(build func(*wire.Command)) *wire.Command {
 	seq := c.mu.nextSeq
 	c.mu.nextSeq++
 	c.mu.inflight[seq] = struct{}{}
-	first := seq
-	for s := range c.mu.inflight {
-		first = min(first, s)
+	if len(c.mu.inflight) == 1 {
+		c.mu.lowest = seq
 	}
+	first := c.mu.lowest
 	c.mu.Unlock()
 	cmd := &wire.Command{
 		Version: 1,
@@ -86,8 +86,21 @@ func (c *Client) newCommand(build func(*wire.Command)) *wire.Command {
 
 func (c *Client) finish(seq uint64) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.mu.inflight[seq]; !ok {
+		return
+	}
 	delete(c.mu.inflight, seq)
-	c.mu.Unlock()
+	if len(c.mu.inflight) == 0 || seq != c.mu.lowest {
+		return
+	}
+	// The next one still in flight (seqs only grow, so lowest passes
+	// each seq once).
+	for c.mu.lowest++; c.mu.lowest < c.mu.nextSeq; c.mu.lowest++ {
+		if _, ok := c.mu.inflight[c.mu.lowest]; ok {
+			return
+		}
+	}
 }
 
 // ---- routing state ----
