@@ -82,6 +82,16 @@ func (f *File) WriteNewAsync(ctx context.Context, p []byte, off int64, done Defe
 	if f.checkWrite(off, int64(len(p))) != nil || f.appendOnly || len(p) == 0 || off+int64(len(p)) <= f.c.inlineMax() {
 		return nil
 	}
+	// What startNew refuses anyway, before waiting for a slot: a close
+	// of any other file must not wait for new files' writes (found in
+	// review). startNew checks again (the create may be answered
+	// meanwhile).
+	if len(p) > maxNewWrite || !f.c.creating(f.ino) {
+		return nil
+	}
+	if data, inline := f.inlineBytes(); inline && len(data) > 0 {
+		return nil
+	}
 	select {
 	case f.c.newWrites <- struct{}{}:
 	default:

@@ -172,6 +172,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, pool: rpc.NewPool(cfg.Security), stop: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	s.peers.TLS = cfg.Security.ClientTLS()
+	// Each client write is forwarded to two replicas: twice the
+	// client's idle connections (dataproto defaultMaxIdle).
+	s.peers.MaxIdle = 64
 	ok := false
 	defer func() {
 		if !ok {

@@ -29,13 +29,16 @@ type Pool struct {
 }
 
 // defaultMaxIdle is enough idle connections per address for the calls
-// a busy client or chunk server runs at once (32 new files' writes, each
-// forwarded to two replicas): with 8, a burst of small writes closed
-// most connections as they came back and dialed them again for the next
-// burst, and the TLS handshakes (key exchange, certificate checks) took
-// 38 % of a chunk server's CPU during cp -a of /usr/include (pprof). An
-// idle connection costs a socket and two 4 KiB buffers.
-const defaultMaxIdle = 64
+// a busy client runs at once (32 new files' writes; a chunk server's
+// peer pool, which forwards each to two replicas, sets 64): with 8, a
+// burst of small writes closed most connections as they came back and
+// dialed them again for the next burst, and the TLS handshakes (key
+// exchange, certificate checks) took 38 % of a chunk server's CPU
+// during cp -a of /usr/include (pprof). An idle connection costs a
+// socket and two 4 KiB buffers, and counts against the chunk servers'
+// connections per peer address (rpc.DefaultMaxConnsPerPeer, 1024: many
+// clients behind one address share it).
+const defaultMaxIdle = 32
 
 type poolConn struct {
 	c net.Conn

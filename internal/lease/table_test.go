@@ -668,7 +668,7 @@ func TestExpireSkipMatchesFullScan(t *testing.T) {
 		ino := ids.Ino(1 + rng.IntN(12))
 		wait := time.Duration(rng.IntN(3)) * ttl / 4
 		var a, b any
-		switch op := rng.IntN(8); op {
+		switch op := rng.IntN(13); op {
 		case 0, 1, 2:
 			m := Read
 			if rng.IntN(3) == 0 {
@@ -702,6 +702,55 @@ func TestExpireSkipMatchesFullScan(t *testing.T) {
 			fast.DoneDraining(c, ino)
 			ref.DoneDraining(c, ino)
 			a, b = fast.ClientLeases(now, c), ref.ClientLeases(now, c)
+		case 8:
+			r1, l1 := fast.Check(now, c, held[c])
+			r2, l2 := ref.Check(now, c, held[c])
+			a, b = []any{r1, l1}, []any{r2, l2}
+		case 9:
+			h1, v1 := fast.RecallDirWriters(now, c, ino)
+			h2, v2 := ref.RecallDirWriters(now, c, ino)
+			a, b = []any{h1, v1}, []any{h2, v2}
+		case 10:
+			again := rng.IntN(2) == 0
+			b1, t1, v1 := fast.DrainAll(now, c, ino, wait, again)
+			b2, t2, v2 := ref.DrainAll(now, c, ino, wait, again)
+			a, b = []any{b1, t1, v1}, []any{b2, t2, v2}
+			if rng.IntN(2) == 0 {
+				fast.AbandonDraining(c, ino)
+				ref.AbandonDraining(c, ino)
+			}
+		case 11:
+			a, b = fast.Leases(now, ino), ref.Leases(now, ino)
+		case 12:
+			if rng.IntN(40) == 0 {
+				// A new term: everything forgotten, then leases of the
+				// predecessor reclaimed during the fence.
+				fast.StartTerm(now)
+				ref.StartTerm(now)
+				held = map[ClientID][]ID{}
+			}
+		}
+		// The revoked index against a walk of every lease's flag (after
+		// RevokedOf's own expiry), and against the always-scanning table.
+		for cl := ClientID(1); cl <= 4; cl++ {
+			got := fast.RevokedOf(now, cl)
+			var walk []ID
+			for id, l := range fast.byClient[cl] {
+				if l.Revoked {
+					walk = append(walk, id)
+				}
+			}
+			slices.Sort(walk)
+			if !slices.Equal(got, walk) {
+				t.Fatalf("step %d: RevokedOf(%d) %v, the leases' flags say %v", i, cl, got, walk)
+			}
+			ref.scanAt = time.Time{}
+			if want := ref.RevokedOf(now, cl); !slices.Equal(got, want) {
+				t.Fatalf("step %d: RevokedOf(%d) %v with skipped scans, %v scanning always", i, cl, got, want)
+			}
+		}
+		if next := fast.NextExpiry(); !next.IsZero() && fast.scanAt.After(next) {
+			t.Fatalf("step %d: expiry scan due at %v, after the earliest expiry %v", i, fast.scanAt, next)
 		}
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("step %d: skipping scans answered %+v, scanning always %+v", i, a, b)

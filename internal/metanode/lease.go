@@ -480,6 +480,7 @@ func (ls *leaseService) keepalive(ctx context.Context, g ids.GroupID, req *wire.
 	clk := ls.n.cfg.Clock
 	end := clk.Now().Add(min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.ttl/3))
 	renew := true
+	var term uint64
 	for {
 		ls.mu.Lock()
 		gl, err := ls.syncLocked(g)
@@ -487,6 +488,13 @@ func (ls *leaseService) keepalive(ctx context.Context, g ids.GroupID, req *wire.
 			ls.mu.Unlock()
 			return nil, err
 		}
+		if term != 0 && gl.term != term {
+			// Elected again while this waited: a new table, whose
+			// reclaim starts as a fresh keepalive's would (lost leases
+			// no longer end the wait; found in review).
+			renew = true
+		}
+		term = gl.term
 		var revoke, lost []lease.ID
 		// A new minister: the client's leases of the predecessor are
 		// taken over first (reclaim.go); those it refuses are reported

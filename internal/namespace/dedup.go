@@ -140,9 +140,18 @@ func (rec *clientRecord) hold(seq uint64) {
 // again, bitmap and held list included, and a batch's 1,000 commands
 // hold up to 1,000 answers: a quarter of each metadata node's CPU
 // during cp -a (pprof: loadClient, decodeClient, growslice).
+//
+// INVARIANT: a client cached in a batch is not expired by the same batch
+// (expireClients deletes records behind the cache's back): its commands'
+// times are the batch's within maxClientAhead/maxClientBehind, its last
+// use is kept to idleQuantumNs, and clients expire only after
+// clientIdleNs, far longer than both (checked below).
 type clientCache struct {
 	recs map[uint64]*cachedClient
 }
+
+// The margin clientCache relies on.
+var _ = [1]struct{}{}[(maxClientBehind+maxClientAhead+idleQuantumNs)*10/clientIdleNs]
 
 type cachedClient struct {
 	rec          clientRecord
