@@ -325,7 +325,7 @@ func (c *Client) MakeDirDeferred(ctx context.Context, parent ids.Ino, name strin
 	l := &Lease{c: c, mode: LeaseWrite, onRevoke: onRevoke, dir: true, absent: true, done: make(chan struct{})}
 	ttl := time.Duration(c.leases.lastTTL.Load())
 	if ttl <= 0 {
-		ttl = 10 * time.Second
+		ttl = defaultTTL
 	}
 	// Counted as the grant will count it: from when it is asked for.
 	l.mu.until = c.cfg.Clock.Now().Add(ttl * trustNum / trustDen)

@@ -357,11 +357,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			// which may grant the range to someone else. Give it back
 			// and ask again (found in review).
 			discarded++
-			rctx, cancel := context.WithTimeout(context.Background(), c.cfg.CallTimeout)
-			if _, err := c.leaseCall(rctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{g.GetId()}}, 0); err != nil {
-				c.leases.gaveUp(group, g.GetId())
-			}
-			cancel()
+			c.releaseGranted(group, g.GetId())
 			if discarded < 3 {
 				token = c.leaseToken.Add(1)
 				continue
@@ -426,8 +422,11 @@ func ttlOf(resp *wire.LeaseResponse) time.Duration {
 	if ms := resp.GetTtlMs(); ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
-	return 10 * time.Second
+	return defaultTTL
 }
+
+// defaultTTL is the lease TTL assumed before a minister said another.
+const defaultTTL = 10 * time.Second
 
 // leaseCall sends req to the minister of group (following NOT_LEADER
 // hints, retrying within the op budget). hold is how long the minister may
@@ -710,7 +709,7 @@ func (c *Client) keepalive(g ids.GroupID) {
 	// describe: send the leases in full (reclaim), since the minister
 	// may have changed: after a failed keepalive, or when asked.
 	describe := false
-	ttl := 10 * time.Second
+	ttl := defaultTTL
 	var idleSince time.Time
 	var lastAddr string
 	for {
