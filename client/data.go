@@ -458,6 +458,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 			return total, opErr("write", path, fmt.Errorf("read the input: %w", rerr))
 		}
 	}
+	f.unsettle() // its stores are answered below, not through f
 	// Only if every chunk written is still the file's (ESTALE if another
 	// client truncated it meanwhile: the data would read as zeros).
 	// ByHandle: written through the file this call opened for writing.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -76,7 +77,64 @@ type File struct {
 		// queuedErr: an inline write queued behind the file's create
 		// failed (writeInlineQueued); Sync reports it once.
 		queuedErr error
+		// settled is the file's attributes as the ministry answered this
+		// File's latest change (the highest version); unsettled: a
+		// change of this File was not answered that way (it failed, or
+		// it went into the client's queue), so settled may not be the
+		// file's state after all of them (Settled).
+		settled   *wire.Attr
+		unsettled bool
+		// inlineWrites counts writeInline calls under way.
+		inlineWrites int
 	}
+}
+
+// noteChanged records the attributes the ministry answered a change of
+// this File with.
+func (f *File) noteChanged(a *wire.Attr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if a == nil {
+		f.mu.unsettled = true
+		return
+	}
+	if f.mu.settled == nil || a.GetVersion() > f.mu.settled.GetVersion() {
+		f.mu.settled = a
+	}
+}
+
+// unsettle notes a change of this File whose outcome the ministry did not
+// answer with attributes: Settled says false from now on.
+func (f *File) unsettle() { f.noteChanged(nil) }
+
+// Settled returns the file's attributes after every change this File
+// made, as the ministry answered the last of them: ok false when it made
+// none, when one failed or was queued rather than answered, or while an
+// overwrite's mtime is still owed (Sync). They are the file's current
+// attributes only if nobody else changed it since, which the caller
+// knows (a read lease held throughout: the mount's open after its own
+// writes then needs no request).
+func (f *File) Settled() (a *wire.Attr, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil {
+		return nil, false
+	}
+	return f.mu.settled, true
+}
+
+// SettledRead returns what an open's read would answer for a small
+// inline file after this File's changes (Settled: its attributes, no
+// chunks, its inline bytes), for FileOfRead; nil when Settled is not ok
+// or the file's bytes are not inline.
+func (f *File) SettledRead() *wire.ReadResponse {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil ||
+		!f.mu.inline || f.mu.chunks == nil || len(f.mu.chunks) > 0 {
+		return nil
+	}
+	return &wire.ReadResponse{Attr: f.mu.settled, Inline: true, InlineData: slices.Clone(f.mu.inlineData)}
 }
 
 // Open opens the regular file at path as open(2) would, without following
@@ -218,6 +276,7 @@ func (f *File) Sync(ctx context.Context) error {
 	f.mu.queuedErr = nil
 	f.mu.Unlock()
 	if queuedErr != nil {
+		f.unsettle()
 		return opErr("sync", f.path, fmt.Errorf("%w: a write queued behind the file's create failed: %w", syscall.EIO, queuedErr))
 	}
 	if !touched {
@@ -228,6 +287,7 @@ func (f *File) Sync(ctx context.Context) error {
 		// The writes since the last Sync went into chunks another client
 		// released (a truncate): they are lost, and the caller must hear it.
 		f.forgetChunks()
+		f.unsettle()
 		return opErr("sync", f.path, fmt.Errorf("%w: writes since the last sync were lost: another client truncated the file under them", err))
 	}
 	if err != nil {
@@ -237,9 +297,11 @@ func (f *File) Sync(ctx context.Context) error {
 			f.mu.touchedRefs = map[uint64]*wire.ChunkRef{}
 		}
 		maps.Copy(f.mu.touchedRefs, refs)
+		f.mu.unsettled = true
 		f.mu.Unlock()
 		return opErr("sync", f.path, err)
 	}
+	f.noteChanged(a)
 	f.noteSize(int64(a.GetSize()), true)
 	return nil
 }
@@ -498,6 +560,9 @@ func (f *File) checkWrite(off, n int64) error {
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	ctx = f.asUser(ctx)
 	n, err := f.writeAt(ctx, p, off)
+	if err != nil {
+		f.unsettle() // some of it may have landed
+	}
 	return n, opErr("write", f.path, err)
 }
 
@@ -628,6 +693,7 @@ func (f *File) grow(ctx context.Context, size int64, refs map[uint64]*wire.Chunk
 		}
 		return err
 	}
+	f.noteChanged(a)
 	f.noteSize(int64(a.GetSize()), true)
 	return nil
 }
@@ -661,6 +727,9 @@ func (c *Client) MaxRecord(ctx context.Context) (int64, error) {
 func (f *File) Append(ctx context.Context, record []byte) (int64, error) {
 	ctx = f.asUser(ctx)
 	off, err := f.append(ctx, record)
+	if err != nil {
+		f.unsettle()
+	}
 	return off, opErr("append", f.path, err)
 }
 
@@ -773,7 +842,11 @@ func newAppendID() uint64 {
 // the new end; one that does may leave bytes the shrink missed.
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	ctx = f.asUser(ctx)
-	return opErr("truncate", f.path, f.truncate(ctx, size))
+	err := f.truncate(ctx, size)
+	if err != nil {
+		f.unsettle() // the chunk cut may have landed
+	}
+	return opErr("truncate", f.path, err)
 }
 
 func (f *File) truncate(ctx context.Context, size int64) error {
@@ -819,6 +892,7 @@ func (f *File) truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return err
 	}
+	f.noteChanged(a)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.mu.size = int64(a.GetSize())

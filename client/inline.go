@@ -78,10 +78,24 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	if !eligible {
 		return false, nil
 	}
+	f.mu.Lock()
+	f.mu.inlineWrites++
+	if f.mu.inlineWrites > 1 {
+		// Two at once: each lays its bytes over what it saw, so the
+		// bytes this File keeps may not be the ministry's order of them
+		// (SettledRead must not offer them).
+		f.mu.unsettled = true
+	}
+	f.mu.Unlock()
 	res, err := f.c.mutate(ctx, f.ino, f.c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f.ino), Offset: uint64(off),
 			Data: p, MaxInline: uint64(limit)}}
 	}))
+	defer func() {
+		f.mu.Lock()
+		f.mu.inlineWrites--
+		f.mu.Unlock()
+	}()
 	if errors.Is(err, syscall.EFBIG) {
 		// Another client grew it or moved it to chunks: read the table
 		// again and go the chunk way.
@@ -101,6 +115,7 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	copy(buf[off:], p)
 	f.mu.inline, f.mu.inlineData = true, buf
 	f.mu.Unlock()
+	f.noteChanged(res.GetAttr())
 	f.noteSize(int64(res.GetAttr().GetSize()), true)
 	return true, nil
 }
@@ -127,6 +142,7 @@ func (f *File) writeInlineQueued(p []byte, off, limit int64) bool {
 		f.c.finish(cmd.GetReq().GetSeq())
 		return false
 	}
+	f.unsettle() // answered in the queue
 	f.mu.Lock()
 	if f.mu.chunks == nil {
 		f.mu.chunks = map[uint64]*wire.ChunkRef{}

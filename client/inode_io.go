@@ -157,13 +157,19 @@ func (f *File) prime(resp *wire.ReadResponse) {
 // first read needs no metadata request either. Without that read (not
 // asked, or not given) it is FileOf(attr); attr must then be set.
 func (c *Client) FileOfLease(l *Lease, attr *wire.Attr, flags int) (*File, error) {
-	opened := l.opened
+	return c.FileOfRead(l.opened, attr, flags)
+}
+
+// FileOfRead is FileOfLease from an open's read the caller kept: a
+// lease's (Lease.opened) or one that a File's own changes left
+// (File.SettledRead), current while the caller's read lease is held.
+func (c *Client) FileOfRead(opened *wire.ReadResponse, attr *wire.Attr, flags int) (*File, error) {
 	if opened.GetAttr() == nil || (attr != nil && attr.GetVersion() != opened.GetAttr().GetVersion()) {
 		return c.FileOf(attr, flags) // the caller knows newer attributes
 	}
 	f, err := c.fileOf(opened.GetAttr(), flags)
 	if err != nil {
-		return nil, opErr("open", inoPath(uint64(l.ino)), err)
+		return nil, opErr("open", inoPath(opened.GetAttr().GetIno()), err)
 	}
 	f.prime(opened)
 	return f, nil

@@ -171,6 +171,7 @@ func (f *File) startNew(ctx context.Context, size int64, done DeferredDone) (*ne
 		}
 		return nil, false, nil
 	}
+	f.unsettle() // answered in the queue
 	return &newWrite{slot: slot, cs: cs, held: held}, true, nil
 }
 

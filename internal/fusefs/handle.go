@@ -29,6 +29,16 @@ type handle struct {
 	// lockLost: a lock on the file was lost while this descriptor was
 	// open; its I/O fails with EIO (locks.go).
 	lockLost atomic.Bool
+	// settleLease is the read lease the node held, with its attributes
+	// current (leaseAttr), when this descriptor was opened, and
+	// settleBase the node's localChanges then; writes counts this
+	// descriptor's writes since. When the release finds the same lease
+	// still held and no change of this mount but these writes, the
+	// attributes the ministry answered the last of them with are the
+	// file's (settleWrites). nil: not opened that way.
+	settleLease *client.Lease
+	settleBase  uint64
+	writes      atomic.Uint64
 
 	mu struct {
 		sync.Mutex
@@ -302,6 +312,13 @@ func (h *handle) sync(ctx context.Context) syscall.Errno {
 }
 
 func (n *node) addHandle(ctx context.Context, f *client.File) *handle {
+	return n.addSettlingHandle(ctx, f, nil, 0)
+}
+
+// addSettlingHandle is addHandle for a descriptor opened while the node
+// held read lease l with current attributes, its localChanges then base
+// (see handle.settleLease).
+func (n *node) addSettlingHandle(ctx context.Context, f *client.File, l *client.Lease, base uint64) *handle {
 	// A mount whose certificate is not trusted with every file (root
 	// squash, chosen uids) reads and writes each file in its opener's
 	// name, so the chunk access tokens follow that user's permissions
@@ -309,7 +326,7 @@ func (n *node) addHandle(ctx context.Context, f *client.File) *handle {
 	if cred := n.fsys.userCred(ctx); cred != nil {
 		f.ActAs(cred)
 	}
-	h := &handle{n: n, f: f}
+	h := &handle{n: n, f: f, settleLease: l, settleBase: base}
 	n.mu.Lock()
 	if n.mu.handles == nil {
 		n.mu.handles = map[*handle]struct{}{}
@@ -351,18 +368,27 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// and a minister round trip is saved. (Asking in the background
 	// instead was tried: pages read before the grant could then be
 	// stale for the whole lease.)
+	// A write open without O_TRUNC asks for one too, in place of the
+	// open's attribute read: the attributes its writes are answered
+	// with are then the file's when it is closed (settleWrites), and
+	// the next open of the file needs no request (a file written and
+	// read back: a build's objects, bench mount's read_4k).
 	var l *client.Lease
 	var held bool
-	if flags&syscall.O_ACCMODE == syscall.O_WRONLY {
-		l = n.currentLease()
-	} else {
+	switch {
+	case flags&syscall.O_ACCMODE != syscall.O_WRONLY:
 		n.walkAhead(ctx)
 		held = n.currentLease() != nil
 		l = n.readLease(ctx)
+	case flags&syscall.O_TRUNC == 0:
+		held = n.currentLease() != nil
+		l = n.readLease(ctx)
+	default:
+		l = n.currentLease()
 	}
 	if l != nil && flags&syscall.O_TRUNC == 0 {
 		if a, _ := n.cachedLeaseAttr(); a != nil {
-			if f, err := n.fsys.c.FileOfLease(l, a, openFlags(flags)); err == nil {
+			if f, err := n.fileOfLease(l, a, openFlags(flags)); err == nil {
 				var fuseFlags uint32
 				n.mu.Lock()
 				// The page cache is good if the lease was held without a
@@ -373,12 +399,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 					fuseFlags |= fuse.FOPEN_KEEP_CACHE
 				}
 				n.mu.cacheLease, n.mu.openVersion = l, a.GetVersion()
+				base := n.mu.localChanges
 				n.mu.Unlock()
 				n.setCacheVersion(a.GetVersion())
 				if held {
 					n.fsys.leasedOpens.Inc()
 				}
-				return n.addHandle(ctx, f), fuseFlags, 0
+				return n.addSettlingHandle(ctx, f, l, base), fuseFlags, 0
 			}
 		}
 	}
@@ -396,12 +423,17 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
 	n.mu.attr, n.mu.openVersion = a, a.GetVersion()
+	var settle *client.Lease
 	if l != nil && n.mu.lease == l {
 		n.mu.cacheLease = l
 		// Current under the lease only if no change of this mount (a
 		// write of another descriptor) landed while they were read.
 		n.mu.leaseAttr = n.mu.localChanges == changes && n.dirtyEndLocked() == 0
+		if n.mu.leaseAttr && flags&syscall.O_TRUNC == 0 {
+			settle = l
+		}
 	}
+	base := n.mu.localChanges
 	n.mu.Unlock()
 	if flags&syscall.O_TRUNC != 0 {
 		n.changedHere()
@@ -413,7 +445,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// them, so O_APPEND writes start at the current end.
 		n.NotifyContent(-1, 0)
 	}
-	return n.addHandle(ctx, f), fuseFlags, 0
+	return n.addSettlingHandle(ctx, f, settle, base), fuseFlags, 0
 }
 
 // openTrunc opens a client File of the inode, reading its attributes.
@@ -534,6 +566,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, e
 	}
 	h.n.noteWrite()
+	h.writes.Add(1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.mu.err; err != nil {
@@ -751,6 +784,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// No descriptor of the file is open here, so no process of this
 		// mount can hold a lock on it (OFD locks are not named at close).
 		n.releaseAllLocks()
+		n.settleWrites(h)
 	}
 	if last && hidden != "" {
 		if err := n.fsys.c.UnlinkAt(ctx, parent, hidden); err != nil {

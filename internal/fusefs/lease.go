@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"container/list"
 	"context"
 	"sync"
 	"time"
@@ -30,13 +31,20 @@ import (
 // and attributes of the inode and goes back to close-to-open. Names
 // (entries) are not covered: they are cached for EntryTimeout as before.
 
-// maxLeases bounds the read leases one mount keeps.
-const maxLeases = 1024
+// maxLeases bounds the read leases one mount keeps. A workload that
+// writes or reads a few thousand small files and then reads them again
+// (bench mount's 4 × 1,000 files, a build reading back its objects)
+// finds them all still leased; 1,024 was too few for that, and the
+// oldest-first eviction then missed every one. Each lease held costs
+// the keepalive a few bytes (it names every lease it renews) and the
+// minister a table entry.
+const maxLeases = 8192
 
 // leaseSet tracks the nodes holding a read lease, oldest first.
 type leaseSet struct {
 	mu    sync.Mutex
-	nodes []*node
+	order list.List // of *node, oldest at the front
+	at    map[*node]*list.Element
 	// max is how many it keeps (maxLeases when 0).
 	max int
 }
@@ -44,14 +52,21 @@ type leaseSet struct {
 func (s *leaseSet) add(n *node) (evict *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.nodes = append(s.nodes, n)
+	if s.at == nil {
+		s.at = map[*node]*list.Element{}
+	}
+	if e := s.at[n]; e != nil {
+		s.order.MoveToBack(e)
+	} else {
+		s.at[n] = s.order.PushBack(n)
+	}
 	limit := s.max
 	if limit == 0 {
 		limit = maxLeases
 	}
-	if len(s.nodes) > limit {
-		evict = s.nodes[0]
-		s.nodes = s.nodes[1:]
+	if s.order.Len() > limit {
+		evict = s.order.Remove(s.order.Front()).(*node)
+		delete(s.at, evict)
 	}
 	return evict
 }
@@ -59,11 +74,9 @@ func (s *leaseSet) add(n *node) (evict *node) {
 func (s *leaseSet) remove(n *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, x := range s.nodes {
-		if x == n {
-			s.nodes = append(s.nodes[:i], s.nodes[i+1:]...)
-			return
-		}
+	if e := s.at[n]; e != nil {
+		s.order.Remove(e)
+		delete(s.at, n)
 	}
 }
 
@@ -86,7 +99,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		return l
 	}
 	old := n.mu.lease
-	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
 	// The grant's read can stand for the file only if this mount has
 	// nothing of its own in flight: no open descriptor (a write of one
 	// may land while the request is out), nothing queued behind the
@@ -166,7 +179,7 @@ func (n *node) detachLease() *client.Lease {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.mu.lease
-	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
 	n.mu.openVersion = 0
 	return l
 }
@@ -185,7 +198,7 @@ func (n *node) finishDrop(ctx context.Context, l *client.Lease) {
 func (n *node) leaseRevoked(l *client.Lease, _ bool) {
 	n.mu.Lock()
 	if n.mu.lease == l {
-		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr = nil, nil, false
+		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
 		n.mu.openVersion = 0 // the next open drops the page cache
 		n.mu.cacheVersion = 0
 	}
@@ -216,6 +229,15 @@ func (n *node) noteWrite() {
 	n.mu.Unlock()
 }
 
+// fileAttrChanged: an extended attribute of the file changed here (its
+// ctime and version moved): the attributes held are no longer current.
+func (n *node) fileAttrChanged() {
+	if n.isDir() {
+		return
+	}
+	n.noteWrite()
+}
+
 // leaseAttrTimeout returns how long the kernel may keep attributes read
 // now under lease l: until the lease's trust ends.
 func (n *node) leaseAttrTimeout(l *client.Lease) time.Duration {
@@ -231,7 +253,10 @@ func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.validLeaseLocked()
-	if l == nil || !n.mu.leaseAttr || n.mu.attr == nil || len(n.mu.handles) > 0 {
+	// Not while a descriptor of this mount holds writes not yet pushed
+	// (a write clears leaseAttr anyway); a reader's open descriptor is
+	// no reason to ask (the kernel's getattr after an open).
+	if l == nil || !n.mu.leaseAttr || n.mu.attr == nil || n.dirtyEndLocked() > 0 {
 		return nil, l
 	}
 	return n.mu.attr, l
@@ -255,4 +280,46 @@ func (n *node) leaseSize() (int64, bool) {
 		return 0, false
 	}
 	return int64(n.mu.attr.GetSize()), true
+}
+
+// settleWrites runs at the release of the inode's last descriptor, h:
+// when h was opened under a read lease with current attributes, that
+// lease is still held (nobody else changed the file meanwhile), and
+// nothing of this mount changed the file but h's writes, the attributes
+// the ministry answered the last of them with (client.File.Settled) are
+// the file's, current under the lease: the next open and getattr need
+// no request. Anything else (another descriptor's or a setattr's
+// change, a getattr that read newer attributes, a failed or queued
+// write, the lease lost once) leaves them to be read again.
+func (n *node) settleWrites(h *handle) {
+	if h.settleLease == nil || h.writes.Load() == 0 {
+		return
+	}
+	a, ok := h.f.Settled()
+	if !ok || n.fsys.c.QueuedFileChanges(n.ino) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.mu.handles) > 0 || n.mu.lease != h.settleLease || n.validLeaseLocked() == nil ||
+		n.mu.localChanges != h.settleBase+h.writes.Load() ||
+		(n.mu.attr != nil && a.GetVersion() < n.mu.attr.GetVersion()) {
+		return
+	}
+	n.mu.attr, n.mu.leaseAttr = a, true
+	n.mu.settledRead = h.f.SettledRead()
+	n.fsys.settledWrites.Inc()
+}
+
+// fileOfLease returns a File for an open under lease l with current
+// attributes a: primed with what this mount's own writes left (settleWrites)
+// or what the lease's grant read, whichever is of a's version.
+func (n *node) fileOfLease(l *client.Lease, a *wire.Attr, flags int) (*client.File, error) {
+	n.mu.Lock()
+	kept := n.mu.settledRead
+	n.mu.Unlock()
+	if kept != nil && kept.GetAttr().GetVersion() == a.GetVersion() {
+		return n.fsys.c.FileOfRead(kept, a, flags)
+	}
+	return n.fsys.c.FileOfLease(l, a, flags)
 }

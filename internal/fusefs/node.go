@@ -51,9 +51,11 @@ type FS struct {
 	walkJobs  chan walkJob
 	walkStart sync.Once
 	// walkAsked counts the leases the walk-ahead asked for; leasedOpens
-	// the opens for reading that found a valid lease with the file's
-	// attributes and asked the ministry nothing.
-	walkAsked, leasedOpens prometheus.Counter
+	// the opens that found a valid lease with the file's attributes and
+	// asked the ministry nothing; settledWrites the releases after which
+	// the attributes the writes were answered with stood for the file
+	// (settleWrites).
+	walkAsked, leasedOpens, settledWrites prometheus.Counter
 	// walkStored counts the bytes the walk-ahead stored in the kernel's
 	// page cache, walkLookups the lookups it answered.
 	walkStored, walkLookups prometheus.Counter
@@ -68,7 +70,9 @@ func New(cfg Config) (*FS, error) {
 		walkAsked: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_leases_total",
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
 		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
-			Help: "Opens for reading answered from a valid read lease, without a request to the ministry."}),
+			Help: "Opens answered from a valid read lease, without a request to the ministry."}),
+		settledWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_settled_writes_total",
+			Help: "Closes of a written file after which its attributes were known under the mount's read lease (the next open asks nothing)."}),
 		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
 			Help: "Bytes of small files read ahead under their leases into the kernel's page cache."}),
 		walkLookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_lookups_total",
@@ -81,7 +85,7 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups} {
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}
@@ -129,6 +133,11 @@ type node struct {
 		// lease and nothing on this mount wrote since.
 		lease, cacheLease *client.Lease
 		leaseAttr         bool
+		// settledRead is what an open would read of a small inline file
+		// after this mount's writes (client.File.SettledRead), kept with
+		// the lease while attr is its attributes: the next open's File
+		// reads those bytes rather than asking for them. nil: none.
+		settledRead *wire.ReadResponse
 		// localChanges counts this mount's changes to the file (writes,
 		// size and attribute changes, allocations): attributes read
 		// while it moved may miss one, so they are not taken as current
@@ -1030,6 +1039,12 @@ func applySetattr(a *wire.Attr, op *wire.SetattrOp, now int64) {
 
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx = n.fsys.asCaller(bg(ctx))
+	// Counted even when queued: its answer keeps the version it was
+	// queued with (setattrQueued), so a descriptor's release must not
+	// take the attributes its writes were answered with (settleWrites).
+	n.mu.Lock()
+	n.mu.localChanges++
+	n.mu.Unlock()
 	var a *wire.Attr
 	if size, ok := in.GetSize(); ok {
 		defer n.fenceStores()()
@@ -1165,6 +1180,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		return syscall.EOPNOTSUPP
 	}
 	defer n.dirAttrChanged()
+	defer n.fileAttrChanged()
 	return n.fsys.errno("setxattr", n.fsys.c.SetXattrIno(n.fsys.asCaller(bg(ctx)), n.ino, attr, data, flags))
 }
 
@@ -1173,6 +1189,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 		return syscall.ENODATA
 	}
 	defer n.dirAttrChanged()
+	defer n.fileAttrChanged()
 	return n.fsys.errno("removexattr", n.fsys.c.RemoveXattrIno(n.fsys.asCaller(bg(ctx)), n.ino, attr))
 }
 
