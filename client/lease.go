@@ -118,6 +118,14 @@ type LeaseOptions struct {
 	// the holder (nobody else can have put anything in it, and whoever
 	// does once it exists drains the lease first).
 	NewDir bool
+	// EntryParent and EntryName (a whole-file LeaseRead, not a lock) name
+	// the entry the file was found under: the minister says whether it
+	// still named the file once the lease was granted
+	// (Lease.NamedBy), and a change of that name (unlink, rename away
+	// or over it) revokes the lease first, so while it is valid the
+	// holder may answer lookups of the name itself.
+	EntryParent ids.Ino
+	EntryName   string
 }
 
 // LeaseConflict describes a lease in the way of a refused AcquireLease.
@@ -166,6 +174,11 @@ type Lease struct {
 	opened *wire.ReadResponse
 	// absent: granted on a new directory not created yet (NewDir).
 	absent bool
+	// entryParent/entryName: the entry the minister found naming the
+	// file right after the grant (LeaseOptions.EntryParent); zero if not
+	// asked or not so.
+	entryParent ids.Ino
+	entryName   string
 
 	mu struct {
 		sync.Mutex
@@ -188,6 +201,14 @@ func (l *Lease) Ino() ids.Ino { return l.ino }
 // are current while the lease is valid, except for this Client's own
 // changes since.
 func (l *Lease) Attr() *wire.Attr { return l.opened.GetAttr() }
+
+// NamedBy says whether the minister found name in directory parent naming
+// the leased file right after the grant (LeaseOptions.EntryParent): it
+// does while the lease is valid, but for this Client's own changes of
+// the name.
+func (l *Lease) NamedBy(parent ids.Ino, name string) bool {
+	return l.entryParent != 0 && l.entryParent == parent && l.entryName == name
+}
 
 // Absent says whether the lease was granted on a new directory before
 // its create was applied (LeaseOptions.NewDir): the directory is empty
@@ -300,6 +321,10 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	}
 	end := c.cfg.Clock.Now().Add(opts.Wait)
 	token := c.leaseToken.Add(1)
+	entryParent := opts.EntryParent
+	if mode != LeaseRead || opts.Dir || opts.Lock || off != 0 || length != 0 {
+		entryParent = 0
+	}
 	discarded, redirects := 0, 0
 	for {
 		sent := c.cfg.Clock.Now()
@@ -313,7 +338,8 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir, NewDir: opts.NewDir && opts.Dir && mode == LeaseWrite,
-			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks}, wait)
+			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks,
+			EntryParent: uint64(entryParent), EntryName: []byte(opts.EntryName)}, wait)
 		asked()
 		var redir *redirectedError
 		if errors.As(err, &redir) {
@@ -330,6 +356,9 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			if into == nil {
 				l = &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
 					onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
+				if entryParent != 0 && resp.GetEntryCurrent() {
+					l.entryParent, l.entryName = entryParent, opts.EntryName
+				}
 				l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
 			} else if !resp.GetAbsent() {
 				// Only a grant on a directory not there yet completes it

@@ -39,6 +39,8 @@ type handle struct {
 	settleLease *client.Lease
 	settleBase  uint64
 	writes      atomic.Uint64
+	// opensAt is the node's opens count with this descriptor's open.
+	opensAt uint64
 
 	mu struct {
 		sync.Mutex
@@ -326,11 +328,20 @@ func (n *node) addSettlingHandle(ctx context.Context, f *client.File, l *client.
 	if cred := n.fsys.userCred(ctx); cred != nil {
 		f.ActAs(cred)
 	}
-	h := &handle{n: n, f: f, settleLease: l, settleBase: base}
+	h := &handle{n: n, f: f, settleBase: base}
 	n.mu.Lock()
 	if n.mu.handles == nil {
 		n.mu.handles = map[*handle]struct{}{}
 	}
+	// Settling only for a descriptor that is the inode's only one from
+	// its open to its release: another's writes, or the mtime its Sync
+	// records at its close, would be changes nobody counted (found in
+	// review).
+	if len(n.mu.handles) == 0 {
+		h.settleLease = l
+	}
+	n.mu.opens++
+	h.opensAt = n.mu.opens
 	n.mu.handles[h] = struct{}{}
 	n.mu.Unlock()
 	return h
@@ -399,13 +410,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 					fuseFlags |= fuse.FOPEN_KEEP_CACHE
 				}
 				n.mu.cacheLease, n.mu.openVersion = l, a.GetVersion()
-				base := n.mu.localChanges
+				// Settling takes a's place only if a is still what the
+				// node holds as current, read with the count it has now.
+				settle, base := l, n.mu.localChanges
+				if !n.mu.leaseAttr || n.mu.attr != a {
+					settle = nil
+				}
 				n.mu.Unlock()
 				n.setCacheVersion(a.GetVersion())
 				if held {
 					n.fsys.leasedOpens.Inc()
 				}
-				return n.addSettlingHandle(ctx, f, l, base), fuseFlags, 0
+				return n.addSettlingHandle(ctx, f, settle, base), fuseFlags, 0
 			}
 		}
 	}

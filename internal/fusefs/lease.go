@@ -6,7 +6,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -117,7 +121,13 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		_ = n.NotifyContent(0, 0)
 		_ = old.Release(ctx)
 	}
-	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt})
+	opts := client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt}
+	if name, p := n.Parent(); p != nil {
+		// The name it was found under: while the lease holds, a lookup
+		// of it is answered here (leasedLookup).
+		opts.EntryParent, opts.EntryName = ids.Ino(p.StableAttr().Ino), name
+	}
+	l, err := n.fsys.c.AcquireLease(ctx, n.ino, client.LeaseRead, 0, 0, opts)
 	if err != nil {
 		return nil // EAGAIN (a writer), or the minister is busy: no cache
 	}
@@ -283,9 +293,10 @@ func (n *node) leaseSize() (int64, bool) {
 }
 
 // settleWrites runs at the release of the inode's last descriptor, h:
-// when h was opened under a read lease with current attributes, that
-// lease is still held (nobody else changed the file meanwhile), and
-// nothing of this mount changed the file but h's writes, the attributes
+// when h was opened under a read lease with current attributes, as the
+// inode's only descriptor on this mount until now, that lease is still
+// held (nobody else changed the file meanwhile), and nothing of this
+// mount changed the file but h's writes, the attributes
 // the ministry answered the last of them with (client.File.Settled) are
 // the file's, current under the lease: the next open and getattr need
 // no request. Anything else (another descriptor's or a setattr's
@@ -301,7 +312,7 @@ func (n *node) settleWrites(h *handle) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if len(n.mu.handles) > 0 || n.mu.lease != h.settleLease || n.validLeaseLocked() == nil ||
+	if len(n.mu.handles) > 0 || n.mu.opens != h.opensAt || n.mu.lease != h.settleLease || n.validLeaseLocked() == nil ||
 		n.mu.localChanges != h.settleBase+h.writes.Load() ||
 		(n.mu.attr != nil && a.GetVersion() < n.mu.attr.GetVersion()) {
 		return
@@ -322,4 +333,38 @@ func (n *node) fileOfLease(l *client.Lease, a *wire.Attr, flags int) (*client.Fi
 		return n.fsys.c.FileOfRead(kept, a, flags)
 	}
 	return n.fsys.c.FileOfLease(l, a, flags)
+}
+
+// leasedLookup answers a lookup of name in n from the child node the
+// kernel still holds (its entry expired) when the child's read lease was
+// granted with name in n naming it (client.Lease.NamedBy): another
+// client's change of the name (unlink, rename away or over it) revokes
+// that lease first, and this mount's own changes of it go through the
+// kernel, which moves or drops the child here. The attributes answered
+// are those held under the lease, which are exact (knownEntry says why
+// they must be). A walk-ahead fetch of the child's lease under way is
+// waited for: a process that opens the files of a listing after their
+// entries expired (find | xargs cat) looks each one up just before its
+// open, and the walk-ahead asked for that lease at the previous open.
+func (n *node) leasedLookup(name string, out *fuse.EntryOut) *fs.Inode {
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	ch, ok := in.Operations().(*node)
+	if !ok || ch.isDir() {
+		return nil
+	}
+	ch.waitPrefetch()
+	ch.mu.Lock()
+	lin := ch.mu.linearize
+	ch.mu.Unlock()
+	la, l := ch.cachedLeaseAttr()
+	if la == nil || lin || !l.NamedBy(n.ino, name) {
+		return nil
+	}
+	ch.setAttr(la, &out.Attr)
+	out.SetAttrTimeout(ch.leaseAttrTimeout(l))
+	n.fsys.leasedLookups.Inc()
+	return in
 }

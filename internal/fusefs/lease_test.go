@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/govfs/govfs/client"
 )
 
 // TestMountReadLease: a mount reading a file holds a read lease on it;
@@ -255,5 +258,77 @@ func TestWrittenFileReadBack(t *testing.T) {
 		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, content(i+1, 7)) {
 			t.Fatalf("%s after another client rewrote it: %d bytes %.12q..., %v", p, len(got), got, err)
 		}
+	}
+}
+
+// TestLeasedLookup: once the entries of files this mount holds read
+// leases on expired, their lookups are answered under those leases (no
+// request); another client's change of a name (rename away, exchange,
+// unlink, rename over it) revokes the lease of the file the name held
+// first, so a lookup afterwards never finds the old file.
+func TestLeasedLookup(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	mnt := mountProc(t, c, "--metrics", addr)
+	cl := newClient(t, c, c.Addrs())
+	ctx := t.Context()
+	_, err := cl.Mkdir(ctx, "/d", 0o755)
+	must(t, err)
+	const files = 10
+	content := func(i int) []byte { return []byte(fmt.Sprintf("file %d\n", i)) }
+	for i := range files {
+		f, err := cl.Open(ctx, "/d/f"+strconv.Itoa(i), syscall.O_RDWR|syscall.O_CREAT, 0o644)
+		must(t, err)
+		_, err = f.WriteAt(ctx, content(i), 0)
+		must(t, err)
+		must(t, f.Close())
+	}
+	d := filepath.Join(mnt, "d")
+	read := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(d, name)) }
+	for i := range files {
+		if got, err := read("f" + strconv.Itoa(i)); err != nil || !bytes.Equal(got, content(i)) {
+			t.Fatalf("f%d: %q, %v", i, got, err)
+		}
+	}
+	expire := func() { time.Sleep(1200 * time.Millisecond) } // the 1 s entry timeout
+	expire()
+	before := mountCounter(t, addr, "govfs_mount_leased_lookups_total")
+	for i := range files {
+		if got, err := read("f" + strconv.Itoa(i)); err != nil || !bytes.Equal(got, content(i)) {
+			t.Fatalf("f%d after its entry expired: %q, %v", i, got, err)
+		}
+	}
+	if got := mountCounter(t, addr, "govfs_mount_leased_lookups_total") - before; got < files {
+		t.Fatalf("%d of %d lookups answered under the files' leases", got, files)
+	}
+
+	// Another client changes names; each change revokes the lease of
+	// the file the name held before it is acknowledged.
+	must(t, cl.Rename(ctx, "/d/f1", "/d/g1", 0))
+	must(t, cl.Rename(ctx, "/d/f2", "/d/f3", client.RenameExchange))
+	must(t, cl.Remove(ctx, "/d/f4"))
+	must(t, cl.Rename(ctx, "/d/f6", "/d/f5", 0))
+	expire()
+	if _, err := read("f1"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("f1 after another client renamed it away: %v, want ENOENT", err)
+	}
+	if got, err := read("g1"); err != nil || !bytes.Equal(got, content(1)) {
+		t.Fatalf("g1: %q, %v", got, err)
+	}
+	if got, err := read("f2"); err != nil || !bytes.Equal(got, content(3)) {
+		t.Fatalf("f2 after an exchange with f3: %q, %v; want %q", got, err, content(3))
+	}
+	if got, err := read("f3"); err != nil || !bytes.Equal(got, content(2)) {
+		t.Fatalf("f3 after an exchange with f2: %q, %v; want %q", got, err, content(2))
+	}
+	if _, err := read("f4"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("f4 after another client removed it: %v, want ENOENT", err)
+	}
+	if got, err := read("f5"); err != nil || !bytes.Equal(got, content(6)) {
+		t.Fatalf("f5 after f6 was renamed over it: %q, %v; want %q", got, err, content(6))
+	}
+	if _, err := read("f6"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("f6 after it was renamed away: %v, want ENOENT", err)
 	}
 }

@@ -56,6 +56,9 @@ type FS struct {
 	// the attributes the writes were answered with stood for the file
 	// (settleWrites).
 	walkAsked, leasedOpens, settledWrites prometheus.Counter
+	// leasedLookups counts lookups answered under the child's read lease
+	// (leasedLookup).
+	leasedLookups prometheus.Counter
 	// walkStored counts the bytes the walk-ahead stored in the kernel's
 	// page cache, walkLookups the lookups it answered.
 	walkStored, walkLookups prometheus.Counter
@@ -71,6 +74,8 @@ func New(cfg Config) (*FS, error) {
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
 		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
 			Help: "Opens answered from a valid read lease, without a request to the ministry."}),
+		leasedLookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_lookups_total",
+			Help: "Lookups answered under the read lease of the file they name, which was granted with that name naming it, without a request to the ministry."}),
 		settledWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_settled_writes_total",
 			Help: "Closes of a written file after which its attributes were known under the mount's read lease (the next open asks nothing)."}),
 		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
@@ -85,7 +90,7 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites} {
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}
@@ -116,13 +121,17 @@ type node struct {
 	mu struct {
 		sync.Mutex
 		// attr is the last attributes read or returned (for a parent's
-		// setgid bit and gid, and open's change check).
-		attr *wire.Attr
+		// setgid bit and gid, and open's change check); attrAt is when
+		// (setAttr).
+		attr   *wire.Attr
+		attrAt time.Time
 		// openVersion is the inode version at the last open: the page
 		// cache is kept only when an open finds it unchanged.
 		openVersion uint64
-		// handles are this inode's open files on this mount.
+		// handles are this inode's open files on this mount; opens
+		// counts the descriptors ever opened (settleWrites).
 		handles map[*handle]struct{}
+		opens   uint64
 		// hidden is the name the file was renamed to when it was
 		// unlinked while open ("" if not); the last release removes it.
 		hidden       string
@@ -280,7 +289,7 @@ func (n *node) setAttr(a *wire.Attr, out *fuse.Attr) {
 		n.mu.leaseAttr = false
 		n.mu.localChanges++
 	}
-	n.mu.attr = a
+	n.mu.attr, n.mu.attrAt = a, time.Now()
 	end := n.dirtyEndLocked()
 	unlinked := n.mu.hidden != ""
 	n.mu.Unlock()
@@ -304,6 +313,29 @@ func (n *node) parentNode() *node {
 		return pn
 	}
 	return nil
+}
+
+// childAttrChanging notes that this mount is about to change name's
+// link in n (unlink, rename from or onto it): the inode's nlink, ctime
+// and version move, so the attributes its node holds under its read
+// lease are no longer current (the minister revokes only other clients'
+// leases), and a release settling its writes meanwhile must not take
+// older ones (settleWrites).
+func (n *node) childAttrChanging(name string) {
+	if in := n.GetChild(name); in != nil {
+		if ch, ok := in.Operations().(*node); ok {
+			ch.forgetAttr()
+		}
+	}
+}
+
+// recentDirAttr says whether n is a directory whose attributes the
+// mount learnt within the attribute timeout (a lookup or listing just
+// brought them): as current as what the kernel itself trusts.
+func (n *node) recentDirAttr() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.mu.attr != nil && n.mu.attr.GetType() == wire.FileType_DIRECTORY && time.Since(n.mu.attrAt) < n.fsys.cfg.AttrTimeout
 }
 
 func (n *node) cachedAttr() *wire.Attr {
@@ -368,6 +400,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		} else {
 			n.dir.mu.Unlock()
 		}
+	}
+	if in := n.leasedLookup(name, out); in != nil {
+		return in, 0
 	}
 	if in := n.walkLookup(ctx, name, out); in != nil {
 		return in, 0
@@ -741,6 +776,7 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = n.fsys.asCaller(bg(ctx))
 	n.walkForget(name)
+	n.childAttrChanging(name)
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
 	ch := n.openChild(name)
@@ -809,6 +845,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	ctx = n.fsys.asCaller(bg(ctx))
 	n.walkForget(name)
 	np.walkForget(newName)
+	n.childAttrChanging(name)
+	np.childAttrChanging(newName)
 	defer lockDirs(n, np)()
 	// A dentry the kernel keeps past the entry timeout (leasedEntryLocked)
 	// moves with the rename: its new name must be invalidated at the

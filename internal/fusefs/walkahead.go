@@ -42,7 +42,7 @@ const (
 	walkNames = 1 << 14
 	// walkInFlight is how many background lease requests a mount makes
 	// at a time, walkQueueLen how many wait.
-	walkInFlight = 8
+	walkInFlight = 24
 	walkQueueLen = 256
 )
 
@@ -441,7 +441,11 @@ func (n *node) prefetchData(ctx context.Context, l *client.Lease) {
 	n.store.Lock()
 	defer n.store.Unlock()
 	n.mu.Lock()
-	quiet := n.mu.busy == 0 && n.mu.localChanges == changes
+	// No descriptor open either: a write open's process may be writing
+	// into the page this store would lay the older bytes over (found
+	// in review once getattr and opens under the lease no longer
+	// refused open descriptors).
+	quiet := n.mu.busy == 0 && n.mu.localChanges == changes && len(n.mu.handles) == 0
 	n.mu.Unlock()
 	if cur, held := n.cachedLeaseAttr(); !quiet || held != l || cur == nil || cur.GetVersion() != a.GetVersion() {
 		return // revoked, changed, or opened or truncated here meanwhile

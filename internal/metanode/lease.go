@@ -365,6 +365,9 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			case r.Mode == lease.Write && r.Dir:
 				resp.Opened = ls.dirAttrAfterGrant(g, r.Ino)
 			}
+			if r.Mode == lease.Read && !r.Dir && !r.Lock && req.GetEntryParent() != 0 {
+				resp.EntryCurrent = ls.entryAfterGrant(g, ids.Ino(req.GetEntryParent()), req.GetEntryName(), r.Ino)
+			}
 			return resp, nil
 		}
 		if !now.Before(end) || ctx.Err() != nil {
@@ -414,6 +417,25 @@ func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids
 		return nil
 	})
 	return out
+}
+
+// entryAfterGrant says whether name in directory parent names ino, read
+// right after a read lease on ino was granted (LeaseRequest.entry_parent).
+// Current for the reason openAfterGrant's read is, and it stays so while
+// the lease is held: every change of the name (unlink, rename over it,
+// rename away from it, an exchange) drains the read leases of the inode
+// the name held (replacedInodes) before it is proposed.
+func (ls *leaseService) entryAfterGrant(g ids.GroupID, parent ids.Ino, name []byte, ino ids.Ino) bool {
+	var ok bool
+	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		if mv, err := namespace.ReadMoving(r, parent); err != nil || mv.To != 0 || mv.Copy {
+			return err
+		}
+		a, _, err := namespace.Lookup(r, parent, name)
+		ok = err == nil && a != nil && ids.Ino(a.GetIno()) == ino
+		return nil
+	})
+	return ok
 }
 
 // dirAttrAfterGrant reads the attributes of directory dir for a write
@@ -898,14 +920,21 @@ const renameExchange = 2
 // name takes a link from, whose read leases are drained as a link's
 // are: a holder's attributes (st_nlink, st_ctime) would be stale, and a
 // mount answering lookups under its leases would still find the name
-// (found with the walk-ahead's lookups, docs/fuse.md). A name not there
+// (found with the walk-ahead's lookups, docs/fuse.md). Files a rename
+// moves (from their name, or both of an exchange) are in files too: a
+// holder of the file's read lease answers lookups of the name it was
+// granted under (entryAfterGrant), and its ctime moves. A name not there
 // yet makes the command fail anyway.
 func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, files []ids.Ino) {
 	type entry struct {
 		parent ids.Ino
 		name   []byte
 	}
-	var names []entry
+	// names are replaced (their directories' and files' leases drain);
+	// moved and exchanged name inodes that only change names (files'
+	// read leases drain, a directory's leases stay: its entries do not
+	// change).
+	var names, moved, exchanged []entry
 	add := func(c *wire.Command) {
 		switch op := c.GetOp().(type) {
 		case *wire.Command_Unlink:
@@ -913,7 +942,13 @@ func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, 
 		case *wire.Command_Rename:
 			if op.Rename.GetFlags()&renameExchange == 0 {
 				names = append(names, entry{ids.Ino(op.Rename.GetNewParent()), op.Rename.GetNewName()})
+			} else {
+				exchanged = append(exchanged, entry{ids.Ino(op.Rename.GetNewParent()), op.Rename.GetNewName()})
 			}
+			// The inode moved away from its name: a holder of its read
+			// lease may be answering lookups of that name
+			// (entryAfterGrant).
+			moved = append(moved, entry{ids.Ino(op.Rename.GetParent()), op.Rename.GetName()})
 		}
 	}
 	if b := cmd.GetBatch(); b != nil {
@@ -923,7 +958,7 @@ func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, 
 	} else {
 		add(cmd)
 	}
-	if len(names) == 0 {
+	if len(names)+len(moved)+len(exchanged) == 0 {
 		return nil, nil
 	}
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
@@ -934,6 +969,13 @@ func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, 
 			case a.GetType() == wire.FileType_DIRECTORY:
 				dirs = append(dirs, ids.Ino(a.GetIno()))
 			default:
+				files = append(files, ids.Ino(a.GetIno()))
+			}
+		}
+		for _, nm := range append(moved, exchanged...) {
+			a, _, err := namespace.Lookup(r, nm.parent, nm.name)
+			if err == nil && a != nil && a.GetIno() != 0 && a.GetType() != wire.FileType_DIRECTORY &&
+				!slices.Contains(files, ids.Ino(a.GetIno())) {
 				files = append(files, ids.Ino(a.GetIno()))
 			}
 		}

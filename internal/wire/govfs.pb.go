@@ -7395,7 +7395,16 @@ type LeaseRequest struct {
 	// create marks it) and answered with LeaseResponse.absent: nobody can
 	// have put anything in it, and whoever does once it exists drains the
 	// lease first. Otherwise an ordinary directory lease request.
-	NewDir        bool `protobuf:"varint,20,opt,name=new_dir,json=newDir,proto3" json:"new_dir,omitempty"`
+	NewDir bool `protobuf:"varint,20,opt,name=new_dir,json=newDir,proto3" json:"new_dir,omitempty"`
+	// ACQUIRE of a whole-file read lease: the entry the client found the
+	// file under (directory entry_parent, name entry_name). Answered with
+	// LeaseResponse.entry_current: whether, once the lease was granted, that
+	// name still named the file. While the lease is held it stays so: a
+	// change of the name (unlink, rename away or over it) drains the read
+	// leases of the inode it names first, so the holder may answer lookups
+	// of that name itself.
+	EntryParent   uint64 `protobuf:"varint,21,opt,name=entry_parent,json=entryParent,proto3" json:"entry_parent,omitempty"`
+	EntryName     []byte `protobuf:"bytes,22,opt,name=entry_name,json=entryName,proto3" json:"entry_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7570,6 +7579,20 @@ func (x *LeaseRequest) GetNewDir() bool {
 	return false
 }
 
+func (x *LeaseRequest) GetEntryParent() uint64 {
+	if x != nil {
+		return x.EntryParent
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetEntryName() []byte {
+	if x != nil {
+		return x.EntryName
+	}
+	return nil
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7707,7 +7730,10 @@ type LeaseResponse struct {
 	Opened *ReadResponse `protobuf:"bytes,9,opt,name=opened,proto3" json:"opened,omitempty"`
 	// ACQUIRE with LeaseRequest.new_dir, granted: the directory did not
 	// exist at the grant (it is empty for the holder).
-	Absent        bool `protobuf:"varint,10,opt,name=absent,proto3" json:"absent,omitempty"`
+	Absent bool `protobuf:"varint,10,opt,name=absent,proto3" json:"absent,omitempty"`
+	// ACQUIRE with LeaseRequest.entry_parent, granted: the entry named the
+	// file after the grant (see there).
+	EntryCurrent  bool `protobuf:"varint,11,opt,name=entry_current,json=entryCurrent,proto3" json:"entry_current,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7808,6 +7834,13 @@ func (x *LeaseResponse) GetOpened() *ReadResponse {
 func (x *LeaseResponse) GetAbsent() bool {
 	if x != nil {
 		return x.Absent
+	}
+	return false
+}
+
+func (x *LeaseResponse) GetEntryCurrent() bool {
+	if x != nil {
+		return x.EntryCurrent
 	}
 	return false
 }
@@ -9270,7 +9303,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x9e\x04\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xe0\x04\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9293,7 +9326,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04open\x18\x12 \x01(\bR\x04open\x12&\n" +
 	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\x12\x17\n" +
-	"\anew_dir\x18\x14 \x01(\bR\x06newDir\"\xdc\x01\n" +
+	"\anew_dir\x18\x14 \x01(\bR\x06newDir\x12!\n" +
+	"\fentry_parent\x18\x15 \x01(\x04R\ventryParent\x12\x1d\n" +
+	"\n" +
+	"entry_name\x18\x16 \x01(\fR\tentryName\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -9304,7 +9340,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
 	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
-	"\x03dir\x18\t \x01(\bR\x03dir\"\xea\x02\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\"\x8f\x03\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -9316,7 +9352,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\areclaim\x18\b \x01(\bR\areclaim\x120\n" +
 	"\x06opened\x18\t \x01(\v2\x18.govfs.wire.ReadResponseR\x06opened\x12\x16\n" +
 	"\x06absent\x18\n" +
-	" \x01(\bR\x06absent\"\xa1\x02\n" +
+	" \x01(\bR\x06absent\x12#\n" +
+	"\rentry_current\x18\v \x01(\bR\fentryCurrent\"\xa1\x02\n" +
 	"\rAssignRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
