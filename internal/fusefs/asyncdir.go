@@ -447,15 +447,17 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 	}
 }
 
-// OnForget: the kernel forgot the directory, and this node goes with
-// it; its directory lease is kept for the next node made for the
-// directory (keptdirs.go).
+// OnForget: the kernel forgot the inode, and this node goes with it; a
+// directory's directory lease, or a file's read lease, is kept for the
+// next node made for it (keptdirs.go, keptfiles.go).
 func (n *node) OnForget() {
 	if l := n.detachListLease(true); l != nil {
 		go n.finishListDrop(l, false)
 	}
 	if n.isDir() {
 		n.keepDirLease()
+	} else {
+		n.keepLease()
 	}
 }
 

@@ -75,6 +75,24 @@ func (s *leaseSet) add(n *node) (evict *node) {
 	return evict
 }
 
+// replace puts n in old's place (old's lease moved to n), or at the end
+// when old is not there (evicted meanwhile: n's lease is then dropped
+// in turn when its time comes).
+func (s *leaseSet) replace(old, n *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[*node]*list.Element{}
+	}
+	if e := s.at[old]; e != nil {
+		e.Value = n
+		delete(s.at, old)
+		s.at[n] = e
+		return
+	}
+	s.at[n] = s.order.PushBack(n)
+}
+
 func (s *leaseSet) remove(n *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -186,6 +204,7 @@ func (n *node) dropLease(ctx context.Context) {
 
 // detachLease forgets the node's read lease and returns it (nil if none).
 func (n *node) detachLease() *client.Lease {
+	n.unkeep()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.mu.lease
@@ -205,7 +224,14 @@ func (n *node) finishDrop(ctx context.Context, l *client.Lease) {
 // leaseRevoked runs when the minister wants the lease back (or it was
 // lost): forget it and drop what the kernel caches of the file, before
 // the keeper releases it.
-func (n *node) leaseRevoked(l *client.Lease, _ bool) {
+func (n *node) leaseRevoked(l *client.Lease, lost bool) {
+	if h := n.heirOf(l); h != nil {
+		// A node made after the kernel forgot n took l over
+		// (keptfiles.go).
+		h.leaseRevoked(l, lost)
+		return
+	}
+	n.unkeep()
 	n.mu.Lock()
 	if n.mu.lease == l {
 		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil

@@ -332,3 +332,81 @@ func TestLeasedLookup(t *testing.T) {
 		t.Fatalf("f6 after it was renamed away: %v, want ENOENT", err)
 	}
 }
+
+// TestLeaseKeptPastForget: a file's read lease outlives the kernel's
+// forget of its inode (keptfiles.go): the next node of the file takes
+// it over, so reading the file again asks for no new lease; another
+// client's change revokes it wherever it is, on the forgotten node or
+// on the node that took it over, and the mount then reads the change.
+func TestLeaseKeptPastForget(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	mnt := mountProc(t, c, "--metrics", addr)
+	cl := newClient(t, c, c.Addrs())
+	ctx := t.Context()
+	_, err := cl.Mkdir(ctx, "/k", 0o755)
+	must(t, err)
+	const files = 10
+	content := func(i, gen int) []byte {
+		size := 100 + gen*1000 // inline
+		if i%2 == 1 {
+			size = 20<<10 + gen*1000 // in a chunk
+		}
+		return bytes.Repeat([]byte(fmt.Sprintf("%d.%d|", i, gen)), size/4)
+	}
+	write := func(i, gen int) {
+		f, err := cl.Open(ctx, "/k/f"+strconv.Itoa(i), syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
+		must(t, err)
+		_, err = f.WriteAt(ctx, content(i, gen), 0)
+		must(t, err)
+		must(t, f.Close())
+	}
+	for i := range files {
+		write(i, 0)
+	}
+	check := func(i, gen int) {
+		t.Helper()
+		p := filepath.Join(mnt, "k", "f"+strconv.Itoa(i))
+		// stat first: the kernel keeps attributes given under a lease
+		// until the revoke drops them.
+		st, err := os.Stat(p)
+		must(t, err)
+		if st.Size() != int64(len(content(i, gen))) {
+			t.Fatalf("%s: size %d, want %d (generation %d)", p, st.Size(), len(content(i, gen)), gen)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, content(i, gen)) {
+			t.Fatalf("%s: %d bytes %.10q..., %v; want generation %d (%d bytes)", p, len(got), got, err, gen, len(content(i, gen)))
+		}
+	}
+	for i := range files {
+		check(i, 0)
+	}
+	forget := func() {
+		dropKernelCaches(t)
+		time.Sleep(300 * time.Millisecond) // the kernel's forgets reach the mount
+	}
+	forget()
+	adopted0 := mountCounter(t, addr, "govfs_mount_adopted_leases_total")
+	for i := 1; i < files; i++ {
+		check(i, 0)
+	}
+	if got := mountCounter(t, addr, "govfs_mount_adopted_leases_total") - adopted0; got < files/2 {
+		t.Fatalf("%d of %d leases taken over after the kernel forgot the files", got, files-1)
+	}
+	// f0's lease is still on its forgotten node; f1's moved to a new
+	// node. Another client rewrites both: each revoke finds its holder.
+	write(0, 1)
+	write(1, 1)
+	check(0, 1)
+	check(1, 1)
+	// Forgotten again with the leases taken over once: a change now
+	// passes through two forgotten nodes' hands.
+	forget()
+	write(2, 1)
+	check(2, 1)
+	for i := 3; i < files; i++ {
+		check(i, 0)
+	}
+}

@@ -42,8 +42,9 @@ type FS struct {
 	// listings (dircache.go).
 	listLeases leaseSet
 	// kept are the directory leases kept past their nodes' forget
-	// (keptdirs.go).
-	kept keptDirs
+	// (keptdirs.go), keptFiles the files' read leases (keptfiles.go).
+	kept      keptDirs
+	keptFiles keptFiles
 	// cache is the local disk cache (--cache-dir), nil without one.
 	cache *diskcache.Cache
 	// walkJobs feeds the walk-ahead's workers, started once
@@ -57,8 +58,9 @@ type FS struct {
 	// (settleWrites).
 	walkAsked, leasedOpens, settledWrites prometheus.Counter
 	// leasedLookups counts lookups answered under the child's read lease
-	// (leasedLookup).
-	leasedLookups prometheus.Counter
+	// (leasedLookup); adoptedLeases the read leases a new node took over
+	// from a forgotten one (keptfiles.go).
+	leasedLookups, adoptedLeases prometheus.Counter
 	// walkStored counts the bytes the walk-ahead stored in the kernel's
 	// page cache, walkLookups the lookups it answered.
 	walkStored, walkLookups prometheus.Counter
@@ -76,6 +78,8 @@ func New(cfg Config) (*FS, error) {
 			Help: "Opens answered from a valid read lease, without a request to the ministry."}),
 		leasedLookups: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_lookups_total",
 			Help: "Lookups answered under the read lease of the file they name, which was granted with that name naming it, without a request to the ministry."}),
+		adoptedLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_adopted_leases_total",
+			Help: "Read leases kept past the kernel's forget of a file and taken over by its next node."}),
 		settledWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_settled_writes_total",
 			Help: "Closes of a written file after which its attributes were known under the mount's read lease (the next open asks nothing)."}),
 		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
@@ -90,7 +94,7 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups} {
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups, f.adoptedLeases} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}
@@ -147,6 +151,9 @@ type node struct {
 		// the lease while attr is its attributes: the next open's File
 		// reads those bytes rather than asking for them. nil: none.
 		settledRead *wire.ReadResponse
+		// heir is the node made after the kernel forgot this one that
+		// took its read lease over (keptfiles.go), nil if none.
+		heir *node
 		// localChanges counts this mount's changes to the file (writes,
 		// size and attribute changes, allocations): attributes read
 		// while it moved may miss one, so they are not taken as current
@@ -351,6 +358,9 @@ func (n *node) child(ctx context.Context, a *wire.Attr, out *fuse.EntryOut) *fs.
 	in := n.NewInode(ctx, ch, fs.StableAttr{Mode: typeBits(a.GetType()), Ino: a.GetIno()})
 	if cn, ok := in.Operations().(*node); ok {
 		cn.setAttr(a, &out.Attr)
+		if cn == ch && a.GetType() == wire.FileType_REGULAR {
+			ch.adoptLease()
+		}
 	} else {
 		fillAttr(a, &out.Attr)
 	}

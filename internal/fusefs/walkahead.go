@@ -392,8 +392,18 @@ func (n *node) walkForget(name string) {
 func (n *node) prefetchLease(ctx context.Context) {
 	defer n.endPrefetch()
 	n.mu.Lock()
-	skip := n.validLeaseLocked() != nil || len(n.mu.handles) > 0 || n.mu.busy > 0
+	held := n.validLeaseLocked()
+	cached := held != nil && n.mu.cacheLease == held
+	idle := len(n.mu.handles) == 0 && n.mu.busy == 0
+	skip := held != nil || !idle
 	n.mu.Unlock()
+	if held != nil && !cached && idle {
+		// Leased, but the kernel's pages are not known to hold the
+		// file (a lease taken over after the kernel forgot the file:
+		// keptfiles.go): its bytes are read ahead as for a new lease.
+		n.prefetchData(ctx, held)
+		return
+	}
 	if skip {
 		return
 	}

@@ -525,20 +525,28 @@ func (ls *leaseService) keepalive(ctx context.Context, g ids.GroupID, req *wire.
 			ls.mu.Unlock()
 			return &wire.LeaseResponse{Reclaim: true}, nil
 		}
+		renewed := renew
 		if renew {
 			revoke, lost = gl.table.Renew(clk.Now(), client, list)
 			renew = false
-		} else {
-			revoke, lost = gl.table.Check(clk.Now(), client, list)
 		}
-		// Also the client's revoked leases this keepalive did not list:
-		// granted while it was on its way, their revoke would otherwise
-		// wait for the next one (up to TTL/3; found with a reader and a
+		// The client's revoked leases, listed or not (one granted while
+		// this keepalive was on its way: its revoke would otherwise wait
+		// for the next one, up to TTL/3; found with a reader and a
 		// writer of one file on two mounts: 3 s stalls of the writer).
+		// Indexed: a wake-up costs what was revoked, not the whole list
+		// (every release in the group wakes every waiting keepalive,
+		// and a mount keeping 8,192 leases made each wake-up check them
+		// all: 42 % of the minister's CPU under grep -r).
 		for _, id := range gl.table.RevokedOf(clk.Now(), client) {
 			if !slices.Contains(revoke, id) && !slices.Contains(req.GetReleasing(), uint64(id)) {
 				revoke = append(revoke, id)
 			}
+		}
+		answer := len(revoke) > 0 || !clk.Now().Before(end) || ctx.Err() != nil
+		if answer && !renewed {
+			// What is lost is said with the answer only.
+			_, lost = gl.table.Check(clk.Now(), client, list)
 		}
 		ch := gl.changed
 		ls.mu.Unlock()
@@ -549,7 +557,7 @@ func (ls *leaseService) keepalive(ctx context.Context, g ids.GroupID, req *wire.
 		// files (grep -r) sent a keepalive of its 1,800 leases every
 		// millisecond, each answered at once for the lease it had just
 		// given back.
-		if len(revoke) > 0 || !clk.Now().Before(end) || ctx.Err() != nil {
+		if answer {
 			return &wire.LeaseResponse{Revoke: wireIDs(revoke), Lost: wireIDs(lost)}, nil
 		}
 		ls.wait(ctx, ch, end)
