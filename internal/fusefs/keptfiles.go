@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"sync"
+	"syscall"
 
 	"github.com/govfs/govfs/client"
 )
@@ -57,9 +58,26 @@ func (n *node) unkeep() {
 	k.mu.Unlock()
 }
 
-// adoptLease gives n, a node just made for a regular file, the read
-// lease a forgotten node of the same file kept, with what it held under
-// it, if that lease is still valid.
+// adoptOnce runs adoptLease at the first use of n, a regular file's
+// node: go-fuse makes a node for every lookup and keeps only the first
+// it registers, so a lease is given only to a node an operation reached
+// (a node dropped at registration would hold it for nothing).
+func (n *node) adoptOnce() {
+	n.mu.Lock()
+	done := n.mu.adoptChecked
+	n.mu.adoptChecked = true
+	n.mu.Unlock()
+	if !done && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFREG {
+		n.adoptLease()
+	}
+}
+
+// adoptLease gives n the read lease a forgotten node of the same file
+// kept, if that lease is still valid; the attributes (and a written
+// small file's bytes) held under it only when they are of the version n
+// was just told (its lookup's answer): one of another version may be
+// older than a change this mount made since, or newer than a listing
+// that answered n's lookup.
 func (n *node) adoptLease() {
 	k := &n.fsys.keptFiles
 	k.mu.Lock()
@@ -85,15 +103,25 @@ func (n *node) adoptLease() {
 		return
 	}
 	attr, leaseAttr, read := d.mu.attr, d.mu.leaseAttr, d.mu.settledRead
+	origin := d.mu.origin
+	if origin == nil {
+		origin = d
+	}
 	d.mu.lease, d.mu.cacheLease, d.mu.leaseAttr, d.mu.settledRead = nil, nil, false, nil
-	// A revoke of l that finds d now passes it on.
+	// A revoke of l reaches the node it was granted to (origin); it is
+	// passed on from there, in one step, to the node holding l now.
 	d.mu.heir = n
-	n.mu.lease = l
-	if leaseAttr && (n.mu.attr == nil || attr.GetVersion() >= n.mu.attr.GetVersion()) {
+	n.mu.lease, n.mu.origin = l, origin
+	if leaseAttr && n.mu.attr != nil && attr.GetVersion() == n.mu.attr.GetVersion() {
 		n.mu.attr, n.mu.leaseAttr, n.mu.settledRead = attr, true, read
 	}
 	n.mu.Unlock()
 	d.mu.Unlock()
+	if origin != d {
+		origin.mu.Lock()
+		origin.mu.heir = n
+		origin.mu.Unlock()
+	}
 	n.fsys.leases.replace(d, n)
 	n.fsys.adoptedLeases.Inc()
 }

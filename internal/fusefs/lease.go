@@ -113,6 +113,7 @@ func (n *node) validLeaseLocked() *client.Lease {
 // readLease returns a valid read lease on the file, asking for one (a
 // try) when there is none. nil: none, close-to-open then.
 func (n *node) readLease(ctx context.Context) *client.Lease {
+	n.adoptOnce()
 	// Asked outside n.mu: the client's queue has its own lock.
 	queued := n.fsys.c.QueuedFileChanges(n.ino)
 	n.mu.Lock()
@@ -286,6 +287,7 @@ func (n *node) leaseAttrTimeout(l *client.Lease) time.Duration {
 // cachedLeaseAttr returns the attributes held under a valid lease, if
 // they are current (no write since they were read).
 func (n *node) cachedLeaseAttr() (*wire.Attr, *client.Lease) {
+	n.adoptOnce()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.validLeaseLocked()

@@ -410,3 +410,36 @@ func TestLeaseKeptPastForget(t *testing.T) {
 		check(i, 0)
 	}
 }
+
+// TestOwnLinkUnderLease: this mount's own link and unlink of a file it
+// holds a read lease on change its nlink; the minister revokes only
+// other clients' leases, so the mount itself must stop serving the
+// attributes held under its lease (found in review).
+func TestOwnLinkUnderLease(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	mnt := mountProc(t, c)
+	p := filepath.Join(mnt, "a")
+	must(t, os.WriteFile(p, []byte("data"), 0o644))
+	// The create's release, then the read lease.
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.ReadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	nlink := func(want uint64) {
+		t.Helper()
+		time.Sleep(1200 * time.Millisecond) // the kernel's own 1 s caches
+		var st syscall.Stat_t
+		must(t, syscall.Stat(p, &st))
+		if st.Nlink != want {
+			t.Fatalf("nlink %d, want %d", st.Nlink, want)
+		}
+	}
+	must(t, os.Link(p, filepath.Join(mnt, "b")))
+	nlink(2)
+	if _, err := os.ReadFile(p); err != nil { // leased again
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(mnt, "b")))
+	nlink(1)
+}

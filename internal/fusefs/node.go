@@ -152,8 +152,11 @@ type node struct {
 		// reads those bytes rather than asking for them. nil: none.
 		settledRead *wire.ReadResponse
 		// heir is the node made after the kernel forgot this one that
-		// took its read lease over (keptfiles.go), nil if none.
-		heir *node
+		// took its read lease over (keptfiles.go), nil if none; origin
+		// is the node a lease taken over was granted to (its revokes
+		// arrive there); adoptChecked: adoptOnce ran.
+		heir, origin *node
+		adoptChecked bool
 		// localChanges counts this mount's changes to the file (writes,
 		// size and attribute changes, allocations): attributes read
 		// while it moved may miss one, so they are not taken as current
@@ -358,9 +361,6 @@ func (n *node) child(ctx context.Context, a *wire.Attr, out *fuse.EntryOut) *fs.
 	in := n.NewInode(ctx, ch, fs.StableAttr{Mode: typeBits(a.GetType()), Ino: a.GetIno()})
 	if cn, ok := in.Operations().(*node); ok {
 		cn.setAttr(a, &out.Attr)
-		if cn == ch && a.GetType() == wire.FileType_REGULAR {
-			ch.adoptLease()
-		}
 	} else {
 		fillAttr(a, &out.Attr)
 	}
@@ -690,7 +690,11 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
+	t.forgetAttr()
 	a, err := n.fsys.c.LinkAt(n.fsys.asCaller(bg(ctx)), t.ino, n.ino, name)
+	// Its nlink and ctime moved (the minister revokes only other
+	// clients' leases): not current under this mount's lease any more.
+	t.forgetAttr()
 	if err != nil {
 		return nil, n.fsys.errno("link", err)
 	}
@@ -786,7 +790,10 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = n.fsys.asCaller(bg(ctx))
 	n.walkForget(name)
+	// Before and after: a lease granted in between (the walk-ahead)
+	// would hold the attributes from before the change.
 	n.childAttrChanging(name)
+	defer n.childAttrChanging(name)
 	n.dir.mu.Lock()
 	defer n.dir.mu.Unlock()
 	ch := n.openChild(name)
@@ -857,6 +864,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	np.walkForget(newName)
 	n.childAttrChanging(name)
 	np.childAttrChanging(newName)
+	defer n.childAttrChanging(name)
+	defer np.childAttrChanging(newName)
 	defer lockDirs(n, np)()
 	// A dentry the kernel keeps past the entry timeout (leasedEntryLocked)
 	// moves with the rename: its new name must be invalidated at the

@@ -391,6 +391,7 @@ func (n *node) walkForget(name string) {
 // unless it holds one or is open.
 func (n *node) prefetchLease(ctx context.Context) {
 	defer n.endPrefetch()
+	n.adoptOnce()
 	n.mu.Lock()
 	held := n.validLeaseLocked()
 	cached := held != nil && n.mu.cacheLease == held

@@ -553,6 +553,19 @@ func (t *Table) DoneDraining(client ClientID, ino ids.Ino) {
 	}
 }
 
+// Draining says whether a change of ino (of a directory: of its
+// entries) is on its way: an intent DrainReaders or DrainAll left that
+// is not done or expired.
+func (t *Table) Draining(now time.Time, ino ids.Ino) bool {
+	t.expire(now)
+	for _, in := range t.intents[ino] {
+		if in.readersOnly {
+			return true
+		}
+	}
+	return false
+}
+
 // AbandonDraining ends one change of ino by client that gave up waiting
 // (the client will ask again): the intent stays until it expires, so new
 // readers stay out meanwhile, but no longer counts the change.

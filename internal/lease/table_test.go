@@ -216,8 +216,24 @@ func TestDrainReaders(t *testing.T) {
 	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, 5*time.Second, true); busy {
 		t.Fatal("still busy after the reader released")
 	}
+	if !tb.Draining(clk.Now(), 7) || tb.Draining(clk.Now(), 9) {
+		t.Fatal("Draining does not say which inode a change is on its way for")
+	}
 	tb.DoneDraining(2, 7)
+	if tb.Draining(clk.Now(), 7) {
+		t.Fatal("Draining after the change was done")
+	}
 	mustGrant(t, tb, clk.Now(), req(4, 7, Read, 0, 0), 0)
+	// An abandoned change keeps its intent until it expires.
+	tb.DrainReaders(clk.Now(), 2, 9, time.Second, false)
+	tb.AbandonDraining(2, 9)
+	if !tb.Draining(clk.Now(), 9) {
+		t.Fatal("an abandoned change's intent went before it expired")
+	}
+	clk.Advance(2 * time.Second)
+	if tb.Draining(clk.Now(), 9) {
+		t.Fatal("an expired intent still counts")
+	}
 	// Write leases are not drained (writers on disjoint rows grow the file
 	// concurrently).
 	if busy, _, _ := tb.DrainReaders(clk.Now(), 4, 8, time.Second, false); busy {

@@ -425,6 +425,15 @@ func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids
 // the lease is held: every change of the name (unlink, rename over it,
 // rename away from it, an exchange) drains the read leases of the inode
 // the name held (replacedInodes) before it is proposed.
+//
+// Not while a change of the directory's entries is on its way (its drain
+// intent is held until it is applied): its drain set was resolved
+// before it was proposed, and another change applied meanwhile may have
+// put ino at name, so it would replace ino without having drained this
+// lease (found in review: two clients renaming onto one name). Checked
+// after the read: a change whose intent comes later resolves its names
+// after it, in a state at least as new, and so finds ino there and
+// drains this lease.
 func (ls *leaseService) entryAfterGrant(g ids.GroupID, parent ids.Ino, name []byte, ino ids.Ino) bool {
 	var ok bool
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
@@ -435,7 +444,13 @@ func (ls *leaseService) entryAfterGrant(g ids.GroupID, parent ids.Ino, name []by
 		ok = err == nil && a != nil && ids.Ino(a.GetIno()) == ino
 		return nil
 	})
-	return ok
+	if !ok {
+		return false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	gl := ls.mu.groups[g]
+	return gl != nil && gl.table != nil && !gl.table.Draining(ls.n.cfg.Clock.Now(), parent)
 }
 
 // dirAttrAfterGrant reads the attributes of directory dir for a write
