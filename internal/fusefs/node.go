@@ -51,6 +51,8 @@ type FS struct {
 	// (walkahead.go).
 	walkJobs  chan walkJob
 	walkStart sync.Once
+	// listOrder is the order directories were listed in (walkahead.go).
+	listOrder listOrder
 	// walkAsked counts the leases the walk-ahead asked for; leasedOpens
 	// the opens that found a valid lease with the file's attributes and
 	// asked the ministry nothing; settledWrites the releases after which

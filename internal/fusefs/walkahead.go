@@ -115,9 +115,24 @@ func (n *node) walkAhead(ctx context.Context) {
 	if !ok {
 		return
 	}
-	todo := pn.walkNext(name, n.ino)
+	todo, last := pn.walkNext(name, n.ino)
+	pn.prefetchChildren(ctx, todo)
+	if last {
+		// The window reached the listing's end: the process will go on
+		// in the directory this mount listed next (find | xargs cat
+		// opens files in find's listing order), whose first files'
+		// leases it would otherwise ask for at their lookup and open.
+		if next := n.fsys.listedAfter(pn); next != nil {
+			next.walkHead(ctx)
+		}
+	}
+}
+
+// prefetchChildren queues the walk-ahead fetch of those of todo, children
+// of n, that the kernel knows.
+func (n *node) prefetchChildren(ctx context.Context, todo []walkEntry) {
 	for _, e := range todo {
-		ch := parent.GetChild(e.name)
+		ch := n.GetChild(e.name)
 		if ch == nil {
 			continue // not known to the kernel: its open looks it up
 		}
@@ -132,6 +147,84 @@ func (n *node) walkAhead(ctx context.Context) {
 			cn.endPrefetch()
 		}
 	}
+}
+
+// walkHeadFiles is how many of a directory's first files walkHead asks
+// for.
+const walkHeadFiles = 2
+
+// walkHead asks, in the background, for the leases of the first files of
+// directory n's listing when no open has followed it yet; the first open
+// that does then widens the window from there (walkNext).
+func (n *node) walkHead(ctx context.Context) {
+	w := &n.walk
+	w.mu.Lock()
+	if w.index == nil || w.window != 0 || w.ahead >= 0 || time.Since(w.at) > walkFresh {
+		w.mu.Unlock()
+		return
+	}
+	k := min(walkHeadFiles, len(w.entries))
+	todo := append([]walkEntry(nil), w.entries[:k]...)
+	w.ahead = k - 1
+	w.mu.Unlock()
+	n.prefetchChildren(ctx, todo)
+}
+
+// listOrder is the order in which this mount read directories' listings
+// to their end (the last listOrderLen of them), for the walk-ahead to go
+// on from one directory to the next listed (walkHead).
+type listOrder struct {
+	mu   sync.Mutex
+	dirs []*node // a ring
+	next int
+	at   map[*node]int // position in dirs
+}
+
+const listOrderLen = 4096
+
+// noteListedDir records n's listing read to its end.
+func (f *FS) noteListedDir(n *node) {
+	o := &f.listOrder
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.at == nil {
+		o.at = map[*node]int{}
+		o.dirs = make([]*node, listOrderLen)
+	}
+	if old := o.dirs[o.next]; old != nil && o.at[old] == o.next {
+		delete(o.at, old)
+	}
+	o.dirs[o.next] = n
+	o.at[n] = o.next
+	o.next = (o.next + 1) % listOrderLen
+}
+
+// listedAfter returns the first of the next few directories listed after
+// n that has files to walk (nil if none).
+func (f *FS) listedAfter(n *node) *node {
+	o := &f.listOrder
+	o.mu.Lock()
+	i, ok := o.at[n]
+	var cand []*node
+	if ok {
+		for k := 1; k <= 8; k++ {
+			j := (i + k) % listOrderLen
+			if j == o.next || o.dirs[j] == nil {
+				break
+			}
+			cand = append(cand, o.dirs[j])
+		}
+	}
+	o.mu.Unlock()
+	for _, d := range cand {
+		d.walk.mu.Lock()
+		files := len(d.walk.entries)
+		d.walk.mu.Unlock()
+		if files > 0 {
+			return d
+		}
+	}
+	return nil
 }
 
 // walkWait bounds how long an open waits for the walk-ahead's fetch of
@@ -221,7 +314,7 @@ func (f *FS) walkQueue(j walkJob) bool {
 }
 
 // walkNext says which entries to ask leases for after the open of name.
-func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
+func (n *node) walkNext(name string, ino ids.Ino) (todo []walkEntry, last bool) {
 	w := &n.walk
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -231,7 +324,7 @@ func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
 	}
 	i, ok := w.index[name]
 	if !ok || w.entries[i].ino != ino {
-		return nil
+		return nil, false
 	}
 	w.at = time.Now() // a walk longer than walkFresh goes on
 	switch {
@@ -246,10 +339,10 @@ func (n *node) walkNext(name string, ino ids.Ino) []walkEntry {
 	w.last = i
 	from, to := max(w.ahead+1, i+1), min(i+w.window, len(w.entries)-1)
 	if from > to {
-		return nil
+		return nil, i == len(w.entries)-1
 	}
 	w.ahead = to
-	return append([]walkEntry(nil), w.entries[from:to+1]...)
+	return append([]walkEntry(nil), w.entries[from:to+1]...), to == len(w.entries)-1
 }
 
 // relist reads directory n's listing again, linearizably, under its

@@ -173,3 +173,57 @@ func TestWalkLookups(t *testing.T) {
 // walkFirstForTest: the opens that may miss before the window is ahead
 // (the first, whose own lease is asked for then).
 const walkFirstForTest = 2
+
+// TestWalkAheadNextDir: once a walk reaches the end of a directory's
+// listing, the first files of the directory this mount listed next are
+// asked for ahead (find | xargs cat goes on there), so their opens find
+// a lease; another mount's change of one of them is still read.
+func TestWalkAheadNextDir(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	w := mountProc(t, c)
+	r := mountProc(t, c, "--metrics", addr)
+	for _, d := range []string{"a", "b"} {
+		must(t, os.Mkdir(filepath.Join(w, d), 0o755))
+		for i := range 3 {
+			p := filepath.Join(w, d, fmt.Sprintf("f%d", i))
+			must(t, os.WriteFile(p, []byte(p), 0o644))
+		}
+	}
+	f, err := os.Open(w)
+	must(t, err)
+	must(t, f.Sync())
+	f.Close()
+	for _, d := range []string{"a", "b"} { // the listing order
+		if ents, err := os.ReadDir(filepath.Join(r, d)); err != nil || len(ents) != 3 {
+			t.Fatalf("list %s: %d entries, %v", d, len(ents), err)
+		}
+	}
+	asked0 := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total")
+	for i := range 3 {
+		p := filepath.Join(r, "a", fmt.Sprintf("f%d", i))
+		if b, err := os.ReadFile(p); err != nil || string(b) != filepath.Join(w, "a", fmt.Sprintf("f%d", i)) {
+			t.Fatalf("%s: %q, %v", p, b, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// a/f1 and a/f2 at a/f0's open, then b/f0 and b/f1.
+	if asked := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total") - asked0; asked < 4 {
+		t.Fatalf("%d leases asked for ahead while a's files were read; want a's two and b's first two", asked)
+	}
+	// b/f0 was asked for ahead; another mount changes it now, and the
+	// change revokes that lease first.
+	must(t, os.WriteFile(filepath.Join(w, "b", "f0"), []byte("changed"), 0o644))
+	hits0 := mountCounter(t, addr, "govfs_mount_leased_opens_total")
+	if b, err := os.ReadFile(filepath.Join(r, "b", "f0")); err != nil || string(b) != "changed" {
+		t.Fatalf("b/f0 after another mount changed it: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(r, "b", "f1")); err != nil || string(b) != filepath.Join(w, "b", "f1") {
+		t.Fatalf("b/f1: %q, %v", b, err)
+	}
+	if got := mountCounter(t, addr, "govfs_mount_leased_opens_total") - hits0; got < 1 {
+		t.Fatalf("%d opens of the next directory's first files found a lease asked for ahead", got)
+	}
+}
