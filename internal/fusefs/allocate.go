@@ -119,6 +119,7 @@ func (n *node) resetFiles(a *wire.Attr, skip *handle) {
 // forgetAttr drops the attributes the node holds under a read lease, so
 // the next getattr asks the ministry.
 func (n *node) forgetAttr() {
+	n.adoptOnce() // as noteWrite
 	n.mu.Lock()
 	n.mu.leaseAttr = false
 	n.mu.localChanges++

@@ -455,6 +455,7 @@ func (n *node) OnForget() {
 		go n.finishListDrop(l, false)
 	}
 	if n.isDir() {
+		n.fsys.forgetListedDir(n)
 		n.keepDirLease()
 	} else {
 		n.keepLease()

@@ -139,7 +139,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			if d.mu.fromStart && !d.mu.counted {
 				d.mu.counted = true
 				d.n.noteListed()
-				d.n.fsys.noteListedDir(d.n)
+				if d.n.fsys.cfg.WalkAhead {
+					d.n.fsys.noteListedDir(d.n)
+				}
 			}
 			return nil, 0
 		}

@@ -122,7 +122,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		return l
 	}
 	old := n.mu.lease
-	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead, n.mu.origin = nil, nil, false, nil, nil
 	// The grant's read can stand for the file only if this mount has
 	// nothing of its own in flight: no open descriptor (a write of one
 	// may land while the request is out), nothing queued behind the
@@ -157,7 +157,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		_ = l.Release(ctx)
 		return n.readLease(ctx)
 	}
-	n.mu.lease = l
+	n.mu.lease, n.mu.origin = l, nil
 	// The attributes came with the grant (read after it): current while
 	// the lease is held, so the open that asked needs no getattr. Not
 	// taken over writes of this mount still buffered, nor over a newer
@@ -209,7 +209,7 @@ func (n *node) detachLease() *client.Lease {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.mu.lease
-	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
+	n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead, n.mu.origin = nil, nil, false, nil, nil
 	n.mu.openVersion = 0
 	return l
 }
@@ -235,7 +235,7 @@ func (n *node) leaseRevoked(l *client.Lease, lost bool) {
 	n.unkeep()
 	n.mu.Lock()
 	if n.mu.lease == l {
-		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead = nil, nil, false, nil
+		n.mu.lease, n.mu.cacheLease, n.mu.leaseAttr, n.mu.settledRead, n.mu.origin = nil, nil, false, nil, nil
 		n.mu.openVersion = 0 // the next open drops the page cache
 		n.mu.cacheVersion = 0
 	}
@@ -260,6 +260,9 @@ func (n *node) afterStores() {
 // noteWrite: a descriptor wrote, so the attributes held are no longer
 // the file's (size, mtime) until read again.
 func (n *node) noteWrite() {
+	// A lease kept past a forget is taken over first, so what it held
+	// is marked stale too (found in review).
+	n.adoptOnce()
 	n.mu.Lock()
 	n.mu.leaseAttr = false
 	n.mu.localChanges++

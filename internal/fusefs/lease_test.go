@@ -443,3 +443,40 @@ func TestOwnLinkUnderLease(t *testing.T) {
 	must(t, os.Remove(filepath.Join(mnt, "b")))
 	nlink(1)
 }
+
+// TestKeptLeaseAfterOwnUnlink: a lease kept past the kernel's forget is
+// taken over before this mount's own unlink of another name of the
+// file marks its attributes stale, so stat afterwards shows the new link
+// count, not the one held under the kept lease (found in review).
+func TestKeptLeaseAfterOwnUnlink(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	mnt := mountProc(t, c)
+	cl := newClient(t, c, c.Addrs())
+	ctx := t.Context()
+	f, err := cl.Open(ctx, "/a", syscall.O_RDWR|syscall.O_CREAT, 0o644)
+	must(t, err)
+	_, err = f.WriteAt(ctx, []byte("data"), 0)
+	must(t, err)
+	must(t, f.Close())
+	_, err = cl.Link(ctx, "/a", "/b")
+	must(t, err)
+	a := filepath.Join(mnt, "a")
+	if _, err := os.ReadFile(a); err != nil { // the read lease
+		t.Fatal(err)
+	}
+	dropKernelCaches(t)
+	// The forgets reach the mount; a listing then makes new nodes that
+	// no operation has used yet.
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.ReadDir(mnt); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Remove(filepath.Join(mnt, "b")))
+	time.Sleep(1200 * time.Millisecond) // the kernel's own 1 s caches
+	var st syscall.Stat_t
+	must(t, syscall.Stat(a, &st))
+	if st.Nlink != 1 {
+		t.Fatalf("nlink %d after this mount removed the other name, want 1", st.Nlink)
+	}
+}

@@ -129,8 +129,9 @@ func (n *node) walkAhead(ctx context.Context) {
 }
 
 // prefetchChildren queues the walk-ahead fetch of those of todo, children
-// of n, that the kernel knows.
-func (n *node) prefetchChildren(ctx context.Context, todo []walkEntry) {
+// of n, that the kernel knows, and returns how many of todo are queued or
+// under way.
+func (n *node) prefetchChildren(ctx context.Context, todo []walkEntry) (queued int) {
 	for _, e := range todo {
 		ch := n.GetChild(e.name)
 		if ch == nil {
@@ -141,12 +142,16 @@ func (n *node) prefetchChildren(ctx context.Context, todo []walkEntry) {
 			continue
 		}
 		if !cn.beginPrefetch() {
+			queued++
 			continue // one is under way
 		}
 		if !n.fsys.walkQueue(walkJob{n: cn, ctx: context.WithoutCancel(ctx)}) {
 			cn.endPrefetch()
+			continue
 		}
+		queued++
 	}
+	return queued
 }
 
 // walkHeadFiles is how many of a directory's first files walkHead asks
@@ -167,7 +172,15 @@ func (n *node) walkHead(ctx context.Context) {
 	todo := append([]walkEntry(nil), w.entries[:k]...)
 	w.ahead = k - 1
 	w.mu.Unlock()
-	n.prefetchChildren(ctx, todo)
+	if queued := n.prefetchChildren(ctx, todo); queued < k {
+		// Not all asked for (unknown to the kernel, or the queue
+		// full): the first open asks for them again.
+		w.mu.Lock()
+		if w.window == 0 && w.ahead == k-1 {
+			w.ahead = -1
+		}
+		w.mu.Unlock()
+	}
 }
 
 // listOrder is the order in which this mount read directories' listings
@@ -199,6 +212,18 @@ func (f *FS) noteListedDir(n *node) {
 	o.next = (o.next + 1) % listOrderLen
 }
 
+// forgetListedDir drops n from the listing order (the kernel forgot it:
+// its walk state would be kept for nothing).
+func (f *FS) forgetListedDir(n *node) {
+	o := &f.listOrder
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if i, ok := o.at[n]; ok {
+		o.dirs[i] = nil
+		delete(o.at, n)
+	}
+}
+
 // listedAfter returns the first of the next few directories listed after
 // n that has files to walk (nil if none).
 func (f *FS) listedAfter(n *node) *node {
@@ -209,10 +234,12 @@ func (f *FS) listedAfter(n *node) *node {
 	if ok {
 		for k := 1; k <= 8; k++ {
 			j := (i + k) % listOrderLen
-			if j == o.next || o.dirs[j] == nil {
+			if j == o.next {
 				break
 			}
-			cand = append(cand, o.dirs[j])
+			if o.dirs[j] != nil { // nil: forgotten since
+				cand = append(cand, o.dirs[j])
+			}
 		}
 	}
 	o.mu.Unlock()

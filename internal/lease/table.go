@@ -156,6 +156,9 @@ type Table struct {
 	byIno      map[ids.Ino]map[ID]*Lease
 	byClient   map[ClientID]map[ID]*Lease
 	intents    map[ids.Ino][]*intent
+	// drainedAt is the seq of the latest drain intent made for each
+	// inode (DrainedSince), pruned when large.
+	drainedAt map[ids.Ino]uint64
 	// revokedOf holds each client's revoked leases (RevokedOf, asked at
 	// every keepalive, would otherwise go through all of them).
 	revokedOf map[ClientID]map[ID]struct{}
@@ -199,6 +202,7 @@ func (t *Table) StartTerm(now time.Time) {
 	t.byIno = map[ids.Ino]map[ID]*Lease{}
 	t.byClient = map[ClientID]map[ID]*Lease{}
 	t.intents = map[ids.Ino][]*intent{}
+	t.drainedAt = nil
 	t.revokedOf = map[ClientID]map[ID]struct{}{}
 	t.scanAt = time.Time{}
 	t.fenceUntil = now.Add(t.cfg.Fence)
@@ -479,6 +483,10 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 		}
 		if own == nil {
 			own = &intent{req: req, seq: t.nextSeq, readersOnly: true, all: all}
+			if t.drainedAt == nil || len(t.drainedAt) > maxDrainedAt {
+				t.pruneDrainedAt()
+			}
+			t.drainedAt[ino] = t.nextSeq
 			t.nextSeq++
 			t.intents[ino] = append(t.intents[ino], own)
 		}
@@ -564,6 +572,43 @@ func (t *Table) Draining(now time.Time, ino ids.Ino) bool {
 		}
 	}
 	return false
+}
+
+// DrainMark returns a mark for DrainedSince: no drain intent made after
+// it has been seen yet.
+func (t *Table) DrainMark() uint64 { return t.nextSeq }
+
+// DrainedSince says whether a change of ino may have been on its way at
+// any time since mark (DrainMark): one is now (Draining), or a drain
+// intent for ino was made after mark (it may be done already). A change
+// on its way before mark and done since is not counted: the caller
+// checks Draining at mark too.
+func (t *Table) DrainedSince(now time.Time, ino ids.Ino, mark uint64) bool {
+	if t.Draining(now, ino) {
+		return true
+	}
+	at, ok := t.drainedAt[ino]
+	return ok && at >= mark
+}
+
+// maxDrainedAt bounds drainedAt; pruning keeps the latest
+// drainedKeep intents' inodes, far more than can be made while a
+// DrainMark is held (a lease grant's few reads).
+const (
+	maxDrainedAt = 1 << 16
+	drainedKeep  = 1 << 15
+)
+
+func (t *Table) pruneDrainedAt() {
+	if t.drainedAt == nil {
+		t.drainedAt = map[ids.Ino]uint64{}
+		return
+	}
+	for ino, at := range t.drainedAt {
+		if at+drainedKeep < t.nextSeq {
+			delete(t.drainedAt, ino)
+		}
+	}
 }
 
 // AbandonDraining ends one change of ino by client that gave up waiting

@@ -234,6 +234,17 @@ func TestDrainReaders(t *testing.T) {
 	if tb.Draining(clk.Now(), 9) {
 		t.Fatal("an expired intent still counts")
 	}
+	// DrainedSince: a change made and done after the mark counts, one
+	// done before it does not.
+	mark := tb.DrainMark()
+	if tb.DrainedSince(clk.Now(), 9, mark) || tb.DrainedSince(clk.Now(), 7, mark) {
+		t.Fatal("DrainedSince counts changes done before the mark")
+	}
+	tb.DrainReaders(clk.Now(), 2, 9, time.Second, false)
+	tb.DoneDraining(2, 9)
+	if !tb.DrainedSince(clk.Now(), 9, mark) || tb.DrainedSince(clk.Now(), 10, mark) {
+		t.Fatal("DrainedSince misses a change made and done after the mark, or counts another inode's")
+	}
 	// Write leases are not drained (writers on disjoint rows grow the file
 	// concurrently).
 	if busy, _, _ := tb.DrainReaders(clk.Now(), 4, 8, time.Second, false); busy {

@@ -366,7 +366,7 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 				resp.Opened = ls.dirAttrAfterGrant(g, r.Ino)
 			}
 			if r.Mode == lease.Read && !r.Dir && !r.Lock && req.GetEntryParent() != 0 {
-				resp.EntryCurrent = ls.entryAfterGrant(g, ids.Ino(req.GetEntryParent()), req.GetEntryName(), r.Ino)
+				resp.EntryCurrent = ls.entryAfterGrant(g, grantTerm, ids.Ino(req.GetEntryParent()), req.GetEntryName(), r.Ino)
 			}
 			return resp, nil
 		}
@@ -426,15 +426,30 @@ func (ls *leaseService) openAfterGrant(caller rpc.Caller, g ids.GroupID, ino ids
 // rename away from it, an exchange) drains the read leases of the inode
 // the name held (replacedInodes) before it is proposed.
 //
-// Not while a change of the directory's entries is on its way (its drain
-// intent is held until it is applied): its drain set was resolved
-// before it was proposed, and another change applied meanwhile may have
-// put ino at name, so it would replace ino without having drained this
-// lease (found in review: two clients renaming onto one name). Checked
-// after the read: a change whose intent comes later resolves its names
-// after it, in a state at least as new, and so finds ino there and
-// drains this lease.
-func (ls *leaseService) entryAfterGrant(g ids.GroupID, parent ids.Ino, name []byte, ino ids.Ino) bool {
+// Not when a change of the directory's entries was on its way at any
+// time from just before the read to just after it (its drain intent is
+// held until it is applied): its drain set was resolved before it was
+// proposed, and another change applied meanwhile may have put ino at
+// name, so it would replace ino without having drained this lease
+// (found in review: two clients renaming onto one name; a second review
+// found that one pending during the read and done before a check made
+// after it slipped through, hence the mark). A change whose intent is
+// made after the check resolves its names after it, in a state at least
+// as new as the read, so it finds ino there and drains this lease. Only
+// in the term that granted the lease: a new table knows no intent of
+// its predecessor.
+func (ls *leaseService) entryAfterGrant(g ids.GroupID, term uint64, parent ids.Ino, name []byte, ino ids.Ino) bool {
+	var mark uint64
+	ls.mu.Lock()
+	gl := ls.mu.groups[g]
+	quiet := gl != nil && gl.table != nil && gl.term == term && !gl.table.Draining(ls.n.cfg.Clock.Now(), parent)
+	if quiet {
+		mark = gl.table.DrainMark()
+	}
+	ls.mu.Unlock()
+	if !quiet {
+		return false
+	}
 	var ok bool
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		if mv, err := namespace.ReadMoving(r, parent); err != nil || mv.To != 0 || mv.Copy {
@@ -449,8 +464,8 @@ func (ls *leaseService) entryAfterGrant(g ids.GroupID, parent ids.Ino, name []by
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	gl := ls.mu.groups[g]
-	return gl != nil && gl.table != nil && !gl.table.Draining(ls.n.cfg.Clock.Now(), parent)
+	gl = ls.mu.groups[g]
+	return gl != nil && gl.table != nil && gl.term == term && !gl.table.DrainedSince(ls.n.cfg.Clock.Now(), parent, mark)
 }
 
 // dirAttrAfterGrant reads the attributes of directory dir for a write
