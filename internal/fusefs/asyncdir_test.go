@@ -191,6 +191,7 @@ func TestMountAsyncDirs(t *testing.T) {
 		}
 		return n
 	}
+	recalls := 0
 	for round := range 3 {
 		time.Sleep(2100 * time.Millisecond) // A's backoff after a recall
 		name := "cto" + strconv.Itoa(round)
@@ -205,10 +206,15 @@ func TestMountAsyncDirs(t *testing.T) {
 		if err != nil || !bytes.Equal(b, body) {
 			t.Fatalf("round %d: mount B's first open of %s, closed on mount A: %d bytes of %d, %v", round, name, len(b), len(body), err)
 		}
-		// B's lookup recalled the lease (nothing else of B's touched d).
-		if leaseLines("revoked") == revoked {
-			t.Fatalf("round %d: mount B's open did not recall mount A's directory lease", round)
+		// B's lookup recalled the lease (nothing else of B's touched d),
+		// unless A's batch was applied before it (a loaded machine:
+		// then B's follower had the name, and no recall was needed).
+		if leaseLines("revoked") > revoked {
+			recalls++
 		}
+	}
+	if recalls == 0 {
+		t.Fatal("mount B's opens never recalled mount A's directory lease: the recall went untested")
 	}
 
 	// Entries created and fsynced survive a kill -9 of the mount.

@@ -61,11 +61,7 @@ func TestWalkAhead(t *testing.T) {
 	f.Close()
 
 	rd := filepath.Join(r, "d")
-	ents, err := os.ReadDir(rd)
-	must(t, err)
-	if len(ents) != files {
-		t.Fatalf("listed %d entries, want %d", len(ents), files)
-	}
+	ents := listAll(t, rd, files)
 	asked0, hits0 := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total"), mountCounter(t, addr, "govfs_mount_leased_opens_total")
 	stored0 := mountCounter(t, addr, "govfs_mount_walk_ahead_stored_bytes_total")
 	read := func(i int) []byte {
@@ -114,6 +110,25 @@ func TestWalkAhead(t *testing.T) {
 	}
 }
 
+// listAll lists dir until it shows want entries (at most 5 s): another
+// mount's listing shows a writer's creates once a replica applied them,
+// within milliseconds of the writer's fsync (docs/fuse.md), not at once.
+func listAll(t *testing.T, dir string, want int) []os.DirEntry {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ents, err := os.ReadDir(dir)
+		must(t, err)
+		if len(ents) == want {
+			return ents
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listed %d entries of %s, want %d", len(ents), dir, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestWalkLookups: a walk whose kernel entries expired has its lookups
 // answered by the mount, from a listing read under the directory's
 // listing lease or under the files' own read leases; a name another mount unlinks or renames away during the
@@ -133,11 +148,7 @@ func TestWalkLookups(t *testing.T) {
 		must(t, os.WriteFile(p, []byte(p), 0o644))
 	}
 	rd := filepath.Join(r, "d")
-	ents, err := os.ReadDir(rd)
-	must(t, err)
-	if len(ents) != files {
-		t.Fatalf("listed %d entries, want %d", len(ents), files)
-	}
+	ents := listAll(t, rd, files)
 	time.Sleep(1500 * time.Millisecond) // the kernel's entries expire (1 s)
 	// Answered from the walk's listing or under the file's own lease
 	// (leasedLookup), whichever comes first.
@@ -196,9 +207,7 @@ func TestWalkAheadNextDir(t *testing.T) {
 	must(t, f.Sync())
 	f.Close()
 	for _, d := range []string{"a", "b"} { // the listing order
-		if ents, err := os.ReadDir(filepath.Join(r, d)); err != nil || len(ents) != 3 {
-			t.Fatalf("list %s: %d entries, %v", d, len(ents), err)
-		}
+		listAll(t, filepath.Join(r, d), 3)
 	}
 	asked0 := mountCounter(t, addr, "govfs_mount_walk_ahead_leases_total")
 	for i := range 3 {
