@@ -16,10 +16,12 @@ import (
 // renewed for nothing until evicted (after `echo 3 > drop_caches`, every
 // file grep -r opened cost a grant and an eviction's release, twice the
 // lease requests of a first read). Now the forgotten node stays the
-// lease's holder in keptFiles, keyed by inode, and the next node made
-// for the file takes the lease over with the attributes held under it
-// (adoptLease); a revoke that reaches the forgotten node is passed on
-// (leaseRevoked: heir). The kernel's pages of the file went with the
+// lease's holder in keptFiles, keyed by inode, and the next node of the
+// file that an operation reaches takes the lease over, with the
+// attributes held under it when they are of the version that node was
+// told (adoptOnce, adoptLease); a revoke that reaches the node the lease
+// was granted to is passed on to its holder (leaseRevoked: heir). The
+// kernel's pages of the file went with the
 // inode, so the new node does not claim them (cacheLease stays nil) and
 // the walk-ahead reads small files ahead again (prefetchLease).
 
