@@ -249,11 +249,7 @@ func TestWrittenFileReadBack(t *testing.T) {
 	// Another client's change revokes the lease first: the mount reads
 	// the new bytes and size, not what its own writes left.
 	for _, i := range []int{0, 2} {
-		f, err := cl.Open(ctx, "/w"+strconv.Itoa(i), syscall.O_RDWR|syscall.O_TRUNC, 0)
-		must(t, err)
-		_, err = f.WriteAt(ctx, content(i+1, 7), 0)
-		must(t, err)
-		must(t, f.Close())
+		clientWrite(t, cl, "/w"+strconv.Itoa(i), content(i+1, 7), syscall.O_TRUNC)
 		p := filepath.Join(mnt, "w"+strconv.Itoa(i))
 		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, content(i+1, 7)) {
 			t.Fatalf("%s after another client rewrote it: %d bytes %.12q..., %v", p, len(got), got, err)
@@ -278,11 +274,7 @@ func TestLeasedLookup(t *testing.T) {
 	const files = 10
 	content := func(i int) []byte { return []byte(fmt.Sprintf("file %d\n", i)) }
 	for i := range files {
-		f, err := cl.Open(ctx, "/d/f"+strconv.Itoa(i), syscall.O_RDWR|syscall.O_CREAT, 0o644)
-		must(t, err)
-		_, err = f.WriteAt(ctx, content(i), 0)
-		must(t, err)
-		must(t, f.Close())
+		clientWrite(t, cl, "/d/f"+strconv.Itoa(i), content(i), syscall.O_CREAT)
 	}
 	d := filepath.Join(mnt, "d")
 	read := func(name string) ([]byte, error) { return os.ReadFile(filepath.Join(d, name)) }
@@ -356,11 +348,7 @@ func TestLeaseKeptPastForget(t *testing.T) {
 		return bytes.Repeat([]byte(fmt.Sprintf("%d.%d|", i, gen)), size/4)
 	}
 	write := func(i, gen int) {
-		f, err := cl.Open(ctx, "/k/f"+strconv.Itoa(i), syscall.O_RDWR|syscall.O_CREAT|syscall.O_TRUNC, 0o644)
-		must(t, err)
-		_, err = f.WriteAt(ctx, content(i, gen), 0)
-		must(t, err)
-		must(t, f.Close())
+		clientWrite(t, cl, "/k/f"+strconv.Itoa(i), content(i, gen), syscall.O_CREAT|syscall.O_TRUNC)
 	}
 	for i := range files {
 		write(i, 0)
@@ -479,4 +467,16 @@ func TestKeptLeaseAfterOwnUnlink(t *testing.T) {
 	if st.Nlink != 1 {
 		t.Fatalf("nlink %d after this mount removed the other name, want 1", st.Nlink)
 	}
+}
+
+// clientWrite writes data at the start of path through client cl (opened
+// with flags | O_RDWR) and closes it.
+func clientWrite(t *testing.T, cl *client.Client, path string, data []byte, flags int) {
+	t.Helper()
+	ctx := t.Context()
+	f, err := cl.Open(ctx, path, syscall.O_RDWR|flags, 0o644)
+	must(t, err)
+	_, err = f.WriteAt(ctx, data, 0)
+	must(t, err)
+	must(t, f.Close())
 }
