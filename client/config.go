@@ -41,7 +41,7 @@ type Config struct {
 	// budget; nil means the wall clock.
 	Clock clock.Clock
 	// InlineMax is the largest file kept inline in its ministry (no chunk
-	// servers): DefaultInlineMax (4 KiB) when 0, none when negative, at
+	// servers): DefaultInlineMax (16 KiB) when 0, none when negative, at
 	// most 64 KiB (the ministry's limit).
 	InlineMax int64
 	// Host, Rack and Pod say where this client runs, so reads prefer a

@@ -561,7 +561,8 @@ func TestFileBadInput(t *testing.T) {
 func TestOverwriteMtimeOnSync(t *testing.T) {
 	m := openModel(t, "mtime", syscall.O_RDWR)
 	ctx := t.Context()
-	m.write(0, bytes.Repeat([]byte("a"), 5000))
+	big := int64(DefaultInlineMax + 904) // in a chunk
+	m.write(0, bytes.Repeat([]byte("a"), int(big)))
 	before, err := m.f.Stat(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -569,7 +570,7 @@ func TestOverwriteMtimeOnSync(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	m.write(100, []byte("overwrite"))
 	mid, err := m.f.Stat(ctx)
-	if err != nil || mid.GetMtimeNs() != before.GetMtimeNs() || mid.GetSize() != 5000 {
+	if err != nil || mid.GetMtimeNs() != before.GetMtimeNs() || int64(mid.GetSize()) != big {
 		t.Fatalf("before Sync: mtime %d (was %d), size %d, %v", mid.GetMtimeNs(), before.GetMtimeNs(), mid.GetSize(), err)
 	}
 	if err := m.f.Sync(ctx); err != nil {
@@ -603,7 +604,7 @@ func TestOverwriteAfterAnotherClientTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte("a"), 5000), 0); err != nil {
+	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte("a"), DefaultInlineMax+904), 0); err != nil {
 		t.Fatal(err)
 	}
 	truncate := func() {
@@ -681,9 +682,9 @@ func TestInlineSmallFiles(t *testing.T) {
 		t.Fatal("not inline after a shrink")
 	}
 	// Past the limit: the bytes move to chunk 0, the write lands after.
-	m.write(4000, bytes.Repeat([]byte("y"), 5000))
+	m.write(4000, bytes.Repeat([]byte("y"), DefaultInlineMax+904))
 	if inline() {
-		t.Fatal("a 9000-byte file is still inline")
+		t.Fatal("a file past the limit is still inline")
 	}
 	m.check(4096)
 	// A record append to an inline file moves it first.

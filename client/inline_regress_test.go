@@ -10,6 +10,9 @@ import (
 	"github.com/govfs/govfs/internal/ids"
 )
 
+// pastInline is an offset past the inline limit (5000 when it was 4 KiB).
+const pastInline = DefaultInlineMax + 904
+
 func readAll(t *testing.T, c *Client, path string) []byte {
 	t.Helper()
 	var out bytes.Buffer
@@ -36,14 +39,14 @@ func TestInlineRegressTruncateZeroThenGrowResurrects(t *testing.T) {
 	if err := f.Truncate(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(ctx, []byte("x"), 5000); err != nil {
+	if _, err := f.WriteAt(ctx, []byte("x"), pastInline); err != nil {
 		t.Fatal(err)
 	}
 	got := readAll(t, c, path)
-	want := make([]byte, 5001)
-	want[5000] = 'x'
+	want := make([]byte, pastInline+1)
+	want[pastInline] = 'x'
 	if !bytes.Equal(got, want) {
-		t.Fatalf("after truncate(0)+write at 5000: %d bytes, [0:8]=%q, want zeros", len(got), got[:8])
+		t.Fatalf("after truncate(0)+write past the limit: %d bytes, [0:8]=%q, want zeros", len(got), got[:8])
 	}
 }
 
@@ -63,15 +66,15 @@ func TestInlineRegressTruncateShrinkThenGrowResurrects(t *testing.T) {
 	if err := f.Truncate(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(ctx, []byte("x"), 5000); err != nil {
+	if _, err := f.WriteAt(ctx, []byte("x"), pastInline); err != nil {
 		t.Fatal(err)
 	}
 	got := readAll(t, c, path)
-	want := make([]byte, 5001)
+	want := make([]byte, pastInline+1)
 	copy(want, bytes.Repeat([]byte("A"), 10))
-	want[5000] = 'x'
+	want[pastInline] = 'x'
 	if !bytes.Equal(got, want) {
-		t.Fatalf("after truncate(10)+write at 5000: %d bytes, [8:16]=%q, want AA then zeros", len(got), got[8:16])
+		t.Fatalf("after truncate(10)+write past the limit: %d bytes, [8:16]=%q, want AA then zeros", len(got), got[8:16])
 	}
 }
 
@@ -95,18 +98,18 @@ func TestInlineRegressStaleInlineCopyClobbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := bytes.Repeat([]byte("N"), 10000) // past the limit: moves to chunks
+	big := bytes.Repeat([]byte("N"), 2*DefaultInlineMax+1808) // past the limit: moves to chunks
 	if _, err := a.WriteAt(ctx, big, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.WriteAt(ctx, []byte("z"), 20000); err != nil {
+	if _, err := b.WriteAt(ctx, []byte("z"), 4*DefaultInlineMax+3616); err != nil {
 		t.Fatal(err)
 	}
 	got := readAll(t, c, path)
-	if !bytes.Equal(got[:10000], big) {
+	if !bytes.Equal(got[:len(big)], big) {
 		t.Fatalf("A's acknowledged bytes overwritten: head is %q", got[:12])
 	}
 }

@@ -202,6 +202,10 @@ func (l *Lease) Ino() ids.Ino { return l.ino }
 // changes since.
 func (l *Lease) Attr() *wire.Attr { return l.opened.GetAttr() }
 
+// HeldBytes is how many bytes of the file the lease keeps in memory: a
+// small file's inline bytes read with the grant (the next open's read).
+func (l *Lease) HeldBytes() int { return len(l.opened.GetInlineData()) }
+
 // NamedBy says whether the minister found name in directory parent naming
 // the leased file right after the grant (LeaseOptions.EntryParent): it
 // does while the lease is valid, but for this Client's own changes of

@@ -266,7 +266,7 @@ func TestNewFileRecordsPastTheirWindowAreNotSent(t *testing.T) {
 	_, f := newQueuedFile(t, c, dir, "late", nil)
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if _, err := f.WriteAt(wctx, randBytes(rand.New(rand.NewPCG(9, 9)), 10000), 0); err != nil {
+	if _, err := f.WriteAt(wctx, randBytes(rand.New(rand.NewPCG(9, 9)), 2*DefaultInlineMax), 0); err != nil {
 		t.Fatal(err)
 	}
 	stale := 0

@@ -43,7 +43,8 @@ Commands:
 
 Metadata nodes come from --meta host:port,... or $GOVFS_META, the client
 certificate directory from --tls DIR or $GOVFS_TLS (--insecure for a
-cluster started with --insecure).
+cluster started with --insecure). --inline-max N keeps files of at most N
+bytes (16384 by default, 0: none) inline in their ministry.
 Paths are absolute; symlinks are not followed. put, get and append draw a
 progress bar on stderr for large transfers when stderr is a terminal.`
 
@@ -53,6 +54,15 @@ type fsGlobal struct {
 	timeout  time.Duration
 	tls      string
 	insecure bool
+	// inlineMax is --inline-max of the commands that write files (fs,
+	// mount); nil for the others, which keep the client's default.
+	inlineMax *int64
+}
+
+// registerWrites adds the flags of commands that write files.
+func (g *fsGlobal) registerWrites(f *flag.FlagSet) {
+	g.inlineMax = f.Int64("inline-max", client.DefaultInlineMax,
+		"keep files of at most this many bytes inline in their ministry, with no chunk servers (0: none; at most 65536; docs/dataplane.md)")
 }
 
 func (g *fsGlobal) register(f *flag.FlagSet) {
@@ -76,6 +86,16 @@ func (g *fsGlobal) clientConfig(getenv func(string) string) (client.Config, erro
 	}
 	if g.timeout <= 0 {
 		return cfg, fmt.Errorf("--timeout %v must be positive", g.timeout)
+	}
+	if g.inlineMax != nil {
+		switch m := *g.inlineMax; {
+		case m < 0 || m > 64<<10:
+			return cfg, fmt.Errorf("--inline-max %d is outside [0, 65536] bytes (the ministry keeps at most 64 KiB of a file inline; 0 keeps none)", m)
+		case m == 0:
+			cfg.InlineMax = -1
+		default:
+			cfg.InlineMax = m
+		}
 	}
 	cfg.MetaAddrs = addrs
 	cfg.OpTimeout = g.timeout
@@ -166,6 +186,7 @@ func parseFS(args []string, stderr io.Writer) (*fsInvocation, error) {
 	top.SetOutput(stderr)
 	top.Usage = func() { fmt.Fprintln(stderr, fsUsage) }
 	inv.global.register(top)
+	inv.global.registerWrites(top)
 	if err := top.Parse(args); err != nil {
 		return nil, err
 	}

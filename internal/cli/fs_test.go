@@ -148,6 +148,31 @@ func TestParseFS(t *testing.T) {
 		t.Fatalf("timeout: %+v, %v", inv, err)
 	}
 
+	// --inline-max: the client's default, none with 0, refused past
+	// the ministry's limit or below 0 before anything is sent.
+	for _, c := range []struct {
+		args []string
+		want int64 // client.Config.InlineMax; 1 = an error
+	}{
+		{[]string{"--meta", "a:1", "--insecure", "stat", "/a"}, client.DefaultInlineMax},
+		{[]string{"--meta", "a:1", "--insecure", "--inline-max", "0", "stat", "/a"}, -1},
+		{[]string{"--meta", "a:1", "--insecure", "--inline-max", "65536", "stat", "/a"}, 65536},
+		{[]string{"--meta", "a:1", "--insecure", "--inline-max", "65537", "stat", "/a"}, 1},
+		{[]string{"--meta", "a:1", "--insecure", "--inline-max", "-5", "stat", "/a"}, 1},
+	} {
+		inv, err := parseFS(c.args, &stderr)
+		if err != nil {
+			t.Fatalf("parseFS(%q): %v", c.args, err)
+		}
+		cfg, err := inv.global.clientConfig(func(string) string { return "" })
+		switch {
+		case c.want == 1 && (err == nil || !strings.Contains(err.Error(), "--inline-max")):
+			t.Errorf("%q: clientConfig = %v, want an error naming --inline-max", c.args, err)
+		case c.want != 1 && (err != nil || cfg.InlineMax != c.want):
+			t.Errorf("%q: InlineMax = %d, %v; want %d", c.args, cfg.InlineMax, err, c.want)
+		}
+	}
+
 	bad := [][]string{
 		{},
 		{"frob"},

@@ -54,6 +54,7 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 		f.PrintDefaults()
 	}
 	inv.global.register(f)
+	inv.global.registerWrites(f)
 	c := &inv.cfg
 	f.BoolVar(&c.AllowOther, "allow-other", false, "let other users use the mount (allow_other)")
 	f.BoolVar(&c.DefaultPermissions, "default-permissions", false, "let the kernel check permission bits and owners (default_permissions)")

@@ -179,7 +179,12 @@ func (n *node) obtainListLease(ctx context.Context, now time.Time) (evict *node,
 		return nil, true
 	}
 	s.lease = l
-	return n.fsys.listLeases.add(n), true
+	// Listing leases hold no bytes: the count alone bounds them, so one
+	// add evicts at most one.
+	if ev := n.fsys.listLeases.add(n, 0); len(ev) > 0 {
+		return ev[0], true
+	}
+	return nil, true
 }
 
 // takeListLease returns n's valid listing lease, asking for one (a try)

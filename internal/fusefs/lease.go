@@ -44,16 +44,35 @@ import (
 // minister a table entry.
 const maxLeases = 8192
 
-// leaseSet tracks the nodes holding a read lease, oldest first.
+// maxLeaseBytes bounds the small files' bytes the mount keeps with its
+// read leases (the grant's read, client.Lease.HeldBytes, and what its own
+// writes left, node.mu.settledRead): with files inline up to 16 KiB,
+// 8,192 leases could otherwise hold 256 MiB. bench mount's 4 × 1,000
+// files of 4 KiB stay well inside it.
+const maxLeaseBytes = 64 << 20
+
+// leaseSet tracks the nodes holding a read lease, oldest first, with the
+// bytes each keeps in memory.
 type leaseSet struct {
 	mu    sync.Mutex
-	order list.List // of *node, oldest at the front
+	order list.List // of *leaseHeld, oldest at the front
 	at    map[*node]*list.Element
-	// max is how many it keeps (maxLeases when 0).
-	max int
+	bytes int64 // the sum of the held sizes
+	// max is how many it keeps (maxLeases when 0), maxBytes how many
+	// bytes (maxLeaseBytes when 0).
+	max      int
+	maxBytes int64
 }
 
-func (s *leaseSet) add(n *node) (evict *node) {
+type leaseHeld struct {
+	n    *node
+	size int64
+}
+
+// add puts n at the end (the newest) holding size bytes, and returns the
+// oldest nodes to give their leases back so that the set stays within
+// its bounds.
+func (s *leaseSet) add(n *node, size int64) (evict []*node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.at == nil {
@@ -61,16 +80,50 @@ func (s *leaseSet) add(n *node) (evict *node) {
 	}
 	if e := s.at[n]; e != nil {
 		s.order.MoveToBack(e)
+		h := e.Value.(*leaseHeld)
+		s.bytes += size - h.size
+		h.size = size
 	} else {
-		s.at[n] = s.order.PushBack(n)
+		s.at[n] = s.order.PushBack(&leaseHeld{n: n, size: size})
+		s.bytes += size
 	}
-	limit := s.max
+	return s.trimLocked(n)
+}
+
+// resize sets what n holds when it is in the set (its own writes left a
+// small file's bytes), and returns the nodes to evict, as add does.
+func (s *leaseSet) resize(n *node, size int64) (evict []*node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.at[n]
+	if e == nil {
+		return nil
+	}
+	h := e.Value.(*leaseHeld)
+	s.bytes += size - h.size
+	h.size = size
+	return s.trimLocked(n)
+}
+
+// trimLocked evicts from the oldest end until the set is within its
+// bounds, passing over keep (the node being added or resized).
+func (s *leaseSet) trimLocked(keep *node) (evict []*node) {
+	limit, limitBytes := s.max, s.maxBytes
 	if limit == 0 {
 		limit = maxLeases
 	}
-	if s.order.Len() > limit {
-		evict = s.order.Remove(s.order.Front()).(*node)
-		delete(s.at, evict)
+	if limitBytes == 0 {
+		limitBytes = maxLeaseBytes
+	}
+	for e := s.order.Front(); e != nil && (s.order.Len() > limit || s.bytes > limitBytes); {
+		next := e.Next()
+		if h := e.Value.(*leaseHeld); h.n != keep {
+			s.order.Remove(e)
+			delete(s.at, h.n)
+			s.bytes -= h.size
+			evict = append(evict, h.n)
+		}
+		e = next
 	}
 	return evict
 }
@@ -85,12 +138,12 @@ func (s *leaseSet) replace(old, n *node) {
 		s.at = map[*node]*list.Element{}
 	}
 	if e := s.at[old]; e != nil {
-		e.Value = n
+		e.Value.(*leaseHeld).n = n
 		delete(s.at, old)
 		s.at[n] = e
 		return
 	}
-	s.at[n] = s.order.PushBack(n)
+	s.at[n] = s.order.PushBack(&leaseHeld{n: n})
 }
 
 func (s *leaseSet) remove(n *node) {
@@ -99,7 +152,29 @@ func (s *leaseSet) remove(n *node) {
 	if e := s.at[n]; e != nil {
 		s.order.Remove(e)
 		delete(s.at, n)
+		s.bytes -= e.Value.(*leaseHeld).size
 	}
+}
+
+// evictLeases gives back the read leases of nodes the set let go of,
+// outside the caller's way: a walk over more files than the mount keeps
+// leases for (grep -r) evicts one at every open. Each is detached now,
+// so a lease the evicted node takes meanwhile is not the one dropped.
+func (fsys *FS) evictLeases(ctx context.Context, evict []*node) {
+	for _, ev := range evict {
+		if old := ev.detachLease(); old != nil {
+			go ev.finishDrop(context.WithoutCancel(ctx), old)
+		}
+	}
+}
+
+// heldBytesLocked is what n keeps in memory with its lease.
+func (n *node) heldBytesLocked() int64 {
+	size := int64(len(n.mu.settledRead.GetInlineData()))
+	if l := n.mu.lease; l != nil {
+		size += int64(l.HeldBytes())
+	}
+	return size
 }
 
 // validLease returns the node's read lease if it is held and trusted.
@@ -175,15 +250,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		// its getattr).
 		n.NotifyContent(-1, 0)
 	}
-	if ev := n.fsys.leases.add(n); ev != nil {
-		// Given back outside this open's way: a walk over more files
-		// than the mount keeps leases for (grep -r) evicts one at
-		// every open. Detached now, so a lease the evicted node takes
-		// meanwhile is not the one dropped.
-		if old := ev.detachLease(); old != nil {
-			go ev.finishDrop(context.WithoutCancel(ctx), old)
-		}
-	}
+	n.fsys.evictLeases(ctx, n.fsys.leases.add(n, int64(l.HeldBytes())))
 	return l
 }
 
@@ -342,15 +409,23 @@ func (n *node) settleWrites(h *handle) {
 		return
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if len(n.mu.handles) > 0 || n.mu.opens != h.opensAt || n.mu.lease != h.settleLease || n.validLeaseLocked() == nil ||
 		n.mu.localChanges != h.settleBase+h.writes.Load() ||
 		(n.mu.attr != nil && a.GetVersion() < n.mu.attr.GetVersion()) {
+		n.mu.Unlock()
 		return
 	}
 	n.mu.attr, n.mu.leaseAttr = a, true
 	n.mu.settledRead = h.f.SettledRead()
+	size := n.heldBytesLocked()
+	n.mu.Unlock()
 	n.fsys.settledWrites.Inc()
+	// Outside n.mu: evicted nodes are detached at once (detachLease
+	// takes their locks), as readLease's are. Should the lease have
+	// gone meanwhile, n is not in the set and nothing is counted; should
+	// another have been taken meanwhile, the count is off by this
+	// file's bytes until that lease is given back.
+	n.fsys.evictLeases(context.Background(), n.fsys.leases.resize(n, size))
 }
 
 // fileOfLease returns a File for an open under lease l with current
