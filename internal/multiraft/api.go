@@ -125,15 +125,15 @@ func (h *Host) ReadIndex(ctx context.Context, g ids.GroupID) (uint64, error) {
 	if r == nil {
 		return 0, ErrUnknownGroup
 	}
-	k := h.readCtx.Add(1)
 	ch := make(chan uint64, 1)
 	r.mu.Lock()
 	if r.mu.lead == 0 {
 		r.mu.Unlock()
 		return 0, fmt.Errorf("%w: no leader", ErrUnavailable)
 	}
-	r.mu.readWaiters[k] = ch
-	r.mu.rn.ReadIndex(h.readRequestCtx(k))
+	// Handed to raft at the start of the loop's next round, with every
+	// other caller queued by then (replica.flushReadsLocked).
+	r.mu.pendingReads = append(r.mu.pendingReads, ch)
 	r.mu.Unlock()
 	h.signal()
 	select {
@@ -143,9 +143,8 @@ func (h *Host) ReadIndex(ctx context.Context, g ids.GroupID) (uint64, error) {
 		}
 		return idx, nil
 	case <-ctx.Done():
-		r.mu.Lock()
-		delete(r.mu.readWaiters, k)
-		r.mu.Unlock()
+		// ch stays with its request (buffered: the answer or the close
+		// finds no one and is dropped with the request's entry).
 		return 0, ctx.Err()
 	case <-h.stop:
 		return 0, ErrStopped

@@ -153,7 +153,7 @@ func (h *Host) addGroup(g ids.GroupID, sm StateMachine, peers []ids.NodeID, join
 	r.mu.rn = rn
 	r.mu.cs = ld.cs
 	r.mu.waiters = map[reqKey][]chan applyResult{}
-	r.mu.readWaiters = map[uint64]chan uint64{}
+	r.mu.readWaiters = map[uint64][]chan uint64{}
 	r.mu.pendingSnaps = map[uint64]*pendingSnapshot{}
 	r.mu.appliedCh = make(chan struct{})
 	r.applied.Store(ld.applied)
@@ -339,6 +339,7 @@ func (h *Host) processReady() (int, error) {
 	for _, r := range h.allReplicas() {
 		r.mu.Lock()
 		r.flushProposalsLocked(uint64(h.cfg.NodeID))
+		r.flushReadsLocked(h)
 		if r.mu.rn.HasReady() {
 			w := &readyWork{r: r, rd: r.mu.rn.Ready()}
 			h.noteSoftStateLocked(r, w.rd.SoftState, w.rd.HardState)
@@ -349,8 +350,10 @@ func (h *Host) processReady() (int, error) {
 			// request (confirmed by a read index) waited for one more.
 			for _, rs := range w.rd.ReadStates {
 				key := h.readKey(rs.RequestCtx)
-				if ch, ok := r.mu.readWaiters[key]; ok && key != 0 {
-					ch <- rs.Index
+				if chs, ok := r.mu.readWaiters[key]; ok && key != 0 {
+					for _, ch := range chs {
+						ch <- rs.Index // buffered: a caller gone meanwhile does not block
+					}
 					delete(r.mu.readWaiters, key)
 				}
 			}
@@ -506,10 +509,7 @@ func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardSt
 	wasLeader := r.mu.leader
 	if ss.Lead != r.mu.lead && !wasLeader {
 		// Reads forwarded to the old leader will not be answered.
-		for k, ch := range r.mu.readWaiters {
-			close(ch)
-			delete(r.mu.readWaiters, k)
-		}
+		r.failReadsLocked()
 	}
 	r.mu.lead = ss.Lead
 	r.mu.leader = ss.RaftState == raft.StateLeader
@@ -518,10 +518,7 @@ func (h *Host) noteSoftStateLocked(r *replica, ss *raft.SoftState, hs *pb.HardSt
 	if wasLeader && !r.mu.leader {
 		r.mu.proposals, r.mu.proposalKeys = nil, nil
 		r.failWaitersLocked(&NotLeaderError{Group: r.id, Leader: ids.NodeID(ss.Lead)})
-		for k, ch := range r.mu.readWaiters {
-			close(ch)
-			delete(r.mu.readWaiters, k)
-		}
+		r.failReadsLocked()
 	}
 	if r.mu.leader != wasLeader {
 		h.log.Info("leadership changed", "group", uint64(r.id), "leader", r.mu.leader, "term", r.mu.term)

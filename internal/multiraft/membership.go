@@ -150,10 +150,7 @@ func (h *Host) doRemovals() error {
 		}
 		r.mu.Lock()
 		r.failWaitersLocked(ErrUnknownGroup)
-		for k, ch := range r.mu.readWaiters {
-			close(ch)
-			delete(r.mu.readWaiters, k)
-		}
+		r.failReadsLocked()
 		if r.mu.snap != nil {
 			r.mu.snap.Release()
 			r.mu.snap = nil

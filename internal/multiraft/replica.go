@@ -70,7 +70,11 @@ type replica struct {
 		// proposals queued since the last round, and their waiter keys
 		proposals    []*pb.Entry
 		proposalKeys []reqKey
-		readWaiters  map[uint64]chan uint64
+		// readWaiters are the ReadIndex callers of each request handed to
+		// raft, by its context's key; pendingReads those waiting for the
+		// next round's request (flushReadsLocked).
+		readWaiters  map[uint64][]chan uint64
+		pendingReads []chan uint64
 		appliedCh    chan struct{}
 	}
 }
@@ -110,6 +114,38 @@ func (r *replica) failWaitersLocked(err error) {
 // flushProposalsLocked steps every queued proposal into raft as one
 // MsgProp. Dropped proposals (leadership lost, uncommitted-size limit)
 // fail their waiters so clients retry.
+// flushReadsLocked hands the ReadIndex callers queued since the last
+// round to raft as one request. Every one of them arrived before this
+// request captures the leader's commit index, so the index it is
+// answered with serves them all (a caller arriving later waits for the
+// next round's request, never for one taken before it arrived). One
+// request means one heartbeat to each follower however many readers
+// wait: with a request each, 24 walk-ahead lease grants sent 24.
+func (r *replica) flushReadsLocked(h *Host) {
+	if len(r.mu.pendingReads) == 0 {
+		return
+	}
+	k := h.readCtx.Add(1)
+	r.mu.readWaiters[k] = r.mu.pendingReads
+	r.mu.pendingReads = nil
+	r.mu.rn.ReadIndex(h.readRequestCtx(k))
+}
+
+// failReadsLocked fails every ReadIndex caller (leadership changed, or
+// the group is dropped).
+func (r *replica) failReadsLocked() {
+	for k, chs := range r.mu.readWaiters {
+		for _, ch := range chs {
+			close(ch)
+		}
+		delete(r.mu.readWaiters, k)
+	}
+	for _, ch := range r.mu.pendingReads {
+		close(ch)
+	}
+	r.mu.pendingReads = nil
+}
+
 func (r *replica) flushProposalsLocked(self uint64) {
 	if len(r.mu.proposals) == 0 {
 		return
