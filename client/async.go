@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"log/slog"
 	"slices"
 	"sync"
@@ -768,8 +769,11 @@ func (c *Client) sendDeferred() {
 		q.mu.Unlock()
 		for len(ops) > 0 {
 			// A run of one group's commands, in order.
-			n := 1
+			n, size := 1, proto.Size(ops[0].cmd)
 			for n < len(ops) && n < maxBatch && ops[n].group == ops[0].group {
+				if size += proto.Size(ops[n].cmd); size > maxBatchBytes {
+					break
+				}
 				n++
 			}
 			// The ops of one filled slot share a ticket: one batch
@@ -891,6 +895,11 @@ func (c *Client) failStale(stale []*deferredOp) {
 
 // maxBatch is namespace.MaxBatch (the ministry refuses larger batches).
 const maxBatch = 1024
+
+// maxBatchBytes bounds a batch's commands in bytes, far below the 16 MiB
+// a gRPC message may carry: 1,024 creates each followed by a small
+// file's inline bytes (up to 64 KiB with --inline-max) would be 64 MiB.
+const maxBatchBytes = 4 << 20
 
 func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, error) {
 	cmds := make([]*wire.Command, len(run))

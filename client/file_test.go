@@ -68,6 +68,12 @@ func TestMain(m *testing.M) {
 // chunk servers with 256 KiB chunks), started once for the package.
 func dataClient(t *testing.T) *Client {
 	t.Helper()
+	return dataClientWith(t, nil)
+}
+
+// dataClientWith is dataClient with its configuration changed by edit.
+func dataClientWith(t *testing.T, edit func(*Config)) *Client {
+	t.Helper()
 	fc := &fileCluster
 	fc.once.Do(func() {
 		if fc.dir, fc.err = os.MkdirTemp("", "govfs-client-test-"); fc.err != nil {
@@ -90,6 +96,9 @@ func dataClient(t *testing.T) *Client {
 	cfg.MetaAddrs = fc.c.Addrs()
 	cfg.TLSDir = fc.c.ClientTLSDir()
 	cfg.OpTimeout = 30 * time.Second
+	if edit != nil {
+		edit(&cfg)
+	}
 	c, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -741,7 +750,7 @@ func TestFreshFileWritesPastAnInlineFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tail := bytes.Repeat([]byte("T"), 10000)
+	tail := bytes.Repeat([]byte("T"), DefaultInlineMax+5904) // past the limit: to chunk 0
 	if _, err := b.WriteAt(ctx, tail, 11); err != nil {
 		t.Fatal(err)
 	}

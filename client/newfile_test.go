@@ -387,3 +387,36 @@ func TestFilledSlotIsNotSplitAcrossBatches(t *testing.T) {
 		t.Fatalf("mode %o after the flush, want the slot's last (604)", a.GetMode()&0o7777)
 	}
 }
+
+// TestQueuedBatchBytesBounded: new files' creates and inline bytes
+// queued together leave in batches of at most maxBatchBytes: 320 files
+// of 64 KiB (20 MiB, past the 16 MiB a gRPC message may carry, in 640
+// commands, under the count bound) all land whole.
+func TestQueuedBatchBytesBounded(t *testing.T) {
+	c, other := dataClientWith(t, func(cfg *Config) { cfg.InlineMax = 64 << 10 }), dataClient(t)
+	ctx := t.Context()
+	dir := newFileSetup(t, c)
+	release := holdSender(t, c)
+	want := randBytes(rand.New(rand.NewPCG(5, 6)), 64<<10)
+	var files []*File
+	var inos []ids.Ino
+	for i := range 320 {
+		a, f := newQueuedFile(t, c, dir, fmt.Sprintf("f%d", i), nil)
+		if _, err := f.WriteAt(ctx, want, 0); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		files, inos = append(files, f), append(inos, ids.Ino(a.GetIno()))
+	}
+	release()
+	c.FlushDeferred(ctx)
+	for i, f := range files {
+		if err := f.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+	}
+	for i, ino := range inos {
+		if got := readAllOf(t, other, ino); !bytes.Equal(got, want) {
+			t.Fatalf("file %d: %d bytes read back, want the 65,536 written", i, len(got))
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/testcluster"
 )
@@ -298,8 +299,11 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 		stats[k] = &opStat{}
 	}
 	const files = 8
+	// Files past the inline limit: their writes go to the chunk servers
+	// (8 KiB was, before the limit went from 4 to 16 KiB).
+	const chunkFileSize = client.DefaultInlineMax + 4096
 	for i := range files {
-		must(t, os.WriteFile(filepath.Join(ma, fmt.Sprintf("shared%d", i)), bytes.Repeat([]byte{'0'}, 8192), 0o644))
+		must(t, os.WriteFile(filepath.Join(ma, fmt.Sprintf("shared%d", i)), bytes.Repeat([]byte{'0'}, chunkFileSize), 0o644))
 	}
 	must(t, os.Mkdir(filepath.Join(ma, "new"), 0o755))
 	began := time.Now()
@@ -344,7 +348,7 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 				return err
 			}
 			b := byte('a' + i%26)
-			if _, err := f.Write(bytes.Repeat([]byte{b}, 16384)); err != nil {
+			if _, err := f.Write(bytes.Repeat([]byte{b}, 2*chunkFileSize)); err != nil {
 				f.Close()
 				return err
 			}
@@ -369,7 +373,7 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 				return err
 			}
 			b := byte('A' + i%26)
-			_, err = f.WriteAt(bytes.Repeat([]byte{b}, 8192), 0)
+			_, err = f.WriteAt(bytes.Repeat([]byte{b}, chunkFileSize), 0)
 			if err == nil {
 				err = f.Sync()
 			}
@@ -386,7 +390,7 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 	}
 	run("open+read (other mount)", func(i int) error {
 		b, err := os.ReadFile(filepath.Join(mb, fmt.Sprintf("shared%d", i%files)))
-		if err == nil && len(b) != 8192 {
+		if err == nil && len(b) != chunkFileSize {
 			err = fmt.Errorf("read %d bytes of shared%d", len(b), i%files)
 		}
 		return err
@@ -447,14 +451,14 @@ func leaseLoad(t *testing.T, what string, disrupt func(*testcluster.ProcCluster)
 	// Every acknowledged write is there, read through the other mount.
 	for k, b := range last {
 		got, err := os.ReadFile(filepath.Join(mb, fmt.Sprintf("shared%d", k)))
-		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{b}, 8192)) {
-			t.Errorf("shared%d: %d bytes (%v), want 8192 x %q (its last fsynced overwrite)", k, len(got), err, b)
+		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{b}, chunkFileSize)) {
+			t.Errorf("shared%d: %d bytes (%v), want %d x %q (its last fsynced overwrite)", k, len(got), err, chunkFileSize, b)
 		}
 	}
 	for name, b := range created {
 		got, err := os.ReadFile(strings.Replace(name, ma, mb, 1))
-		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{b}, 16384)) {
-			t.Errorf("%s: %d bytes (%v), want 16384 x %q", name, len(got), err, b)
+		if err != nil || !bytes.Equal(got, bytes.Repeat([]byte{b}, 2*chunkFileSize)) {
+			t.Errorf("%s: %d bytes (%v), want %d x %q", name, len(got), err, 2*chunkFileSize, b)
 		}
 	}
 	t.Logf("%d files created and %d overwritten files checked", len(created), len(last))

@@ -463,12 +463,12 @@ func newClient(t *testing.T, c *testcluster.ProcCluster, addrs []string) *client
 }
 
 // makeTree writes a small source-like tree: nested directories, text
-// files of many sizes (empty, one byte, across 4 KiB and 1 MiB
-// boundaries), a symlink, a hard link and an executable.
+// files of many sizes (empty, one byte, across the 4 KiB page, the
+// inline limit and 1 MiB), a symlink, a hard link and an executable.
 func makeTree(t *testing.T, root string) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(11))
-	sizes := []int{0, 1, 100, 4095, 4096, 4097, 70000, 1<<20 + 3}
+	sizes := []int{0, 1, 100, 4095, 4096, 4097, client.DefaultInlineMax, client.DefaultInlineMax + 1, 70000, 1<<20 + 3}
 	for d := 0; d < 4; d++ {
 		dir := filepath.Join(root, fmt.Sprintf("pkg%d", d), "sub")
 		must(t, os.MkdirAll(dir, 0o755))

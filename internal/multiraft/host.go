@@ -355,6 +355,7 @@ func (h *Host) processReady() (int, error) {
 						ch <- rs.Index // buffered: a caller gone meanwhile does not block
 					}
 					delete(r.mu.readWaiters, key)
+					r.failReadsBeforeLocked(key)
 				}
 			}
 			w.leader = r.mu.leader

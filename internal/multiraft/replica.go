@@ -111,9 +111,6 @@ func (r *replica) failWaitersLocked(err error) {
 	}
 }
 
-// flushProposalsLocked steps every queued proposal into raft as one
-// MsgProp. Dropped proposals (leadership lost, uncommitted-size limit)
-// fail their waiters so clients retry.
 // flushReadsLocked hands the ReadIndex callers queued since the last
 // round to raft as one request. Every one of them arrived before this
 // request captures the leader's commit index, so the index it is
@@ -131,6 +128,22 @@ func (r *replica) flushReadsLocked(h *Host) {
 	r.mu.rn.ReadIndex(h.readRequestCtx(k))
 }
 
+// failReadsBeforeLocked fails the callers of requests made before the
+// one with key k, which was just answered: raft answers a node's
+// requests in order, so those were lost (a forwarded request dropped
+// with a full queue, or by a node that had no leader); their callers
+// retry rather than wait out their deadline, and their entries go.
+func (r *replica) failReadsBeforeLocked(k uint64) {
+	for key, chs := range r.mu.readWaiters {
+		if key < k {
+			for _, ch := range chs {
+				close(ch)
+			}
+			delete(r.mu.readWaiters, key)
+		}
+	}
+}
+
 // failReadsLocked fails every ReadIndex caller (leadership changed, or
 // the group is dropped).
 func (r *replica) failReadsLocked() {
@@ -146,6 +159,9 @@ func (r *replica) failReadsLocked() {
 	r.mu.pendingReads = nil
 }
 
+// flushProposalsLocked steps every queued proposal into raft as one
+// MsgProp. Dropped proposals (leadership lost, uncommitted-size limit)
+// fail their waiters so clients retry.
 func (r *replica) flushProposalsLocked(self uint64) {
 	if len(r.mu.proposals) == 0 {
 		return
