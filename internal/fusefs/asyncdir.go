@@ -113,6 +113,9 @@ type dirState struct {
 	mtimeExact bool
 	// gen counts entry changes (entriesChangedLocked).
 	gen uint64
+	// firstPage is the listing's first page kept under lease
+	// (keptpage.go), nil if none.
+	firstPage *keptPage
 }
 
 // entriesChangedLocked: an entry change of the directory (made here,

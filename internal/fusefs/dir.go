@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -44,6 +45,9 @@ type dirHandle struct {
 		eof    bool
 		// last is the entry handed out last (what Lookup is asked for).
 		last *wire.DirEntry
+		// keptAge: page is a kept first page this old (keptpage.go), 0
+		// when it was asked for by this handle.
+		keptAge time.Duration
 		// fromStart: the listing was read from its start (counted
 		// once it reaches its end: dircache.go).
 		fromStart, counted bool
@@ -150,9 +154,23 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			opts = append(opts, client.Linearizable())
 		}
 		first := len(d.mu.cookie) == 0
-		ents, next, eof, err := d.readPage(ctx, opts)
-		if err != nil {
-			return nil, d.n.fsys.errno("readdir", err)
+		d.mu.keptAge = 0
+		var ents []*wire.DirEntry
+		var next []byte
+		var eof bool
+		var err error
+		if p, age := d.n.keptFirstPage(); first && !d.linear && p != nil {
+			ents, next, eof, d.mu.keptAge = p.ents, p.next, p.eof, max(age, time.Nanosecond)
+			d.n.fsys.keptPages.Inc()
+		} else {
+			changes, at := d.n.fsys.changes.Load(), time.Now()
+			ents, next, eof, err = d.readPage(ctx, opts)
+			if err != nil {
+				return nil, d.n.fsys.errno("readdir", err)
+			}
+			if first && !d.linear {
+				d.n.keepFirstPage(ents, next, eof, changes, at)
+			}
 		}
 		d.n.noteListedPage(ents, first)
 		if len(next) == 0 && len(ents) > 0 {
@@ -191,10 +209,16 @@ func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) ([]*
 // attributes that came with the page, and asks the ministry otherwise.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	d.mu.Lock()
-	e := d.mu.last
+	e, age := d.mu.last, d.mu.keptAge
 	d.mu.Unlock()
 	if e != nil && string(e.GetName()) == name && e.GetAttr() != nil && e.GetAttr().GetIno() == e.GetIno() {
-		return d.n.child(ctx, e.GetAttr(), out), 0
+		in := d.n.child(ctx, e.GetAttr(), out)
+		if age > 0 {
+			// A kept page's attributes: trusted for what is left of
+			// the timeout they were first answered with.
+			out.SetAttrTimeout(max(d.n.fsys.cfg.AttrTimeout-age, time.Millisecond))
+		}
+		return in, 0
 	}
 	return d.n.Lookup(ctx, name, out)
 }

@@ -42,7 +42,7 @@ func Mount(ctx context.Context, dir string, cfg Config) (*Mounted, error) {
 	}
 	closeCache := fsys.closeCache
 	opts := fsys.options()
-	var raw fuse.RawFileSystem = newLockFS(fs.NewNodeFS(root, opts))
+	var raw fuse.RawFileSystem = changeFS{RawFileSystem: newLockFS(fs.NewNodeFS(root, opts)), n: &fsys.changes}
 	if cfg.Metrics != nil {
 		raw = newMetricsFS(raw, cfg.Metrics)
 	}

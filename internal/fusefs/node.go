@@ -36,6 +36,9 @@ type FS struct {
 	log *slog.Logger
 
 	statfs statfsCache
+	// changes counts this mount's requests that may change something,
+	// as they start and end (changeFS; keptpage.go).
+	changes atomic.Uint64
 	// leases are the nodes holding a read lease (lease.go).
 	leases leaseSet
 	// listLeases are the directories holding a read lease for their
@@ -59,6 +62,9 @@ type FS struct {
 	// the attributes the writes were answered with stood for the file
 	// (settleWrites).
 	walkAsked, leasedOpens, settledWrites prometheus.Counter
+	// keptPages counts first pages of listings served again
+	// (keptpage.go).
+	keptPages prometheus.Counter
 	// leasedLookups counts lookups answered under the child's read lease
 	// (leasedLookup); adoptedLeases the read leases a new node took over
 	// from a forgotten one (keptfiles.go).
@@ -82,6 +88,8 @@ func New(cfg Config) (*FS, error) {
 			Help: "Lookups answered under the read lease of the file they name, which was granted with that name naming it, without a request to the ministry."}),
 		adoptedLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_adopted_leases_total",
 			Help: "Read leases kept past the kernel's forget of a file and taken over by its next node."}),
+		keptPages: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_listing_pages_kept_total",
+			Help: "Listings whose first page was served again to the next opendir within the attribute timeout, under the mount's directory lease, without a request to the ministry."}),
 		settledWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_settled_writes_total",
 			Help: "Closes of a written file after which its attributes were known under the mount's read lease (the next open asks nothing)."}),
 		walkStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_stored_bytes_total",
@@ -96,7 +104,7 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups, f.adoptedLeases} {
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups, f.adoptedLeases, f.keptPages} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}

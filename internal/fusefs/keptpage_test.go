@@ -1,0 +1,71 @@
+package fusefs_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+)
+
+// TestListingPageKept: a directory this mount holds the directory lease
+// of, listed twice in a row (as rm -r does), is fetched once; a change
+// this mount makes in between (a chmod of an entry, a hard link) or
+// another client's create makes the next listing fetch again, and every
+// listing and stat shows the change.
+func TestListingPageKept(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	// Listings kept by the kernel are another mechanism (dircache.go):
+	// off, so every listing reaches the mount.
+	a := mountProc(t, c, "--metrics", addr, "--dir-cache=false")
+	b := mountProc(t, c, "--async-dirs=false")
+	d := filepath.Join(a, "d")
+	must(t, os.Mkdir(d, 0o755))
+	var want []string
+	for i := range 64 {
+		name := "f" + strconv.Itoa(i)
+		must(t, os.WriteFile(filepath.Join(d, name), []byte(name), 0o644))
+		want = append(want, name)
+	}
+	fsyncDir(t, d)
+	slices.Sort(want)
+	const kept = "govfs_mount_listing_pages_kept_total"
+	list := func(what string, want []string) int {
+		t.Helper()
+		k0 := mountCounter(t, addr, kept)
+		if got := names(t, d); !slices.Equal(got, want) {
+			t.Fatalf("%s: listed %v, want %v", what, got, want)
+		}
+		return mountCounter(t, addr, kept) - k0
+	}
+	list("first listing", want)
+	if n := list("second listing", want); n != 1 {
+		t.Fatalf("second listing in a row: %d kept pages served, want 1 (the directory lease is this mount's)", n)
+	}
+
+	must(t, os.Chmod(filepath.Join(d, "f3"), 0o600))
+	if n := list("listing after a chmod", want); n != 0 {
+		t.Fatalf("listing after this mount's chmod of an entry served a kept page")
+	}
+	if fi, err := os.Lstat(filepath.Join(d, "f3")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("f3 after chmod: %v, %v; want mode 0600", fi.Mode(), err)
+	}
+
+	must(t, os.Link(filepath.Join(d, "f1"), filepath.Join(d, "hard")))
+	want = append(want, "hard")
+	slices.Sort(want)
+	if n := list("listing after a hard link", want); n != 0 {
+		t.Fatalf("listing after this mount's hard link served a kept page")
+	}
+
+	// Another client's create revokes the directory lease first.
+	list("listing before another client's create", want)
+	must(t, os.WriteFile(filepath.Join(b, "d", "fromB"), []byte("b"), 0o644))
+	want = append(want, "fromB")
+	slices.Sort(want)
+	if n := list("listing after another client's create", want); n != 0 {
+		t.Fatalf("listing after another client's create served a kept page")
+	}
+}
