@@ -159,18 +159,25 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		var next []byte
 		var eof bool
 		var err error
-		if p, age := d.n.keptFirstPage(); first && !d.linear && p != nil {
+		var p *keptPage
+		var age time.Duration
+		if first && !d.linear {
+			p, age = d.n.keptFirstPage()
+		}
+		if p != nil {
 			ents, next, eof, d.mu.keptAge = p.ents, p.next, p.eof, max(age, time.Nanosecond)
 			d.n.fsys.keptPages.Inc()
 		} else {
 			changes, at := d.n.fsys.changes.Load(), time.Now()
+			var l *client.Lease
+			if first && !d.linear {
+				l = d.n.pageLease()
+			}
 			ents, next, eof, err = d.readPage(ctx, opts)
 			if err != nil {
 				return nil, d.n.fsys.errno("readdir", err)
 			}
-			if first && !d.linear {
-				d.n.keepFirstPage(ents, next, eof, changes, at)
-			}
+			d.n.keepFirstPage(ents, next, eof, l, changes, at)
 		}
 		d.n.noteListedPage(ents, first)
 		if len(next) == 0 && len(ents) > 0 {
@@ -215,8 +222,12 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		in := d.n.child(ctx, e.GetAttr(), out)
 		if age > 0 {
 			// A kept page's attributes: trusted for what is left of
-			// the timeout they were first answered with.
+			// the timeout they were first answered with, by the
+			// kernel and by the mount (recentDirAttr).
 			out.SetAttrTimeout(max(d.n.fsys.cfg.AttrTimeout-age, time.Millisecond))
+			if cn, ok := in.Operations().(*node); ok {
+				cn.backdateAttr(e.GetAttr(), age)
+			}
 		}
 		return in, 0
 	}

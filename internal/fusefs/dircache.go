@@ -277,6 +277,7 @@ func (n *node) listLeaseRevoked(l *client.Lease, _ bool) {
 	s.mu.Lock()
 	s.backoff = time.Now().Add(listBackoff)
 	s.linearize.Store(true)
+	n.fsys.changes.Add(1) // keptpage.go
 	current := s.lease == l
 	if current {
 		s.lease = nil

@@ -43,6 +43,8 @@ func (n *node) setCacheVersion(v uint64) {
 // open Files of the inode read them again (not the bytes read at their
 // open), and cached blocks are no longer used until the next open.
 func (n *node) changedHere() {
+	// A listing's kept page may show the file as it was (keptpage.go).
+	n.fsys.changes.Add(1)
 	n.mu.Lock()
 	hs := n.handlesLocked()
 	n.mu.cacheVersion = 0

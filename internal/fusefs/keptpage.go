@@ -23,8 +23,11 @@ import (
 //   - that lease is still held (the same grant),
 //   - this mount made no change anywhere since the page was asked for
 //     (FS.changes: every request that may change a name, attributes or
-//     data, counted as it starts and as it ends; a page asked for while
-//     one was under way is not kept),
+//     data, counted as it starts and as it ends, and every push of
+//     buffered writes, lock taken or file lease revoked, which can
+//     leave a file's attributes in the page older than what the
+//     kernel was told; a page asked for while one was under way is not
+//     kept),
 //   - nothing of the directory or of its entries is queued, and
 //   - the page is younger than the attribute timeout; each entry's
 //     attributes are then handed to the kernel with what is left of that
@@ -42,20 +45,36 @@ type keptPage struct {
 	at      time.Time
 }
 
-// keepFirstPage keeps p, the first page of n asked for at `at` when
-// FS.changes was changes.
-func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, changes uint64, at time.Time) {
-	if n.fsys.cfg.AttrTimeout <= 0 || n.fsys.changes.Load() != changes {
+// pageLease returns n's directory lease if it is held now (nil if not),
+// sampled before a first page is asked for: the page is kept only under
+// that same lease.
+func (n *node) pageLease() *client.Lease {
+	d := &n.dir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lease == nil || !d.lease.Valid() || d.names == nil {
+		return nil
+	}
+	return d.lease
+}
+
+// keepFirstPage keeps the first page of n asked for at `at`, when
+// FS.changes was changes and n's directory lease was l: only if that
+// lease is still held (a lease revoked and granted again meanwhile let
+// another client's change in after the page was read) and no change
+// started or ended since.
+func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *client.Lease, changes uint64, at time.Time) {
+	if l == nil || n.fsys.cfg.AttrTimeout <= 0 || n.fsys.changes.Load() != changes {
 		return
 	}
 	d := &n.dir
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.lease == nil || !d.lease.Valid() || d.names == nil {
+	if d.lease != l || !l.Valid() || d.names == nil {
 		d.firstPage = nil
 		return
 	}
-	d.firstPage = &keptPage{ents: ents, next: next, eof: eof, lease: d.lease, changes: changes, at: at}
+	d.firstPage = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: changes, at: at}
 }
 
 // keptFirstPage returns n's kept first page if it may be served again
@@ -80,6 +99,16 @@ func (n *node) keptFirstPage() (*keptPage, time.Duration) {
 		}
 	}
 	return p, age
+}
+
+// backdateAttr moves the time n's attributes were learnt back by age
+// when they are a (a kept page's, learnt that long ago).
+func (n *node) backdateAttr(a *wire.Attr, age time.Duration) {
+	n.mu.Lock()
+	if n.mu.attr == a {
+		n.mu.attrAt = n.mu.attrAt.Add(-age)
+	}
+	n.mu.Unlock()
 }
 
 // changeFS counts, in FS.changes, every request that may change a name,

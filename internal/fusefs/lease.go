@@ -307,8 +307,10 @@ func (n *node) leaseRevoked(l *client.Lease, lost bool) {
 		n.mu.cacheVersion = 0
 	}
 	// The change that revoked the lease may not be applied on every
-	// clerk yet: the next getattr asks linearizably.
+	// clerk yet: the next getattr asks linearizably, and no listing's
+	// kept page shows the file (keptpage.go).
 	n.mu.linearize = true
+	n.fsys.changes.Add(1)
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)
 	n.afterStores()
