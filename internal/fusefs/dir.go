@@ -197,19 +197,24 @@ func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) ([]*
 		if err != nil {
 			return nil, nil, false, err
 		}
-		current := true
-		for _, e := range ents {
-			a := e.GetAttr()
-			if (a == nil && f.c.InoQueued(ids.Ino(e.GetIno()))) || (a != nil && f.queuedFor(a)) {
-				current = false
-				break
-			}
-		}
-		if current {
+		if !f.pageQueued(ents) {
 			return ents, next, eof, nil
 		}
 	}
 	return f.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
+}
+
+// pageQueued says whether something this mount queued changes an entry
+// of a listing page or the attributes it brings (then a page read past
+// the queue is not current).
+func (f *FS) pageQueued(ents []*wire.DirEntry) bool {
+	for _, e := range ents {
+		a := e.GetAttr()
+		if (a == nil && f.c.InoQueued(ids.Ino(e.GetIno()))) || (a != nil && f.queuedFor(a)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lookup answers readdirplus for the entry just listed from the

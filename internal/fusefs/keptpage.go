@@ -7,7 +7,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
-	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -90,13 +89,8 @@ func (n *node) keptFirstPage() (*keptPage, time.Duration) {
 	}
 	age := time.Since(p.at)
 	f := n.fsys
-	if age >= f.cfg.AttrTimeout || f.changes.Load() != p.changes || f.c.DirQueued(n.ino) {
+	if age >= f.cfg.AttrTimeout || f.changes.Load() != p.changes || f.c.DirQueued(n.ino) || f.pageQueued(p.ents) {
 		return nil, 0
-	}
-	for _, e := range p.ents {
-		if a := e.GetAttr(); (a == nil && f.c.InoQueued(ids.Ino(e.GetIno()))) || (a != nil && f.queuedFor(a)) {
-			return nil, 0
-		}
 	}
 	return p, age
 }
