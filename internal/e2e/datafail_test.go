@@ -378,3 +378,27 @@ func TestMountInBackground(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestStartEndsWhenAProcessExits: a process that exits while the
+// cluster starts (here a chunk server given a flag it does not know; in
+// CI, one whose port another process took) ends the wait at once with
+// its log, instead of the whole timeout, so a retry on new ports still
+// has time to run.
+func TestStartEndsWhenAProcessExits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	c, err := testcluster.StartReady(ctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
+		Tick: 50 * time.Millisecond, Chunks: 1, ChunkArgs: []string{"--no-such-flag"}})
+	if err == nil {
+		c.Stop()
+		t.Fatal("a cluster whose chunk server cannot start came up")
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the failed start took %v: %v", took, err)
+	}
+	if !strings.Contains(err.Error(), "exited") || !strings.Contains(err.Error(), "no-such-flag") {
+		t.Fatalf("the error does not say which process exited and why: %v", err)
+	}
+	t.Logf("%v", err)
+}

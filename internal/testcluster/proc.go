@@ -616,7 +616,7 @@ func StartReady(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = c.WaitReady(ctx)
+		err = c.waitReadyOrExit(ctx)
 		if err == nil {
 			return c, nil
 		}
@@ -628,6 +628,31 @@ func StartReady(ctx context.Context, cfg ProcConfig) (*ProcCluster, error) {
 			return nil, fmt.Errorf("%w (and clearing %s to retry: %v)", err, cfg.Dir, rmErr)
 		}
 	}
+}
+
+// waitReadyOrExit is WaitReady for processes just started: none of them
+// should exit, so the first one that does (a port taken by someone else
+// between picking and binding it, most often) ends the wait at once and
+// leaves StartReady the rest of ctx to start over, instead of spending
+// all of it waiting for a cluster that cannot come up.
+func (c *ProcCluster) waitReadyOrExit(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for i := range c.Procs() {
+		done, _ := c.Exited(i)
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+	}
+	err := c.WaitReady(wctx)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("a process exited while the cluster started: %w", err)
+	}
+	return err
 }
 
 // exitedProcs describes processes that have exited, with the end of
