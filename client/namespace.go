@@ -449,7 +449,7 @@ func (c *Client) readdirAll(ctx context.Context, ino ids.Ino, opts []ReadOption)
 	var all []*wire.DirEntry
 	var cookie []byte
 	for {
-		ents, next, eof, err := c.readdirPage(ctx, ino, cookie, readdirPageSize, opts)
+		_, ents, next, eof, err := c.readdirPage(ctx, ino, cookie, readdirPageSize, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -471,11 +471,22 @@ func (c *Client) readdirAll(ctx context.Context, ino ids.Ino, opts []ReadOption)
 // continue with and whether the listing is complete. The server may cap
 // limit; limit <= 0 asks for its default.
 func (c *Client) ReaddirPage(ctx context.Context, ino ids.Ino, cookie []byte, limit int, opts ...ReadOption) (entries []*wire.DirEntry, next []byte, eof bool, err error) {
-	entries, next, eof, err = c.readdirPage(ctx, ino, cookie, limit, opts)
+	_, entries, next, eof, err = c.readdirPage(ctx, ino, cookie, limit, opts)
 	return entries, next, eof, opErr("readdir", inoPath(uint64(ino)), err)
 }
 
-func (c *Client) readdirPage(ctx context.Context, ino ids.Ino, cookie []byte, limit int, opts []ReadOption) ([]*wire.DirEntry, []byte, bool, error) {
+// ReaddirFirstPage is ReaddirPage from the start of the listing, with
+// the directory's own attributes read at the same point (nil from a
+// metadata node older than this client, which does not send them).
+func (c *Client) ReaddirFirstPage(ctx context.Context, ino ids.Ino, limit int, opts ...ReadOption) (dir *wire.Attr, entries []*wire.DirEntry, next []byte, eof bool, err error) {
+	dir, entries, next, eof, err = c.readdirPage(ctx, ino, nil, limit, opts)
+	if dir != nil && dir.GetIno() != uint64(ino) {
+		dir = nil // not this directory's: not trusted
+	}
+	return dir, entries, next, eof, opErr("readdir", inoPath(uint64(ino)), err)
+}
+
+func (c *Client) readdirPage(ctx context.Context, ino ids.Ino, cookie []byte, limit int, opts []ReadOption) (*wire.Attr, []*wire.DirEntry, []byte, bool, error) {
 	lim := uint32(0)
 	if limit > 0 {
 		lim = uint32(min(limit, 1<<30))
@@ -484,10 +495,10 @@ func (c *Client) readdirPage(ctx context.Context, ino ids.Ino, cookie []byte, li
 		Op: &wire.ReadRequest_Readdir{Readdir: &wire.ReaddirReq{Ino: uint64(ino), Cookie: cookie, Limit: lim}},
 	}, opts)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
 	for _, e := range resp.GetEntries() {
 		c.learnChild(ids.Ino(e.GetIno()), group, e.GetMinistry())
 	}
-	return resp.GetEntries(), resp.GetNextCookie(), resp.GetEof(), nil
+	return resp.GetAttr(), resp.GetEntries(), resp.GetNextCookie(), resp.GetEof(), nil
 }

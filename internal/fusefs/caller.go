@@ -105,7 +105,17 @@ func (n *node) mayDeferRemove(ctx context.Context) bool {
 // not checked this way: the kernel serves cached entries without asking.)
 // Root passes, except execution of a file nobody may execute.
 func (n *node) checkAccess(ctx context.Context, want uint32, what string) syscall.Errno {
+	return n.checkAccessWith(ctx, nil, want, what)
+}
+
+// checkAccessWith is checkAccess against fresh, attributes just read from
+// the ministry, when they are newer than those the mount holds (a clerk
+// may not have applied this mount's own last change yet).
+func (n *node) checkAccessWith(ctx context.Context, fresh *wire.Attr, want uint32, what string) syscall.Errno {
 	a := n.cachedAttr()
+	if fresh != nil && (a == nil || fresh.GetVersion() > a.GetVersion()) {
+		a = fresh
+	}
 	if a == nil {
 		var err error
 		if a, err = n.fsys.c.GetAttr(bg(ctx), n.ino); err != nil {

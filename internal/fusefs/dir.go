@@ -51,6 +51,11 @@ type dirHandle struct {
 		// fromStart: the listing was read from its start (counted
 		// once it reaches its end: dircache.go).
 		fromStart, counted bool
+		// prefetchAt: page is a first page read at the opendir, then,
+		// when this mount's change count was prefetchChanges, not used
+		// yet (zero otherwise).
+		prefetchAt      time.Time
+		prefetchChanges uint64
 	}
 }
 
@@ -81,30 +86,96 @@ func (n *node) OpendirHandle(ctx context.Context, _ uint32) (fs.FileHandle, uint
 	if !leased && !lin && n.recentDirAttr() {
 		leased = true
 	}
+	d := &dirHandle{n: n, cred: n.fsys.userCred(ctx), linear: flags != 0 || lin}
+	// fresh: the directory's attributes just read, for the access check.
+	var fresh *wire.Attr
 	if !leased || n.cachedAttr() == nil || lin {
-		var opts []client.ReadOption
-		if lin {
-			opts = append(opts, client.Linearizable())
+		ok, a, errno := d.prefetch(ctx, flags)
+		if errno != 0 {
+			return nil, 0, errno
 		}
-		if !n.fsys.c.DirQueued(n.ino) {
-			// Nothing queued here changes the directory or makes it:
-			// its type is asked past the queue (rm -rf opens every
-			// directory twice while its unlinks are queued elsewhere:
-			// 1.1 ms per opendir waiting for them).
-			opts = append(opts, client.PastDeferred())
-		}
-		a, err := n.fsys.c.GetAttr(bg(ctx), n.ino, opts...)
-		if err != nil {
-			return nil, 0, n.fsys.errno("opendir", err)
-		}
-		if a.GetType() != wire.FileType_DIRECTORY {
-			return nil, 0, syscall.ENOTDIR
+		fresh = a
+		if !ok {
+			var opts []client.ReadOption
+			if lin {
+				opts = append(opts, client.Linearizable())
+			}
+			if !n.fsys.c.DirQueued(n.ino) {
+				// Nothing queued here changes the directory or makes it:
+				// its type is asked past the queue (rm -rf opens every
+				// directory twice while its unlinks are queued elsewhere:
+				// 1.1 ms per opendir waiting for them).
+				opts = append(opts, client.PastDeferred())
+			}
+			a, err := n.fsys.c.GetAttr(bg(ctx), n.ino, opts...)
+			if err != nil {
+				return nil, 0, n.fsys.errno("opendir", err)
+			}
+			if a.GetType() != wire.FileType_DIRECTORY {
+				return nil, 0, syscall.ENOTDIR
+			}
+			fresh = a
 		}
 	}
-	if e := n.checkAccess(ctx, posix.MayRead, "opendir"); e != 0 {
+	if e := n.checkAccessWith(ctx, fresh, posix.MayRead, "opendir"); e != 0 {
 		return nil, 0, e
 	}
-	return &dirHandle{n: n, cred: n.fsys.userCred(ctx), linear: flags != 0 || lin}, flags, 0
+	return d, flags, 0
+}
+
+// prefetch reads the listing's first page, with the directory's
+// attributes when the node sends them, for an opendir that must ask
+// whether n is still a directory: one request where the opendir's
+// getattr and the first readdir made two (rm -rf in a tree another
+// mount had read: 1,658 opendirs, each a linearizable getattr followed
+// by the same read of the first page). A first page read at all proves
+// n a directory (the ministry answers ENOTDIR otherwise). The page is
+// the handle's, read at the open as POSIX allows; its first use checks
+// it is still current (currentPrefetchLocked). ok is false, nothing
+// read, when the kernel may serve the listing from its own cache (it
+// would never ask for the page).
+func (d *dirHandle) prefetch(ctx context.Context, flags uint32) (ok bool, dir *wire.Attr, errno syscall.Errno) {
+	if flags&fuse.FOPEN_KEEP_CACHE != 0 {
+		return false, nil, 0
+	}
+	if d.cred != nil {
+		ctx = client.WithCaller(ctx, d.cred)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mu.prefetchChanges, d.mu.prefetchAt = d.n.fsys.changes.Load(), time.Now()
+	var a *wire.Attr
+	if errno := d.fetchLocked(ctx, &a); errno != 0 {
+		d.mu.prefetchAt = time.Time{}
+		return false, nil, errno
+	}
+	if a != nil && a.GetType() != wire.FileType_DIRECTORY {
+		a = nil
+	}
+	return true, a, 0
+}
+
+// currentPrefetchLocked checks, at its first use, a first page read at
+// the opendir (prefetch): as a kept page (keptpage.go), it serves only
+// if this mount changed nothing since it was asked for, nothing of the
+// directory or its entries is queued, and it is younger than the
+// attribute timeout, its entries' attributes then trusted for what is
+// left of it; otherwise it is dropped and the listing read again (a
+// rewinddir before the first readdir never reaches the mount). d.mu
+// held.
+func (d *dirHandle) currentPrefetchLocked() {
+	at := d.mu.prefetchAt
+	if at.IsZero() {
+		return
+	}
+	d.mu.prefetchAt = time.Time{}
+	f := d.n.fsys
+	age := time.Since(at)
+	if f.changes.Load() != d.mu.prefetchChanges || age >= f.cfg.AttrTimeout || f.c.DirQueued(d.n.ino) || f.pageQueued(d.mu.page) {
+		d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = nil, 0, nil, false
+		return
+	}
+	d.mu.keptAge = max(age, time.Nanosecond)
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -128,6 +199,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 		return &fuse.DirEntry{Name: "..", Ino: ino, Mode: syscall.S_IFDIR, Off: 2}, 0
 	}
+	d.currentPrefetchLocked()
 	for {
 		if d.mu.next < len(d.mu.page) {
 			e := d.mu.page[d.mu.next]
@@ -149,59 +221,86 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			}
 			return nil, 0
 		}
-		var opts []client.ReadOption
-		if d.linear {
-			opts = append(opts, client.Linearizable())
+		if errno := d.fetchLocked(ctx, nil); errno != 0 {
+			return nil, errno
 		}
-		first := len(d.mu.cookie) == 0
-		d.mu.keptAge = 0
-		var ents []*wire.DirEntry
-		var next []byte
-		var eof bool
-		var err error
-		var p *keptPage
-		var age time.Duration
-		if first && !d.linear {
-			p, age = d.n.keptFirstPage()
-		}
-		if p != nil {
-			ents, next, eof, d.mu.keptAge = p.ents, p.next, p.eof, max(age, time.Nanosecond)
-			d.n.fsys.keptPages.Inc()
-		} else {
-			changes, at := d.n.fsys.changes.Load(), time.Now()
-			var l *client.Lease
-			if first && !d.linear {
-				l = d.n.pageLease()
-			}
-			ents, next, eof, err = d.readPage(ctx, opts)
-			if err != nil {
-				return nil, d.n.fsys.errno("readdir", err)
-			}
-			d.n.keepFirstPage(ents, next, eof, l, changes, at)
-		}
-		d.n.noteListedPage(ents, first)
-		if len(next) == 0 && len(ents) > 0 {
-			next = ents[len(ents)-1].GetName()
-		}
-		d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = ents, 0, next, eof || len(ents) == 0
 	}
+}
+
+// fetchLocked reads the handle's next page into d.mu (its first when
+// d.mu.cookie is empty: then a kept first page may serve). dirAttr, when
+// not nil, asks for the first page from the ministry, not a kept one,
+// and gets the directory's own attributes read with it (nil from an
+// older node). d.mu held.
+func (d *dirHandle) fetchLocked(ctx context.Context, dirAttr **wire.Attr) syscall.Errno {
+	var opts []client.ReadOption
+	if d.linear {
+		opts = append(opts, client.Linearizable())
+	}
+	first := len(d.mu.cookie) == 0
+	d.mu.keptAge = 0
+	var ents []*wire.DirEntry
+	var next []byte
+	var eof bool
+	var err error
+	var p *keptPage
+	var age time.Duration
+	if first && !d.linear && dirAttr == nil {
+		p, age = d.n.keptFirstPage()
+	}
+	if p != nil {
+		ents, next, eof, d.mu.keptAge = p.ents, p.next, p.eof, max(age, time.Nanosecond)
+		d.n.fsys.keptPages.Inc()
+	} else {
+		changes, at := d.n.fsys.changes.Load(), time.Now()
+		var l *client.Lease
+		if first && !d.linear {
+			l = d.n.pageLease()
+		}
+		var a *wire.Attr
+		a, ents, next, eof, err = d.readPage(ctx, opts)
+		if err != nil {
+			return d.n.fsys.errno("readdir", err)
+		}
+		if dirAttr != nil {
+			*dirAttr = a
+		}
+		d.n.keepFirstPage(ents, next, eof, l, changes, at)
+	}
+	d.n.noteListedPage(ents, first)
+	if len(next) == 0 && len(ents) > 0 {
+		next = ents[len(ents)-1].GetName()
+	}
+	d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = ents, 0, next, eof || len(ents) == 0
+	return 0
 }
 
 // readPage reads the next page, past the client's queue when nothing
 // queued changes the directory's entries or the attributes the page
 // brings (FS.readPastQueue). d.mu held.
-func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) ([]*wire.DirEntry, []byte, bool, error) {
+func (d *dirHandle) readPage(ctx context.Context, opts []client.ReadOption) (*wire.Attr, []*wire.DirEntry, []byte, bool, error) {
 	f := d.n.fsys
 	if !f.c.DirQueued(d.n.ino) {
-		ents, next, eof, err := f.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, append(opts, client.PastDeferred())...)
+		a, ents, next, eof, err := d.readOnePage(ctx, append(opts, client.PastDeferred()))
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, nil, false, err
 		}
 		if !f.pageQueued(ents) {
-			return ents, next, eof, nil
+			return a, ents, next, eof, nil
 		}
 	}
-	return f.c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
+	return d.readOnePage(ctx, opts)
+}
+
+// readOnePage asks for the page at d.mu.cookie, and for the directory's
+// attributes with a first page.
+func (d *dirHandle) readOnePage(ctx context.Context, opts []client.ReadOption) (*wire.Attr, []*wire.DirEntry, []byte, bool, error) {
+	c := d.n.fsys.c
+	if len(d.mu.cookie) == 0 {
+		return c.ReaddirFirstPage(bg(ctx), d.n.ino, dirPage, opts...)
+	}
+	ents, next, eof, err := c.ReaddirPage(bg(ctx), d.n.ino, d.mu.cookie, dirPage, opts...)
+	return nil, ents, next, eof, err
 }
 
 // pageQueued says whether something this mount queued changes an entry

@@ -95,11 +95,24 @@ func TestListingsKeptUnderReadLease(t *testing.T) {
 			return nil
 		})
 	}
-	// The first two listings ask the ministry; the third takes the
-	// lease and fills the kernel's cache; the rest come from the cache.
+	// The first two listings ask the ministry; the third asks for the
+	// lease in the background; the one after the grant fills the
+	// kernel's cache; the rest come from the cache.
 	check("first listing", want)
 	check("second listing", want)
 	check("third listing", want)
+	untilCached := func(what string) {
+		t.Helper()
+		waitFor(t, what, func() error {
+			before := readdirCount(t, addr)
+			check(what, want)
+			if after := readdirCount(t, addr); after != before {
+				return fmt.Errorf("a listing sent %d READDIR requests to the mount", after-before)
+			}
+			return nil
+		})
+	}
+	untilCached("listing once the lease is granted")
 	before := readdirCount(t, addr)
 	for range 5 {
 		check("cached listing", want)
@@ -113,7 +126,19 @@ func TestListingsKeptUnderReadLease(t *testing.T) {
 	// and chmod: each is in A's next listing once B's call returned.
 	must(t, os.WriteFile(filepath.Join(bd, "new"), []byte("x"), 0o644))
 	want = sorted(append(want, "new"))
+	// The revoke makes A's next opendir ask whether d is still a
+	// directory, linearizably: the first page comes with d's
+	// attributes, so the listing costs one request per page, not one
+	// more for the opendir. (The stat first: the kernel's lookup of d,
+	// if its entry expired, is not the listing's.)
+	_, err := os.Stat(d)
+	must(t, err)
+	const requests = "govfs_mount_metadata_requests_total"
+	r0 := mountCounter(t, addr, requests)
 	check("after B's create", want)
+	if got, pages := mountCounter(t, addr, requests)-r0, (len(want)+511)/512; got != pages {
+		t.Fatalf("the listing after a revoke made %d requests to the ministry, want %d (a page each, the first with the directory's attributes)", got, pages)
+	}
 
 	eventually("relisting", want)
 	must(t, os.Remove(filepath.Join(bd, "f1")))
@@ -136,7 +161,7 @@ func TestListingsKeptUnderReadLease(t *testing.T) {
 	// after a revoke is 5 s).
 	time.Sleep(5500 * time.Millisecond)
 	check("listing after the backoff", want)
-	check("listing under a new lease", want)
+	untilCached("listing under a new lease")
 	before = readdirCount(t, addr)
 	check("cached listing again", want)
 	if after := readdirCount(t, addr); after != before {

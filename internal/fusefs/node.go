@@ -104,7 +104,10 @@ func New(cfg Config) (*FS, error) {
 		if err := cfg.Metrics.Register(f.leasedOpens); err != nil {
 			return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 		}
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups, f.adoptedLeases, f.keptPages} {
+		requests := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "govfs_mount_metadata_requests_total",
+			Help: "Requests the mount made to the metadata service (a call retried counts once; lease renewals are not counted)."},
+			func() float64 { return float64(f.c.RouteStats().Calls) })
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.leasedLookups, f.adoptedLeases, f.keptPages, requests} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}

@@ -488,7 +488,16 @@ func query(r interface {
 		if err != nil {
 			return nil, err
 		}
-		return &wire.ReadResponse{Entries: ents, NextCookie: next, Eof: eof}, nil
+		resp := &wire.ReadResponse{Entries: ents, NextCookie: next, Eof: eof}
+		if len(op.Readdir.GetCookie()) == 0 {
+			// The first page brings the directory's own attributes, so
+			// an opendir that must check them asks once, not twice
+			// (fusefs: OpendirHandle).
+			if resp.Attr, err = namespace.GetAttr(r, ids.Ino(op.Readdir.GetIno())); err != nil {
+				return nil, err
+			}
+		}
+		return resp, nil
 	case *wire.ReadRequest_GetXattr:
 		v, err := namespace.GetXattr(r, ids.Ino(op.GetXattr.GetIno()), op.GetXattr.GetName())
 		if err != nil {

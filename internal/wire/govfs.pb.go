@@ -5949,7 +5949,8 @@ type ReadResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Status       *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	AppliedIndex uint64                 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	// lookup, get_attr
+	// lookup, get_attr; readdir of a first page (empty cookie): the
+	// directory's own attributes
 	Attr *Attr `protobuf:"bytes,3,opt,name=attr,proto3" json:"attr,omitempty"`
 	// lookup: owner of the child when delegated (0 = this group)
 	Ministry uint64 `protobuf:"varint,4,opt,name=ministry,proto3" json:"ministry,omitempty"`
