@@ -282,7 +282,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if !live {
 		return nil
 	}
-	_, err := l.c.leaseCall(ctx, l.group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{l.id}}, 0)
+	err := l.c.release(ctx, l.group, l.id)
 	if errors.Is(err, syscall.ENOENT) {
 		err = nil
 	}

@@ -435,3 +435,48 @@ func TestReadLeaseForOpenCarriesAttr(t *testing.T) {
 		}
 	}
 }
+
+// TestReleasesBatched: leases given back at once go to the minister in
+// a few requests of many ids, not one each, and every one of them is
+// given back: another client then gets a write lease on each file at
+// once, without waiting for a revoke.
+func TestReleasesBatched(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	const files = 200
+	leases := make([]*Lease, files)
+	inos := make([]ids.Ino, files)
+	for i := range files {
+		inos[i] = leaseFile(t, a, "f"+string(rune('a'+i/26))+string(rune('a'+i%26)))
+		leases[i] = acquireSoon(t, a, inos[i], LeaseRead, 0, 0, nil)
+	}
+	before := a.RouteStats().Calls
+	var wg sync.WaitGroup
+	errs := make(chan error, files)
+	for _, l := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := l.Release(t.Context()); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("release: %v", err)
+	}
+	if calls := a.RouteStats().Calls - before; calls > files/2 {
+		t.Fatalf("%d leases given back at once took %d requests, want at most %d", files, calls, files/2)
+	} else {
+		t.Logf("%d releases in %d requests", files, calls)
+	}
+	for i, ino := range inos {
+		l, err := b.AcquireLease(t.Context(), ino, LeaseWrite, 0, 0, LeaseOptions{})
+		if err != nil {
+			t.Fatalf("file %d: a write lease after the read lease was given back: %v", i, err)
+		}
+		_ = l.Release(t.Context())
+	}
+}
