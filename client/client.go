@@ -108,8 +108,10 @@ type Client struct {
 	outageSince atomic.Int64
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
-	// releases gives leases back in batches (release.go).
+	// releases gives leases back in batches (release.go); acquires
+	// sends lease tries in batches (acquire.go).
 	releases releaser
+	acquires acquirer
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest
 	// token: a retried acquire gets its first grant back).
 	leaseToken atomic.Uint64

@@ -339,7 +339,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		// of it), so a new minister need not wait for this Client, even
 		// while this request waits.
 		epoch, asked := c.leases.ensureLoop(c, group)
-		resp, err := c.leaseCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
+		resp, err := c.acquireCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir, NewDir: opts.NewDir && opts.Dir && mode == LeaseWrite,
 			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks,

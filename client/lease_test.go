@@ -480,3 +480,85 @@ func TestReleasesBatched(t *testing.T) {
 		_ = l.Release(t.Context())
 	}
 }
+
+// TestAcquiresBatched: lease tries asked at once go in a few requests,
+// each answered as if alone: granted, or refused with EAGAIN and what is
+// in the way when another client holds a conflicting lease. The
+// minister refuses malformed batches, changing nothing.
+func TestAcquiresBatched(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	const files = 200
+	inos := make([]ids.Ino, files)
+	for i := range files {
+		inos[i] = leaseFile(t, a, "g"+string(rune('a'+i/26))+string(rune('a'+i%26)))
+	}
+	// B holds a write lease on every tenth file: A's read tries on
+	// those are refused.
+	for i := 0; i < files; i += 10 {
+		acquireSoon(t, b, inos[i], LeaseWrite, 0, 0, nil)
+	}
+	before := a.RouteStats().Calls
+	leases := make([]*Lease, files)
+	errs := make([]error, files)
+	var wg sync.WaitGroup
+	for i, ino := range inos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			leases[i], errs[i] = a.AcquireLease(t.Context(), ino, LeaseRead, 0, 0, LeaseOptions{})
+		}()
+	}
+	wg.Wait()
+	calls := a.RouteStats().Calls - before
+	for i := range files {
+		if i%10 == 0 {
+			cf, ok := ConflictOf(errs[i])
+			if !errors.Is(errs[i], syscall.EAGAIN) || !ok || cf.Mode != LeaseWrite {
+				t.Fatalf("file %d, write-leased by B: %v (conflict %+v), want EAGAIN naming B's write lease", i, errs[i], cf)
+			}
+			continue
+		}
+		if errs[i] != nil || !leases[i].Valid() || leases[i].Ino() != inos[i] {
+			t.Fatalf("file %d: %v", i, errs[i])
+		}
+	}
+	// A refusal comes back in the batch: the whole lot takes a few
+	// requests (the first alone, the rest batched behind it).
+	if calls > files/2 {
+		t.Fatalf("%d lease tries at once took %d requests, want at most %d", files, calls, files/2)
+	}
+	t.Logf("%d tries in %d requests", files, calls)
+	// Each grant is a real lease: B's write try on a file A holds is
+	// refused.
+	if _, err := b.AcquireLease(t.Context(), inos[1], LeaseWrite, 0, 0, LeaseOptions{}); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("B's write try on a file A holds a read lease on: %v, want EAGAIN", err)
+	}
+
+	// Malformed batches: INVALID, nothing granted.
+	g := ids.RootMinistry
+	for name, req := range map[string]*wire.LeaseRequest{
+		"empty":   {Op: wire.LeaseOp_LEASE_ACQUIRE_BATCH},
+		"waiting": {Op: wire.LeaseOp_LEASE_ACQUIRE_BATCH, Acquires: []*wire.LeaseRequest{{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(inos[5]), Mode: wire.LeaseMode_LEASE_WRITE, WaitMs: 100}}},
+		"nested":  {Op: wire.LeaseOp_LEASE_ACQUIRE_BATCH, Acquires: []*wire.LeaseRequest{{Op: wire.LeaseOp_LEASE_ACQUIRE_BATCH}}},
+		"too many": {Op: wire.LeaseOp_LEASE_ACQUIRE_BATCH, Acquires: func() []*wire.LeaseRequest {
+			var r []*wire.LeaseRequest
+			for range 257 {
+				r = append(r, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(inos[5]), Mode: wire.LeaseMode_LEASE_WRITE})
+			}
+			return r
+		}()},
+	} {
+		if _, err := b.leaseCall(t.Context(), g, req, 0); !errors.Is(err, syscall.EINVAL) {
+			t.Fatalf("%s batch: %v, want EINVAL", name, err)
+		}
+	}
+	// None of them granted B a write lease on file 5: A's read lease
+	// there is intact.
+	if !leases[5].Valid() {
+		t.Fatal("A's read lease ended after B's malformed batches")
+	}
+	if _, err := a.AcquireLease(t.Context(), inos[5], LeaseRead, 0, 0, LeaseOptions{}); err != nil {
+		t.Fatalf("A's second read lease on file 5: %v", err)
+	}
+}

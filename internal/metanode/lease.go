@@ -218,6 +218,9 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	if err := s.n.clientIDs.check(rpc.CallerOf(ctx), req.GetClientId(), s.n.cfg.Clock.Now()); err != nil {
 		return nil, err
 	}
+	if req.GetOp() == wire.LeaseOp_LEASE_ACQUIRE_BATCH {
+		return s.leaseBatch(ctx, req), nil
+	}
 	s.n.ops.add(g)
 	ls := s.n.leases
 	ctx, cancel := withDefaultDeadline(ctx)
@@ -268,6 +271,62 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	resp.Status = &wire.Status{}
 	resp.TtlMs = uint64(ls.ttl / time.Millisecond)
 	return resp, nil
+}
+
+// maxLeaseBatch bounds the acquires of one LEASE_ACQUIRE_BATCH, and
+// leaseBatchWorkers how many of them run at once.
+const (
+	maxLeaseBatch     = 256
+	leaseBatchWorkers = 32
+)
+
+// leaseBatch answers a LEASE_ACQUIRE_BATCH: each acquire as its own
+// ACQUIRE (all at once: their leadership confirmations share raft read
+// requests), with the batch's cluster, group, client and epoch. They are
+// tries: one that would wait for other holders is refused as a whole
+// batch would be held by it.
+func (s *metaService) leaseBatch(ctx context.Context, req *wire.LeaseRequest) *wire.LeaseResponse {
+	subs := req.GetAcquires()
+	if len(subs) == 0 || len(subs) > maxLeaseBatch {
+		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "a lease batch of %d acquires (1 to %d)", len(subs), maxLeaseBatch)}
+	}
+	for i, sub := range subs {
+		if sub.GetOp() != wire.LeaseOp_LEASE_ACQUIRE || sub.GetWaitMs() != 0 {
+			return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "acquire %d of the lease batch is a %v waiting %d ms: a batch holds ACQUIREs that do not wait", i, sub.GetOp(), sub.GetWaitMs())}
+		}
+	}
+	// The group's refusals (a stale epoch, not the leader) answer the
+	// batch as a whole, so the client retries it, not each try alone.
+	g := ids.GroupID(req.GetGroup())
+	ctx, cancel := withDefaultDeadline(ctx)
+	defer cancel()
+	if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
+		return &wire.LeaseResponse{Status: st}
+	}
+	if err := s.n.leases.confirm(ctx, g); err != nil {
+		return &wire.LeaseResponse{Status: s.errStatus(g, err)}
+	}
+	out := make([]*wire.LeaseResponse, len(subs))
+	var wg sync.WaitGroup
+	// At most leaseBatchWorkers at a time: a batch is one request to
+	// the in-flight limit.
+	sem := make(chan struct{}, leaseBatchWorkers)
+	for i, sub := range subs {
+		sub.ClusterId, sub.Group, sub.ClientId, sub.Epoch = req.GetClusterId(), req.GetGroup(), req.GetClientId(), req.GetEpoch()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			resp, err := s.Lease(ctx, sub)
+			if err != nil {
+				resp = &wire.LeaseResponse{Status: s.errStatus(g, err)}
+			}
+			out[i] = resp
+		}()
+	}
+	wg.Wait()
+	return &wire.LeaseResponse{Status: &wire.Status{}, Acquired: out, TtlMs: uint64(s.n.leases.ttl / time.Millisecond)}
 }
 
 // confirm checks that this node leads g, with a quorum (see the safety

@@ -428,6 +428,12 @@ const (
 	LeaseOp_LEASE_KEEPALIVE LeaseOp = 1
 	// Give back the leases in ids.
 	LeaseOp_LEASE_RELEASE LeaseOp = 2
+	// Several ACQUIREs at once (LeaseRequest.acquires, each answered in
+	// LeaseResponse.acquired, in order): a client asking for many leases
+	// at the same moment (a directory lease for each directory mkdir
+	// makes) sends one request, not one each. Each is handled as its own
+	// ACQUIRE with this request's cluster, group, client and epoch.
+	LeaseOp_LEASE_ACQUIRE_BATCH LeaseOp = 3
 )
 
 // Enum value maps for LeaseOp.
@@ -436,11 +442,13 @@ var (
 		0: "LEASE_ACQUIRE",
 		1: "LEASE_KEEPALIVE",
 		2: "LEASE_RELEASE",
+		3: "LEASE_ACQUIRE_BATCH",
 	}
 	LeaseOp_value = map[string]int32{
-		"LEASE_ACQUIRE":   0,
-		"LEASE_KEEPALIVE": 1,
-		"LEASE_RELEASE":   2,
+		"LEASE_ACQUIRE":       0,
+		"LEASE_KEEPALIVE":     1,
+		"LEASE_RELEASE":       2,
+		"LEASE_ACQUIRE_BATCH": 3,
 	}
 )
 
@@ -7404,8 +7412,11 @@ type LeaseRequest struct {
 	// change of the name (unlink, rename away or over it) drains the read
 	// leases of the inode it names first, so the holder may answer lookups
 	// of that name itself.
-	EntryParent   uint64 `protobuf:"varint,21,opt,name=entry_parent,json=entryParent,proto3" json:"entry_parent,omitempty"`
-	EntryName     []byte `protobuf:"bytes,22,opt,name=entry_name,json=entryName,proto3" json:"entry_name,omitempty"`
+	EntryParent uint64 `protobuf:"varint,21,opt,name=entry_parent,json=entryParent,proto3" json:"entry_parent,omitempty"`
+	EntryName   []byte `protobuf:"bytes,22,opt,name=entry_name,json=entryName,proto3" json:"entry_name,omitempty"`
+	// ACQUIRE_BATCH: the ACQUIREs (at most 256; their cluster_id, group,
+	// client_id and epoch are this request's).
+	Acquires      []*LeaseRequest `protobuf:"bytes,23,rep,name=acquires,proto3" json:"acquires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7594,6 +7605,13 @@ func (x *LeaseRequest) GetEntryName() []byte {
 	return nil
 }
 
+func (x *LeaseRequest) GetAcquires() []*LeaseRequest {
+	if x != nil {
+		return x.Acquires
+	}
+	return nil
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7734,7 +7752,10 @@ type LeaseResponse struct {
 	Absent bool `protobuf:"varint,10,opt,name=absent,proto3" json:"absent,omitempty"`
 	// ACQUIRE with LeaseRequest.entry_parent, granted: the entry named the
 	// file after the grant (see there).
-	EntryCurrent  bool `protobuf:"varint,11,opt,name=entry_current,json=entryCurrent,proto3" json:"entry_current,omitempty"`
+	EntryCurrent bool `protobuf:"varint,11,opt,name=entry_current,json=entryCurrent,proto3" json:"entry_current,omitempty"`
+	// ACQUIRE_BATCH: the answer to each of the request's acquires, in
+	// order, each with its own status.
+	Acquired      []*LeaseResponse `protobuf:"bytes,12,rep,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7844,6 +7865,13 @@ func (x *LeaseResponse) GetEntryCurrent() bool {
 		return x.EntryCurrent
 	}
 	return false
+}
+
+func (x *LeaseResponse) GetAcquired() []*LeaseResponse {
+	if x != nil {
+		return x.Acquired
+	}
+	return nil
 }
 
 type AssignRequest struct {
@@ -9304,7 +9332,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xe0\x04\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x96\x05\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9330,7 +9358,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\anew_dir\x18\x14 \x01(\bR\x06newDir\x12!\n" +
 	"\fentry_parent\x18\x15 \x01(\x04R\ventryParent\x12\x1d\n" +
 	"\n" +
-	"entry_name\x18\x16 \x01(\fR\tentryName\"\xdc\x01\n" +
+	"entry_name\x18\x16 \x01(\fR\tentryName\x124\n" +
+	"\bacquires\x18\x17 \x03(\v2\x18.govfs.wire.LeaseRequestR\bacquires\"\xdc\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -9341,7 +9370,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
 	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
-	"\x03dir\x18\t \x01(\bR\x03dir\"\x8f\x03\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\"\xc6\x03\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -9354,7 +9383,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06opened\x18\t \x01(\v2\x18.govfs.wire.ReadResponseR\x06opened\x12\x16\n" +
 	"\x06absent\x18\n" +
 	" \x01(\bR\x06absent\x12#\n" +
-	"\rentry_current\x18\v \x01(\bR\fentryCurrent\"\xa1\x02\n" +
+	"\rentry_current\x18\v \x01(\bR\fentryCurrent\x125\n" +
+	"\bacquired\x18\f \x03(\v2\x19.govfs.wire.LeaseResponseR\bacquired\"\xa1\x02\n" +
 	"\rAssignRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +
@@ -9471,11 +9501,12 @@ const file_govfs_proto_rawDesc = "" +
 	"LEASE_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
 	"LEASE_READ\x10\x01\x12\x0f\n" +
-	"\vLEASE_WRITE\x10\x02*D\n" +
+	"\vLEASE_WRITE\x10\x02*]\n" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
-	"\rLEASE_RELEASE\x10\x022\x8a\x06\n" +
+	"\rLEASE_RELEASE\x10\x02\x12\x17\n" +
+	"\x13LEASE_ACQUIRE_BATCH\x10\x032\x8a\x06\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
@@ -9720,53 +9751,55 @@ var file_govfs_proto_depIdxs = []int32{
 	6,   // 103: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
 	5,   // 104: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
 	88,  // 105: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	5,   // 106: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 107: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	88,  // 108: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	88,  // 109: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	72,  // 110: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	11,  // 111: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 112: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	44,  // 113: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	7,   // 114: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
-	94,  // 115: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
-	11,  // 116: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 117: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 118: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	100, // 119: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 120: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	103, // 121: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	57,  // 122: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	59,  // 123: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	73,  // 124: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	80,  // 125: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	84,  // 126: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	87,  // 127: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	97,  // 128: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	90,  // 129: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	92,  // 130: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
-	95,  // 131: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	77,  // 132: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	99,  // 133: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	102, // 134: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	58,  // 135: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	72,  // 136: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	74,  // 137: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	82,  // 138: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	85,  // 139: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	89,  // 140: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	98,  // 141: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	91,  // 142: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	93,  // 143: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
-	96,  // 144: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	78,  // 145: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	101, // 146: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	101, // 147: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	135, // [135:148] is the sub-list for method output_type
-	122, // [122:135] is the sub-list for method input_type
-	122, // [122:122] is the sub-list for extension type_name
-	122, // [122:122] is the sub-list for extension extendee
-	0,   // [0:122] is the sub-list for field type_name
+	87,  // 106: govfs.wire.LeaseRequest.acquires:type_name -> govfs.wire.LeaseRequest
+	5,   // 107: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 108: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	88,  // 109: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	88,  // 110: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	72,  // 111: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	89,  // 112: govfs.wire.LeaseResponse.acquired:type_name -> govfs.wire.LeaseResponse
+	11,  // 113: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 114: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 115: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	7,   // 116: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
+	94,  // 117: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
+	11,  // 118: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 119: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 120: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	100, // 121: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 122: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	103, // 123: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 124: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	59,  // 125: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	73,  // 126: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	80,  // 127: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	84,  // 128: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	87,  // 129: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	97,  // 130: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	90,  // 131: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	92,  // 132: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
+	95,  // 133: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	77,  // 134: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	99,  // 135: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	102, // 136: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	58,  // 137: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	72,  // 138: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	74,  // 139: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	82,  // 140: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	85,  // 141: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	89,  // 142: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	98,  // 143: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	91,  // 144: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	93,  // 145: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
+	96,  // 146: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	78,  // 147: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	101, // 148: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	101, // 149: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	137, // [137:150] is the sub-list for method output_type
+	124, // [124:137] is the sub-list for method input_type
+	124, // [124:124] is the sub-list for extension type_name
+	124, // [124:124] is the sub-list for extension extendee
+	0,   // [0:124] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
