@@ -16,8 +16,8 @@ import (
 // asked while another request to the same group is on its way goes with
 // every other one asked meanwhile, in one LEASE_ACQUIRE_BATCH. mkdir of
 // 4,000 directories by 4 processes made 4,000 requests, one for each new
-// directory's lease. The first request of a quiet spell goes at once,
-// alone, as a plain ACQUIRE.
+// directory's lease. Up to maxAcquireSenders requests go at once, each
+// alone as a plain ACQUIRE when it carries one try.
 type acquirer struct {
 	mu     sync.Mutex
 	groups map[ids.GroupID]*acquireQueue
@@ -31,7 +31,7 @@ type acquirer struct {
 const noBatchFor = time.Minute
 
 type acquireQueue struct {
-	sending bool
+	senders int // sendAcquires loops running
 	items   []*acquireItem
 }
 
@@ -55,8 +55,14 @@ type acquireResult struct {
 }
 
 // maxAcquireBatch bounds the acquires of one request (the minister takes
-// up to 256).
-const maxAcquireBatch = 128
+// up to 256). maxAcquireSenders requests to a group may be on their way
+// at once before tries wait to go in a batch: with one, an open's lease
+// request arriving while another was on its way waited for it (write_4k
+// opens by 4 processes: 1.8 -> 2.5 ms each).
+const (
+	maxAcquireBatch   = 128
+	maxAcquireSenders = 4
+)
 
 // acquireCall is leaseCall for an ACQUIRE, batched when it does not wait.
 // A caller whose ctx ends stops waiting; a grant that comes for it later
@@ -77,8 +83,10 @@ func (c *Client) acquireCall(ctx context.Context, g ids.GroupID, req *wire.Lease
 		a.groups[g] = q
 	}
 	q.items = append(q.items, it)
-	start := !q.sending
-	q.sending = true
+	start := q.senders < maxAcquireSenders
+	if start {
+		q.senders++
+	}
 	a.mu.Unlock()
 	if start {
 		go c.sendAcquires(g, q)
@@ -119,14 +127,14 @@ func (c *Client) deliver(g ids.GroupID, it *acquireItem, res acquireResult) {
 }
 
 // sendAcquires sends q's requests until none is left: alone as a plain
-// ACQUIRE when it is the only one, else in batches.
+// ACQUIRE when one is waiting, else in batches.
 func (c *Client) sendAcquires(g ids.GroupID, q *acquireQueue) {
 	a := &c.acquires
 	for {
 		a.mu.Lock()
 		n := min(len(q.items), maxAcquireBatch)
 		if n == 0 {
-			q.sending = false
+			q.senders--
 			a.mu.Unlock()
 			return
 		}

@@ -25,6 +25,14 @@
 #   scripts/bench-tree.sh [BINARY] [TREE] [NAME=DIR[:DIR2] ...]   (default bin/govfs, /usr/include)
 #   REPO=/path/to/repo scripts/bench-tree.sh ...
 set -euo pipefail
+# rsync checks the copies' modification times; git clones. Debian
+# packages, installed when missing (as root).
+for tool in rsync git; do
+	command -v $tool >/dev/null && continue
+	[ "$(id -u)" = 0 ] || { echo "bench-tree.sh: needs $tool (apt-get install $tool)"; exit 1; }
+	apt-get install -y $tool >/dev/null 2>&1 || { apt-get update >/dev/null 2>&1 && apt-get install -y $tool >/dev/null 2>&1; } ||
+		{ echo "bench-tree.sh: could not install $tool"; exit 1; }
+done
 B=${1:-bin/govfs}
 TREE=${2:-/usr/include}
 shift $(($# < 2 ? $# : 2))
