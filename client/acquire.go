@@ -71,6 +71,9 @@ func (c *Client) acquireCall(ctx context.Context, g ids.GroupID, req *wire.Lease
 	if wait > 0 || c.cfg.Clock.Now().UnixNano() < c.acquires.noBatchUntil.Load() {
 		return c.leaseCall(ctx, g, req, wait)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	it := &acquireItem{req: req, done: make(chan acquireResult, 1)}
 	a := &c.acquires
 	a.mu.Lock()
@@ -141,6 +144,21 @@ func (c *Client) sendAcquires(g ids.GroupID, q *acquireQueue) {
 		batch := q.items[:n:n]
 		q.items = q.items[n:]
 		a.mu.Unlock()
+		// Tries whose callers gave up are not sent (after an outage,
+		// their grants would only be given back).
+		live := batch[:0:0]
+		for _, it := range batch {
+			it.mu.Lock()
+			gone := it.gone
+			it.mu.Unlock()
+			if !gone {
+				live = append(live, it)
+			}
+		}
+		batch, n = live, len(live)
+		if n == 0 {
+			continue
+		}
 		ctx, cancel := c.keeper().stopContext(c.cfg.OpTimeout)
 		if n == 1 {
 			resp, err := c.leaseCall(ctx, g, batch[0].req, 0)

@@ -276,13 +276,18 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	// Ended first: a grant being added concurrently (addLocked) skips
-	// an ended lease, and one added before is forgotten here.
+	// an ended lease, and one added before is forgotten here, once its
+	// release was answered: until then the keepalive names it as being
+	// given back (snapshot), so the minister does not report its
+	// revoke again at once (the release may wait for a batch on its
+	// way: the keepalive spun, releasing it alone, meanwhile).
 	live := l.end()
-	l.c.leases.forget(l)
 	if !live {
+		l.c.leases.forget(l)
 		return nil
 	}
 	err := l.c.release(ctx, l.group, l.id)
+	l.c.leases.forget(l)
 	if errors.Is(err, syscall.ENOENT) {
 		err = nil
 	}

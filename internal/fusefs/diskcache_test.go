@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/bench"
 )
 
@@ -47,6 +48,13 @@ func TestMountDiskCache(t *testing.T) {
 		t.Fatalf("before recovery: /g %v, %v; want an empty file (nothing was pushed)", a, err)
 	}
 	m = startMount(t, c, mnt, "--cache-dir", cacheDir)
+	// Another client committed them (the new mount, before it said it
+	// was mounted); this one reads from a clerk, which may not have
+	// applied that yet (CI, stop 30: 0 bytes): a linearizable stat
+	// first makes its later reads at least that fresh.
+	if a, err := cl.Stat(ctx, "/g", client.Linearizable()); err != nil || a.GetSize() != uint64(len(want)) {
+		t.Fatalf("after recovery: /g %v, %v; want %d bytes", a, err, len(want))
+	}
 	var got bytes.Buffer
 	if _, err := cl.ReadFile(ctx, "/g", &got); err != nil || !bytes.Equal(got.Bytes(), want) {
 		t.Fatalf("after recovery: /g is %d bytes (%v), want the %d written before the kill", got.Len(), err, len(want))
