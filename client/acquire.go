@@ -19,8 +19,7 @@ import (
 // directory's lease. Up to maxAcquireSenders requests go at once, each
 // alone as a plain ACQUIRE when it carries one try.
 type acquirer struct {
-	mu     sync.Mutex
-	groups map[ids.GroupID]*acquireQueue
+	queues groupQueues[*acquireItem]
 	// noBatchUntil (UnixNano): a node answered a batch INVALID (it is
 	// older); tries go alone until then.
 	noBatchUntil atomic.Int64
@@ -29,11 +28,6 @@ type acquirer struct {
 // noBatchFor is how long tries go alone after a node did not know
 // batches.
 const noBatchFor = time.Minute
-
-type acquireQueue struct {
-	senders int // sendAcquires loops running
-	items   []*acquireItem
-}
 
 type acquireItem struct {
 	req *wire.LeaseRequest
@@ -75,24 +69,8 @@ func (c *Client) acquireCall(ctx context.Context, g ids.GroupID, req *wire.Lease
 		return nil, err
 	}
 	it := &acquireItem{req: req, done: make(chan acquireResult, 1)}
-	a := &c.acquires
-	a.mu.Lock()
-	if a.groups == nil {
-		a.groups = make(map[ids.GroupID]*acquireQueue)
-	}
-	q := a.groups[g]
-	if q == nil {
-		q = &acquireQueue{}
-		a.groups[g] = q
-	}
-	q.items = append(q.items, it)
-	start := q.senders < maxAcquireSenders
-	if start {
-		q.senders++
-	}
-	a.mu.Unlock()
-	if start {
-		go c.sendAcquires(g, q)
+	if c.acquires.queues.add(g, it, maxAcquireSenders) {
+		go c.sendAcquires(g)
 	}
 	var res acquireResult
 	select {
@@ -131,19 +109,12 @@ func (c *Client) deliver(g ids.GroupID, it *acquireItem, res acquireResult) {
 
 // sendAcquires sends q's requests until none is left: alone as a plain
 // ACQUIRE when one is waiting, else in batches.
-func (c *Client) sendAcquires(g ids.GroupID, q *acquireQueue) {
-	a := &c.acquires
+func (c *Client) sendAcquires(g ids.GroupID) {
 	for {
-		a.mu.Lock()
-		n := min(len(q.items), maxAcquireBatch)
-		if n == 0 {
-			q.senders--
-			a.mu.Unlock()
+		batch := c.acquires.queues.take(g, maxAcquireBatch)
+		if batch == nil {
 			return
 		}
-		batch := q.items[:n:n]
-		q.items = q.items[n:]
-		a.mu.Unlock()
 		// Tries whose callers gave up are not sent (after an outage,
 		// their grants would only be given back).
 		live := batch[:0:0]
@@ -155,7 +126,7 @@ func (c *Client) sendAcquires(g ids.GroupID, q *acquireQueue) {
 				live = append(live, it)
 			}
 		}
-		batch, n = live, len(live)
+		batch, n := live, len(live)
 		if n == 0 {
 			continue
 		}

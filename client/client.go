@@ -108,9 +108,9 @@ type Client struct {
 	outageSince atomic.Int64
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
-	// releases gives leases back in batches (release.go); acquires
-	// sends lease tries in batches (acquire.go).
-	releases releaser
+	// releases queues leases given back, acquires lease tries: both
+	// go in batches (release.go, acquire.go, batch.go).
+	releases groupQueues[releaseItem]
 	acquires acquirer
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest
 	// token: a retried acquire gets its first grant back).

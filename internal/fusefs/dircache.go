@@ -172,13 +172,19 @@ func (n *node) askListLease(ctx context.Context, drops uint64) {
 	}
 	s.asking = false
 	s.mu.Unlock()
-	if evict != nil && evict != n {
-		// Detached outside n's lock, so that a lease the evicted
-		// directory takes meanwhile is not the one dropped (it left
-		// the set in add).
-		if old := evict.detachListLease(false); old != nil {
-			go evict.finishListDrop(old, true)
-		}
+	n.dropEvicted(evict)
+}
+
+// dropEvicted gives back the listing lease of evict, the directory the
+// set evicted for n's (nil: none). Called without n's lock, so that a
+// lease the evicted directory takes meanwhile is not the one dropped
+// (it left the set in add).
+func (n *node) dropEvicted(evict *node) {
+	if evict == nil || evict == n {
+		return
+	}
+	if old := evict.detachListLease(false); old != nil {
+		go evict.finishListDrop(old, true)
 	}
 }
 
@@ -251,11 +257,7 @@ func (n *node) takeListLease(ctx context.Context) *client.Lease {
 	}
 	l := s.lease
 	s.mu.Unlock()
-	if evict != nil && evict != n {
-		if old := evict.detachListLease(false); old != nil {
-			go evict.finishListDrop(old, true)
-		}
-	}
+	n.dropEvicted(evict)
 	return l
 }
 

@@ -232,21 +232,7 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 		if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
 			return &wire.LeaseResponse{Status: st}, nil
 		}
-		// A lease on an inode that is being moved, or that lives in
-		// another ministry, is not this minister's to give.
-		if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
-			return &wire.LeaseResponse{Status: st}, nil
-		}
-		resp, err = ls.acquire(ctx, g, req)
-		if err == nil && resp.GetLease().GetId() != 0 {
-			// A request that waited may have been granted just after a
-			// move froze the inode (the freeze's intent ends when it is
-			// applied): such a lease is not this minister's to keep.
-			if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
-				_, _ = ls.release(g, &wire.LeaseRequest{ClientId: req.GetClientId(), Ids: []uint64{resp.GetLease().GetId()}})
-				return &wire.LeaseResponse{Status: st}, nil
-			}
-		}
+		return s.acquire(ctx, g, req), nil
 	case wire.LeaseOp_LEASE_KEEPALIVE:
 		resp, err = ls.keepalive(ctx, g, req)
 	case wire.LeaseOp_LEASE_RELEASE:
@@ -254,9 +240,36 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 	default:
 		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "unknown lease op %v", req.GetOp())}, nil
 	}
+	return s.leaseAnswer(g, resp, err), nil
+}
+
+// acquire answers an ACQUIRE past the cluster, client and epoch checks
+// (Lease, leaseBatch).
+func (s *metaService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) *wire.LeaseResponse {
+	// A lease on an inode that is being moved, or that lives in
+	// another ministry, is not this minister's to give.
+	if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
+		return &wire.LeaseResponse{Status: st}
+	}
+	ls := s.n.leases
+	resp, err := ls.acquire(ctx, g, req)
+	if err == nil && resp.GetLease().GetId() != 0 {
+		// A request that waited may have been granted just after a
+		// move froze the inode (the freeze's intent ends when it is
+		// applied): such a lease is not this minister's to keep.
+		if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
+			_, _ = ls.release(g, &wire.LeaseRequest{ClientId: req.GetClientId(), Ids: []uint64{resp.GetLease().GetId()}})
+			return &wire.LeaseResponse{Status: st}
+		}
+	}
+	return s.leaseAnswer(g, resp, err)
+}
+
+// leaseAnswer is the response to a lease op that answered resp, err.
+func (s *metaService) leaseAnswer(g ids.GroupID, resp *wire.LeaseResponse, err error) *wire.LeaseResponse {
 	if err != nil {
 		if errors.Is(err, lease.ErrBadRequest) {
-			return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}, nil
+			return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "%v", err)}
 		}
 		if errors.Is(err, lease.ErrTooMany) {
 			err = fmt.Errorf("%w: %v", syscall.ENOLCK, err)
@@ -266,11 +279,11 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 			// The refusal's hints: when to ask again, what is in the way.
 			out.RetryAfterMs, out.Conflict = resp.GetRetryAfterMs(), resp.GetConflict()
 		}
-		return out, nil
+		return out
 	}
 	resp.Status = &wire.Status{}
-	resp.TtlMs = uint64(ls.ttl / time.Millisecond)
-	return resp, nil
+	resp.TtlMs = uint64(s.n.leases.ttl / time.Millisecond)
+	return resp
 }
 
 // maxLeaseBatch bounds the acquires of one LEASE_ACQUIRE_BATCH, and
@@ -280,9 +293,10 @@ const (
 	leaseBatchWorkers = 32
 )
 
-// leaseBatch answers a LEASE_ACQUIRE_BATCH: each acquire as its own
-// ACQUIRE (all at once: their leadership confirmations share raft read
-// requests), with the batch's cluster, group, client and epoch. They are
+// leaseBatch answers a LEASE_ACQUIRE_BATCH: the cluster and client were
+// checked for the batch (Lease), the epoch and leadership are here, once;
+// then each acquire as its own ACQUIRE (at once: their leadership
+// confirmations share raft read requests), with the batch's client. They are
 // tries: one that would wait for other holders is refused as a whole
 // batch would be held by it.
 func (s *metaService) leaseBatch(ctx context.Context, req *wire.LeaseRequest) *wire.LeaseResponse {
@@ -318,11 +332,8 @@ func (s *metaService) leaseBatch(ctx context.Context, req *wire.LeaseRequest) *w
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			resp, err := s.Lease(ctx, sub)
-			if err != nil {
-				resp = &wire.LeaseResponse{Status: s.errStatus(g, err)}
-			}
-			out[i] = resp
+			s.n.ops.add(g)
+			out[i] = s.acquire(ctx, g, sub)
 		}()
 	}
 	wg.Wait()

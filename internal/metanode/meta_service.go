@@ -484,7 +484,7 @@ func query(r interface {
 		}
 		return &wire.ReadResponse{Attr: attr}, nil
 	case *wire.ReadRequest_Readdir:
-		ents, next, eof, err := namespace.Readdir(r, ids.Ino(op.Readdir.GetIno()), op.Readdir.GetCookie(), int(op.Readdir.GetLimit()))
+		dir, ents, next, eof, err := namespace.ReaddirAttr(r, ids.Ino(op.Readdir.GetIno()), op.Readdir.GetCookie(), int(op.Readdir.GetLimit()))
 		if err != nil {
 			return nil, err
 		}
@@ -493,9 +493,7 @@ func query(r interface {
 			// The first page brings the directory's own attributes, so
 			// an opendir that must check them asks once, not twice
 			// (fusefs: OpendirHandle).
-			if resp.Attr, err = namespace.GetAttr(r, ids.Ino(op.Readdir.GetIno())); err != nil {
-				return nil, err
-			}
+			resp.Attr = dir
 		}
 		return resp, nil
 	case *wire.ReadRequest_GetXattr:

@@ -74,12 +74,21 @@ func GetAttr(r engine.Reader, ino ids.Ino) (*wire.Attr, error) {
 // name, not a position, entries added or removed between pages never make
 // an entry present throughout appear twice or not at all.
 func Readdir(r engine.Reader, ino ids.Ino, cookie []byte, limit int) (entries []*wire.DirEntry, next []byte, eof bool, err error) {
+	_, entries, next, eof, err = ReaddirAttr(r, ino, cookie, limit)
+	return entries, next, eof, err
+}
+
+// ReaddirAttr is Readdir that also returns the directory's own
+// attributes, read at the same point (an opendir checks them with its
+// first page).
+func ReaddirAttr(r engine.Reader, ino ids.Ino, cookie []byte, limit int) (dir *wire.Attr, entries []*wire.DirEntry, next []byte, eof bool, err error) {
 	if limit <= 0 {
 		limit = defaultReaddirLimit
 	}
 	limit = min(limit, maxReaddirLimit)
-	if _, err := loadDir(r, ino); err != nil {
-		return nil, nil, false, err
+	in, err := loadDir(r, ino)
+	if err != nil {
+		return nil, nil, nil, false, err
 	}
 	prefix := direntPrefix(ino)
 	lower := prefix
@@ -108,24 +117,24 @@ func Readdir(r engine.Reader, ino ids.Ino, cookie []byte, limit int) (entries []
 		err = derr
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("namespace: readdir %v: %w", ino, err)
+		return nil, nil, nil, false, fmt.Errorf("namespace: readdir %v: %w", ino, err)
 	}
 	// Attrs are read after the scan so that no Get runs inside an iterator.
 	for _, e := range entries {
 		if e.Ministry != 0 {
 			continue
 		}
-		in, err := loadInode(r, ids.Ino(e.Ino))
+		child, err := loadInode(r, ids.Ino(e.Ino))
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("namespace: readdir %v: entry %q: %w", ino, e.Name, err)
+			return nil, nil, nil, false, fmt.Errorf("namespace: readdir %v: entry %q: %w", ino, e.Name, err)
 		}
-		e.Attr = in.Attr
+		e.Attr = child.Attr
 	}
 	next = cookie
 	if len(entries) > 0 {
 		next = entries[len(entries)-1].Name
 	}
-	return entries, next, eof, nil
+	return in.Attr, entries, next, eof, nil
 }
 
 // GetXattr returns the value of xattr name of ino (ENODATA when absent).
