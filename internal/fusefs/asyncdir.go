@@ -428,6 +428,7 @@ func (n *node) listForLease(ctx context.Context) (map[string]dirEnt, error) {
 // answering from the listing, then send what was queued, before the
 // keeper gives the lease back.
 func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
+	n.linearizeLookups()
 	d := &n.dir
 	d.mu.Lock()
 	if d.lease == l {

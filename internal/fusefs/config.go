@@ -34,6 +34,11 @@ type Config struct {
 	// directory in the background while a process opens them in the
 	// order it listed them (walkahead.go).
 	WalkAhead bool
+	// NewFileLeases asks for the read lease of each regular file the
+	// mount created under a directory lease once its create was
+	// applied, so its next open asks the ministry nothing
+	// (newlease.go).
+	NewFileLeases bool
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -86,16 +91,17 @@ const (
 // DefaultConfig returns a Config with every field but Client set.
 func DefaultConfig() Config {
 	return Config{
-		EntryTimeout: DefaultTimeout,
-		AttrTimeout:  DefaultTimeout,
-		AsyncDirs:    true,
-		DirCache:     true,
-		WalkAhead:    true,
-		WriteBuffer:  DefaultWriteBuffer,
-		MaxWrite:     DefaultMaxWrite,
-		FsName:       "govfs",
-		ReadAhead:    DefaultReadAhead,
-		Logger:       slog.New(slog.DiscardHandler),
+		EntryTimeout:  DefaultTimeout,
+		AttrTimeout:   DefaultTimeout,
+		AsyncDirs:     true,
+		DirCache:      true,
+		WalkAhead:     true,
+		NewFileLeases: true,
+		WriteBuffer:   DefaultWriteBuffer,
+		MaxWrite:      DefaultMaxWrite,
+		FsName:        "govfs",
+		ReadAhead:     DefaultReadAhead,
+		Logger:        slog.New(slog.DiscardHandler),
 	}
 }
 

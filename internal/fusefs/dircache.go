@@ -309,6 +309,7 @@ func (n *node) noteParentMiss() {
 // (another client is about to change the directory) or it was lost: the
 // kernel's listing is dropped before the keeper gives the lease back.
 func (n *node) listLeaseRevoked(l *client.Lease, _ bool) {
+	n.linearizeLookups()
 	s := &n.list
 	s.mu.Lock()
 	s.backoff = time.Now().Add(listBackoff)

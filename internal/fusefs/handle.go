@@ -801,6 +801,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// mount can hold a lock on it (OFD locks are not named at close).
 		n.releaseAllLocks()
 		n.settleWrites(h)
+		n.leaseAfterRelease()
 	}
 	if last && hidden != "" {
 		if err := n.fsys.c.UnlinkAt(ctx, parent, hidden); err != nil {

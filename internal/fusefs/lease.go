@@ -313,6 +313,12 @@ func (n *node) leaseRevoked(l *client.Lease, lost bool) {
 	n.fsys.changes.Add(1)
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)
+	if _, p := n.Parent(); p != nil && !lost {
+		if pn, ok := p.Operations().(*node); ok {
+			// An unlink or rename of one of its names, perhaps.
+			pn.linearizeLookups()
+		}
+	}
 	n.afterStores()
 	// Data and attributes; ENOENT when the kernel forgot the inode.
 	_ = n.NotifyContent(0, 0)
