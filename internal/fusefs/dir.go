@@ -324,6 +324,18 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	d.mu.Unlock()
 	if e != nil && string(e.GetName()) == name && e.GetAttr() != nil && e.GetAttr().GetIno() == e.GetIno() {
 		in := d.n.child(ctx, e.GetAttr(), out)
+		// Under the directory lease the name stays this file's until
+		// the revoke invalidates it: the kernel may keep the entry
+		// that long, as for a lookup (leasedEntryLocked). With the
+		// 1 s default, renames and unlinks in a directory listed a
+		// few seconds before looked every name up again while
+		// holding the directory's lock (16 processes renaming in
+		// one directory after listing it: 6,300 -> 1,400/s).
+		d.n.dir.mu.Lock()
+		if d.n.asyncLocked() && d.n.dir.names[name].ino == ids.Ino(e.GetIno()) {
+			d.n.leasedEntryLocked(name, out)
+		}
+		d.n.dir.mu.Unlock()
 		if age > 0 {
 			// A kept page's attributes: trusted for what is left of
 			// the timeout they were first answered with, by the

@@ -114,11 +114,13 @@ type Config struct {
 const (
 	// DefaultTTL is DESIGN §5's lease time to live.
 	DefaultTTL = 10 * time.Second
-	// DefaultMaxPerClient bounds one client's leases.
-	DefaultMaxPerClient = 16384
+	// DefaultMaxPerClient bounds one client's leases. (16,384 until
+	// session 19: a mount that made 16,000 directories, each leased to
+	// it from the start, had no room left for its files' read leases.)
+	DefaultMaxPerClient = 65536
 	// DefaultMaxClients bounds the clients holding leases of one
 	// ministry: far more mounts than a cluster has, far fewer than would
-	// exhaust a minister's memory (16384 leases each at most).
+	// exhaust a minister's memory (65,536 leases each at most).
 	DefaultMaxClients = 16384
 )
 
