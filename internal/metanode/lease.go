@@ -72,6 +72,106 @@ type groupLeases struct {
 	// closing: clients whose session close was proposed without an
 	// answer (it may still commit); kept across terms (reclaim.go).
 	closing map[lease.ClientID]bool
+	// entries are the names changes resolved and are being proposed
+	// with (holdEntriesLocked), and until when at most.
+	entries map[entryKey]entryHold
+	// entryTokens numbers the changes holding names.
+	entryTokens uint64
+}
+
+// maxEntryHolds: past it, expired holds are swept.
+const maxEntryHolds = 4096
+
+// entryKey is a name in a directory.
+type entryKey struct {
+	parent ids.Ino
+	name   string
+}
+
+type entryHold struct {
+	token uint64
+	until time.Time
+	// waited: another change found the name held (its release wakes
+	// the waiters; without, it wakes nobody: a broadcast also wakes
+	// every keepalive's long poll).
+	waited bool
+}
+
+// changedEntries returns the names cmd removes, replaces or moves, whose
+// inodes drainReaders resolves.
+func changedEntries(cmd *wire.Command) []entryKey {
+	var keys []entryKey
+	add := func(c *wire.Command) {
+		switch op := c.GetOp().(type) {
+		case *wire.Command_Unlink:
+			keys = append(keys, entryKey{ids.Ino(op.Unlink.GetParent()), string(op.Unlink.GetName())})
+		case *wire.Command_Rename:
+			keys = append(keys, entryKey{ids.Ino(op.Rename.GetParent()), string(op.Rename.GetName())},
+				entryKey{ids.Ino(op.Rename.GetNewParent()), string(op.Rename.GetNewName())})
+		}
+	}
+	if b := cmd.GetBatch(); b != nil {
+		for _, c := range b.GetCmds() {
+			add(c)
+		}
+	} else {
+		add(cmd)
+	}
+	return keys
+}
+
+// holdEntriesLocked takes keys for a change about to be proposed, once no
+// other change holds one of them (else it reports when the earliest hold
+// ends). Two renames onto one name from two clients both resolved the
+// name's old inode and drained its readers; the first then put a new
+// inode there, which a third client could lease before the second
+// rename, applied next, unlinked it: that client's lease was never
+// revoked, and its mount kept answering the name with a removed file.
+// With the names held from the last resolution until the change is
+// applied, the second resolves the name again after the first, and
+// drains the new inode's readers.
+func (gl *groupLeases) holdEntriesLocked(now time.Time, keys []entryKey, until time.Time) (token uint64, busyUntil time.Time) {
+	for _, k := range keys {
+		if h, ok := gl.entries[k]; ok && now.Before(h.until) {
+			busyUntil = earliestTime(busyUntil, h.until)
+			h.waited = true
+			gl.entries[k] = h
+		}
+	}
+	if !busyUntil.IsZero() {
+		return 0, busyUntil
+	}
+	if gl.entries == nil {
+		gl.entries = map[entryKey]entryHold{}
+	}
+	if len(gl.entries) > maxEntryHolds {
+		// Holds of changes never answered, expired.
+		for k, h := range gl.entries {
+			if !now.Before(h.until) {
+				delete(gl.entries, k)
+			}
+		}
+	}
+	gl.entryTokens++
+	token = gl.entryTokens
+	for _, k := range keys {
+		gl.entries[k] = entryHold{token: token, until: until}
+	}
+	return token, time.Time{}
+}
+
+// releaseEntriesLocked gives back what token holds of keys.
+func (gl *groupLeases) releaseEntriesLocked(keys []entryKey, token uint64) {
+	waited := false
+	for _, k := range keys {
+		if h, ok := gl.entries[k]; ok && h.token == token {
+			delete(gl.entries, k)
+			waited = waited || h.waited
+		}
+	}
+	if waited {
+		gl.broadcastLocked()
+	}
 }
 
 func newLeaseService(n *Node) *leaseService {
@@ -825,7 +925,30 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 	end := waitEnd(ctx, start)
 	intent := ls.ttl + ls.ttl/10
 	var drained []ids.Ino
+	// keys: the names the change resolves, held (token) from their
+	// last resolution until it is applied (holdEntriesLocked). Taken
+	// only once nothing is left to drain: a change holding names waits
+	// for nothing but its proposal (a holder's queue sent during a
+	// drain may need the same names).
+	keys := changedEntries(cmd)
+	var token uint64
+	releaseKeys := func() {
+		if token == 0 {
+			return
+		}
+		ls.mu.Lock()
+		if gl := ls.mu.groups[g]; gl != nil {
+			gl.releaseEntriesLocked(keys, token)
+		}
+		ls.mu.Unlock()
+		token = 0
+	}
 	done := func(applied bool) {
+		if applied {
+			releaseKeys()
+		}
+		// Not applied: it may still commit; the names stay held until
+		// the hold expires.
 		if len(drained) == 0 {
 			return
 		}
@@ -895,6 +1018,13 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 		if anyRevoked {
 			gl.broadcastLocked()
 		}
+		if !busy && len(keys) > 0 && token == 0 {
+			t, until := gl.holdEntriesLocked(now, keys, now.Add(intent))
+			if t == 0 {
+				busy, at = true, earliestTime(at, until)
+			}
+			token = t
+		}
 		ch := gl.changed
 		ls.mu.Unlock()
 		if !busy {
@@ -902,6 +1032,8 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			// queue, sent in this drain, may have made the name it
 			// removes (a directory its holder had leased before its
 			// create was applied: LeaseRequest.new_dir; found in review).
+			// Another change of the same names is applied by now
+			// (the names are held).
 			more := false
 			dirs, files := ls.replacedInodes(g, cmd)
 			for _, d := range dirs {
@@ -917,6 +1049,8 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			if !more {
 				return done, nil
 			}
+			// Those are drained first, without holding the names.
+			releaseKeys()
 			if now.Before(end) {
 				continue
 			}
@@ -933,6 +1067,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 				}
 			}
 			ls.mu.Unlock()
+			releaseKeys() // not proposed
 			return func(bool) {}, fmt.Errorf("%w: waiting for other clients to give back their leases on %v (or for a new minister's lease fence to end)", multiraft.ErrUnavailable, append(ds.inos, ds.dirs...))
 		}
 		ls.wait(ctx, ch, earliestTime(at, end))
