@@ -111,6 +111,10 @@ type LeaseOptions struct {
 	// directory's attributes (Lease.Attr), which stay current while the
 	// lease is valid except for this Client's own changes.
 	Open bool
+	// OpenAttrOnly, with Open, asks for the attributes alone: the
+	// Files FileOfLease makes then read the chunk table and inline
+	// bytes when they need them.
+	OpenAttrOnly bool
 	// NewDir (a LeaseWrite Dir lease) asks for the lease on a directory
 	// this Client made with MakeNodeDeferred and NodeSpec.MarkDirLease,
 	// whose create may not be applied yet: if it is not, the lease is
@@ -347,7 +351,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		resp, err := c.acquireCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir, NewDir: opts.NewDir && opts.Dir && mode == LeaseWrite,
-			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks,
+			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks, OpenAttrOnly: opts.OpenAttrOnly,
 			EntryParent: uint64(entryParent), EntryName: []byte(opts.EntryName)}, wait)
 		asked()
 		var redir *redirectedError

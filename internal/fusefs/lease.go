@@ -189,6 +189,13 @@ func (n *node) validLeaseLocked() *client.Lease {
 // readLease returns a valid read lease on the file, asking for one (a
 // try) when there is none. nil: none, close-to-open then.
 func (n *node) readLease(ctx context.Context) *client.Lease {
+	return n.readLeaseFor(ctx, false)
+}
+
+// readLeaseFor is readLease; attrOnly asks the grant for the attributes
+// alone (newlease.go: a new file has no chunk table or bytes to read
+// ahead, and looking for them was most of the grant's cost).
+func (n *node) readLeaseFor(ctx context.Context, attrOnly bool) *client.Lease {
 	n.adoptOnce()
 	// Asked outside n.mu: the client's queue has its own lock.
 	queued := n.fsys.c.QueuedFileChanges(n.ino)
@@ -216,7 +223,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 		_ = n.NotifyContent(0, 0)
 		_ = old.Release(ctx)
 	}
-	opts := client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt}
+	opts := client.LeaseOptions{OnRevoke: n.leaseRevoked, Open: adopt, OpenAttrOnly: attrOnly}
 	if name, p := n.Parent(); p != nil {
 		// The name it was found under: while the lease holds, a lookup
 		// of it is answered here (leasedLookup).
@@ -231,7 +238,7 @@ func (n *node) readLease(ctx context.Context) *client.Lease {
 	if n.mu.lease != nil { // a concurrent open got one first
 		n.mu.Unlock()
 		_ = l.Release(ctx)
-		return n.readLease(ctx)
+		return n.readLeaseFor(ctx, attrOnly)
 	}
 	n.mu.lease, n.mu.origin = l, nil
 	// The attributes came with the grant (read after it): current while

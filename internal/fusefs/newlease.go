@@ -71,7 +71,7 @@ func (f *FS) leaseNewFile(ctx context.Context, n *node) {
 			time.Sleep(time.Millisecond)
 		}
 		f.newFileLeases.Inc()
-		n.readLease(ctx)
+		n.readLeaseFor(ctx, true)
 	}()
 }
 

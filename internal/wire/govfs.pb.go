@@ -7398,6 +7398,11 @@ type LeaseRequest struct {
 	// attributes (opened.attr) as they are once the lease is granted.
 	Open          bool   `protobuf:"varint,18,opt,name=open,proto3" json:"open,omitempty"`
 	OpenMaxChunks uint32 `protobuf:"varint,19,opt,name=open_max_chunks,json=openMaxChunks,proto3" json:"open_max_chunks,omitempty"`
+	// With open: the attributes alone (opened.attr, chunks_omitted set):
+	// no chunk table and no inline bytes, which cost the minister a scan
+	// and a read of keys a new file does not have (a mount leasing the
+	// files it created).
+	OpenAttrOnly bool `protobuf:"varint,24,opt,name=open_attr_only,json=openAttrOnly,proto3" json:"open_attr_only,omitempty"`
 	// ACQUIRE of a write directory lease on a directory this client is
 	// making (its create, with mark_dir_lease, is queued): when the
 	// directory does not exist yet, granted without a MarkDirLeaseOp (its
@@ -7582,6 +7587,13 @@ func (x *LeaseRequest) GetOpenMaxChunks() uint32 {
 		return x.OpenMaxChunks
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetOpenAttrOnly() bool {
+	if x != nil {
+		return x.OpenAttrOnly
+	}
+	return false
 }
 
 func (x *LeaseRequest) GetNewDir() bool {
@@ -9332,7 +9344,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\x96\x05\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xbc\x05\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9354,7 +9366,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\treleasing\x18\x10 \x03(\x04R\treleasing\x12\x14\n" +
 	"\x05epoch\x18\x11 \x01(\x04R\x05epoch\x12\x12\n" +
 	"\x04open\x18\x12 \x01(\bR\x04open\x12&\n" +
-	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\x12\x17\n" +
+	"\x0fopen_max_chunks\x18\x13 \x01(\rR\ropenMaxChunks\x12$\n" +
+	"\x0eopen_attr_only\x18\x18 \x01(\bR\fopenAttrOnly\x12\x17\n" +
 	"\anew_dir\x18\x14 \x01(\bR\x06newDir\x12!\n" +
 	"\fentry_parent\x18\x15 \x01(\x04R\ventryParent\x12\x1d\n" +
 	"\n" +
