@@ -21,7 +21,7 @@ func TestNewFileLeases(t *testing.T) {
 	canMount(t)
 	c := startCluster(t)
 	addr := freeAddr(t)
-	mnt := mountProc(t, c, "--metrics", addr)
+	mnt := mountProc(t, c, "--metrics", addr, "--new-file-leases")
 	cl := newClient(t, c, c.Addrs())
 	ctx := t.Context()
 	dir := filepath.Join(mnt, "new")
