@@ -321,7 +321,7 @@ func (n *node) leaseRevoked(l *client.Lease, lost bool) {
 	n.fsys.changes.Add(1)
 	n.mu.Unlock()
 	n.fsys.leases.remove(n)
-	if _, p := n.Parent(); p != nil && !lost {
+	if _, p := n.Parent(); p != nil {
 		if pn, ok := p.Operations().(*node); ok {
 			// An unlink or rename of one of its names, perhaps.
 			pn.linearizeLookups()

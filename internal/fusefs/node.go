@@ -644,8 +644,9 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 			done := n.deferredDone(name, nil, "")
 			if spec.Type == wire.FileType_REGULAR {
 				// Once applied, its read lease (newlease.go).
+				inner := done
 				done = func(res *wire.Result, err error) {
-					n.deferredDone(name, nil, "")(res, err)
+					inner(res, err)
 					if ch := made.Load(); err == nil && ch != nil {
 						n.fsys.leaseNewFile(context.WithoutCancel(ctx), ch)
 					}

@@ -91,10 +91,29 @@ type entryKey struct {
 type entryHold struct {
 	token uint64
 	until time.Time
+	// owner: the request holding it; its retry takes the hold over (a
+	// proposal that outlived the client's deadline keeps its names
+	// until it expires, and the retry would otherwise wait for itself).
+	owner reqKey
 	// waited: another change found the name held (its release wakes
 	// the waiters; without, it wakes nobody: a broadcast also wakes
 	// every keepalive's long poll).
 	waited bool
+}
+
+// reqKey names a client request (a batch by its first command's).
+type reqKey struct {
+	client, seq uint64
+}
+
+func reqOf(cmd *wire.Command) reqKey {
+	r := cmd.GetReq()
+	if r == nil {
+		if cs := cmd.GetBatch().GetCmds(); len(cs) > 0 {
+			r = cs[0].GetReq()
+		}
+	}
+	return reqKey{r.GetClientId(), r.GetSeq()}
 }
 
 // changedEntries returns the names cmd removes, replaces or moves, whose
@@ -130,9 +149,9 @@ func changedEntries(cmd *wire.Command) []entryKey {
 // With the names held from the last resolution until the change is
 // applied, the second resolves the name again after the first, and
 // drains the new inode's readers.
-func (gl *groupLeases) holdEntriesLocked(now time.Time, keys []entryKey, until time.Time) (token uint64, busyUntil time.Time) {
+func (gl *groupLeases) holdEntriesLocked(now time.Time, keys []entryKey, until time.Time, owner reqKey) (token uint64, busyUntil time.Time) {
 	for _, k := range keys {
-		if h, ok := gl.entries[k]; ok && now.Before(h.until) {
+		if h, ok := gl.entries[k]; ok && now.Before(h.until) && (owner.client == 0 || h.owner != owner) {
 			busyUntil = earliestTime(busyUntil, h.until)
 			h.waited = true
 			gl.entries[k] = h
@@ -155,7 +174,7 @@ func (gl *groupLeases) holdEntriesLocked(now time.Time, keys []entryKey, until t
 	gl.entryTokens++
 	token = gl.entryTokens
 	for _, k := range keys {
-		gl.entries[k] = entryHold{token: token, until: until}
+		gl.entries[k] = entryHold{token: token, until: until, owner: owner}
 	}
 	return token, time.Time{}
 }
@@ -1026,7 +1045,7 @@ func (ls *leaseService) drainReaders(ctx context.Context, g ids.GroupID, cmd *wi
 			gl.broadcastLocked()
 		}
 		if !busy && len(keys) > 0 && token == 0 {
-			t, until := gl.holdEntriesLocked(now, keys, now.Add(intent))
+			t, until := gl.holdEntriesLocked(now, keys, now.Add(intent), reqOf(cmd))
 			if t == 0 {
 				busy, at = true, earliestTime(at, until)
 			}
