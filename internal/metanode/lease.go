@@ -101,6 +101,17 @@ type entryHold struct {
 	waited bool
 }
 
+// forEachCmd calls fn with each command of a batch, or with cmd itself.
+func forEachCmd(cmd *wire.Command, fn func(*wire.Command)) {
+	if b := cmd.GetBatch(); b != nil {
+		for _, c := range b.GetCmds() {
+			fn(c)
+		}
+		return
+	}
+	fn(cmd)
+}
+
 // reqKey names a client request (a batch by its first command's).
 type reqKey struct {
 	client, seq uint64
@@ -129,13 +140,7 @@ func changedEntries(cmd *wire.Command) []entryKey {
 				entryKey{ids.Ino(op.Rename.GetNewParent()), string(op.Rename.GetNewName())})
 		}
 	}
-	if b := cmd.GetBatch(); b != nil {
-		for _, c := range b.GetCmds() {
-			add(c)
-		}
-	} else {
-		add(cmd)
-	}
+	forEachCmd(cmd, add)
 	return keys
 }
 
@@ -897,13 +902,7 @@ func drainSetOf(cmd *wire.Command) drainSet {
 			}
 		}
 	}
-	if b := cmd.GetBatch(); b != nil {
-		for _, c := range b.GetCmds() {
-			add(c)
-		}
-	} else {
-		add(cmd)
-	}
+	forEachCmd(cmd, add)
 	return d
 }
 
@@ -1220,13 +1219,7 @@ func (ls *leaseService) replacedInodes(g ids.GroupID, cmd *wire.Command) (dirs, 
 			moved = append(moved, entry{ids.Ino(op.Rename.GetParent()), op.Rename.GetName()})
 		}
 	}
-	if b := cmd.GetBatch(); b != nil {
-		for _, c := range b.GetCmds() {
-			add(c)
-		}
-	} else {
-		add(cmd)
-	}
+	forEachCmd(cmd, add)
 	if len(names)+len(moved)+len(exchanged) == 0 {
 		return nil, nil
 	}
