@@ -176,12 +176,16 @@ func testDirLeaseReclaimed(t *testing.T, mode LeaseMode) {
 	if _, err := a.Mkdir(ctx, "/plain", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var revokedAt atomic.Int64
+	// Times are offsets from base on the monotonic clock: a wall-clock
+	// time (UnixNano) compared with a monotonic duration can be off by
+	// any adjustment of the wall clock in between.
+	base := time.Now()
+	var revokedAt atomic.Int64 // time.Since(base) at the revoke, +1 so 0 means none
 	var lost atomic.Bool
 	onRevoke := func(_ *Lease, l bool) {
 		lost.Store(lost.Load() || l)
 		a.FlushDeferred(context.Background())
-		revokedAt.Store(time.Now().UnixNano())
+		revokedAt.Store(int64(time.Since(base)) + 1)
 	}
 	if _, err := a.AcquireLease(ctx, ids.Ino(leased.GetIno()), mode, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: onRevoke}); err != nil {
 		t.Fatal(err)
@@ -205,9 +209,10 @@ func testDirLeaseReclaimed(t *testing.T, mode LeaseMode) {
 		t.Fatalf("creates after the minister change: plain %v, leased %v", p.err, l.err)
 	}
 	at := revokedAt.Load()
-	if at == 0 || lost.Load() || time.Unix(0, at).After(stopped.Add(l.at)) {
-		t.Fatalf("the create in the leased directory returned %v after the stop, the holder's lease revoked at %v (lost %v): it must be revoked first",
-			l.at, time.Unix(0, at).Sub(stopped), lost.Load())
+	revoked := time.Duration(at-1) - stopped.Sub(base) // after the stop
+	if at == 0 || lost.Load() || revoked > l.at {
+		t.Fatalf("the create in the leased directory returned %v after the stop, the holder's lease revoked at %v (revoked: %v, lost %v): it must be revoked first",
+			l.at, revoked, at != 0, lost.Load())
 	}
 	if l.at >= leaseTTL || p.at >= leaseTTL {
 		t.Fatalf("creates waited out the fence (plain %v, leased %v, TTL %v): the directory lease was not reclaimed", p.at, l.at, leaseTTL)
