@@ -30,7 +30,8 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxInFlight := fs.Int("max-inflight-per-client", rpc.DefaultMaxInFlightPerClient, "requests one client certificate (plaintext: one remote IP) may have in progress on this node; more are refused as resource exhausted (the library retries)")
 	tick := fs.Duration("tick", 100*time.Millisecond, "raft tick; the election timeout is 10 ticks")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
-	snapEvery := fs.Uint64("snapshot-every", 20000, "applied entries between a group's snapshots (log truncation); followers further behind catch up by snapshot")
+	snapEvery := fs.Uint64("snapshot-every", 256, "applied entries between a group's log truncations (raft snapshot points; the state is copied only when a follower needs it)")
+	logKeep := fs.Uint64("log-keep", 5000, "most log entries a minister keeps for a follower that is behind (down, or slow); one further behind catches up by a streamed snapshot")
 	batchDelay := fs.Duration("batch-delay", 200*time.Microsecond, "under load, wait this long before a raft round so more proposals share it (0 disables)")
 	gcInterval := fs.Duration("gc-interval", metanode.DefaultGCInterval, "how often the president's leader collects unreferenced chunks (negative disables)")
 	gcGrace := fs.Duration("gc-grace", metanode.DefaultGCGrace, "how long a chunk copy must stay unreferenced before it is deleted (clients may cache released chunk lists that long)")
@@ -99,6 +100,10 @@ func runMeta(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("meta: --snapshot-every must be positive")
 	}
 	cfg.SnapshotEvery = *snapEvery
+	if *logKeep == 0 {
+		return fmt.Errorf("meta: --log-keep must be positive")
+	}
+	cfg.LogKeep = *logKeep
 	if *gcInterval == 0 {
 		return fmt.Errorf("meta: --gc-interval 0: give a positive interval, or a negative one to disable chunk garbage collection")
 	}

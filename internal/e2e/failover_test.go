@@ -221,7 +221,7 @@ func TestRestartedNodeCatchesUpBySnapshot(t *testing.T) {
 	rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := testcluster.StartReady(rctx, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 3,
-		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "100", "--log-level", "info"}})
+		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "100", "--log-keep", "50", "--log-level", "info"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // replica. Every acknowledged write is there with its bytes.
 func TestDeadMinistryMemberReplaced(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5,
-		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--replace-dead-after", "3s", "--snapshot-every", "200"}})
+		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--replace-dead-after", "3s", "--snapshot-every", "200", "--log-keep", "100"}})
 	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

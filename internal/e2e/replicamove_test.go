@@ -27,7 +27,7 @@ import (
 // refused with a clear error and change nothing.
 func TestReplicaMovedByHand(t *testing.T) {
 	c := testcluster.StartForTest(t, 120*time.Second, testcluster.ProcConfig{Binary: binary, Dir: t.TempDir(), Nodes: 5,
-		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "200"}})
+		Tick: 50 * time.Millisecond, ExtraArgs: []string{"--snapshot-every", "200", "--log-keep", "100"}})
 	cl := newClient(t, c, c.Addrs(), 60*time.Second)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()

@@ -34,9 +34,11 @@ type Config struct {
 	TickInterval time.Duration
 	Logger       *slog.Logger
 
-	// SnapshotEvery applied entries a group snapshots and truncates its
-	// log (0 keeps the multiraft default).
+	// SnapshotEvery applied entries a group truncates its log; LogKeep
+	// is the most entries a leader keeps for a follower behind (0 keeps
+	// the multiraft defaults).
 	SnapshotEvery uint64
+	LogKeep       uint64
 
 	// BatchDelay is the raft loop's batching wait under load (see
 	// multiraft.Config.BatchDelay); negative keeps the default.

@@ -196,7 +196,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.SnapshotEvery > 0 {
 		hc.SnapshotEvery = cfg.SnapshotEvery
-		hc.KeepEntries = min(hc.KeepEntries, cfg.SnapshotEvery/2)
+	}
+	if cfg.LogKeep > 0 {
+		hc.KeepEntries = cfg.LogKeep
 	}
 	host, err := multiraft.NewHost(hc)
 	if err != nil {

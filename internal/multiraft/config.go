@@ -68,9 +68,9 @@ type Config struct {
 	TickInterval   time.Duration
 	ElectionTicks  int
 	HeartbeatTicks int
-	// SnapshotEvery applied entries a group takes a snapshot and compacts
-	// its log, keeping KeepEntries entries for followers that are a little
-	// behind (further behind ones get the snapshot).
+	// SnapshotEvery applied entries a group truncates its log (maybeCompact:
+	// a leader keeps what its followers lack, at most KeepEntries; further
+	// behind ones get a snapshot).
 	SnapshotEvery uint64
 	KeepEntries   uint64
 	// ApplyWorkers is the size of the apply worker pool.
@@ -95,7 +95,7 @@ func DefaultConfig() Config {
 		TickInterval:   100 * time.Millisecond,
 		ElectionTicks:  10,
 		HeartbeatTicks: 1,
-		SnapshotEvery:  20000,
+		SnapshotEvery:  256,
 		KeepEntries:    5000,
 		ApplyWorkers:   4,
 		MaxSizePerMsg:  1 << 20,

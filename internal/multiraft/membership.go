@@ -151,15 +151,18 @@ func (h *Host) doRemovals() error {
 		r.mu.Lock()
 		r.failWaitersLocked(ErrUnknownGroup)
 		r.failReadsLocked()
+		r.mu.Unlock()
+		// Readers that found the replica before it left the map finish
+		// first; later ones get ErrUnknownGroup. A snapshot prepared for
+		// a follower goes now: prepareSnapshot makes none once gone.
+		r.stateMu.Lock()
+		r.gone.Store(true)
+		r.mu.Lock()
 		if r.mu.snap != nil {
 			r.mu.snap.Release()
 			r.mu.snap = nil
 		}
 		r.mu.Unlock()
-		// Readers that found the replica before it left the map finish
-		// first; later ones get ErrUnknownGroup.
-		r.stateMu.Lock()
-		r.gone.Store(true)
 		wb := h.cfg.Engine.NewWriteBatch()
 		p := engine.GroupPrefix(uint64(rm.g))
 		err := wb.DeleteRange(p, engine.PrefixEnd(p))

@@ -17,6 +17,7 @@ import (
 	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/multiraft/raftsim"
 	"github.com/govfs/govfs/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // logSM records every applied request as "r"<client><seq> → index, and
@@ -53,6 +54,9 @@ type cluster struct {
 	knobs map[ids.NodeID]*multiraft.TestingKnobs
 	// cacheBytes sizes the engines' block caches (0: the default).
 	cacheBytes int64
+	// keep is KeepEntries (0: 10); regs, each node's metrics.
+	keep uint64
+	regs map[ids.NodeID]*prometheus.Registry
 }
 
 var peers = []ids.NodeID{1, 2, 3}
@@ -62,9 +66,14 @@ func newCluster(t *testing.T, snapEvery uint64) *cluster {
 }
 
 func newClusterOf(t testing.TB, snapEvery uint64, sm multiraft.StateMachine) *cluster {
+	return newClusterKeep(t, snapEvery, sm, 0)
+}
+
+// newClusterKeep is newClusterOf with KeepEntries keep (0: 10).
+func newClusterKeep(t testing.TB, snapEvery uint64, sm multiraft.StateMachine, keep uint64) *cluster {
 	c := &cluster{t: t, clk: clock.NewManual(time.Unix(1000, 0)), net: raftsim.NewNetwork(1),
 		dirs: map[ids.NodeID]string{}, hosts: map[ids.NodeID]*multiraft.Host{}, engs: map[ids.NodeID]*engine.Engine{},
-		stop: make(chan struct{}), snapEvery: snapEvery, sm: sm, knobs: map[ids.NodeID]*multiraft.TestingKnobs{}}
+		stop: make(chan struct{}), snapEvery: snapEvery, sm: sm, knobs: map[ids.NodeID]*multiraft.TestingKnobs{}, keep: keep}
 	for _, id := range peers {
 		c.dirs[id] = t.TempDir()
 		c.start(id)
@@ -100,6 +109,14 @@ func (c *cluster) start(id ids.NodeID) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.SnapshotEvery = c.snapEvery
 	cfg.KeepEntries = 10
+	if c.keep > 0 {
+		cfg.KeepEntries = c.keep
+	}
+	if c.regs == nil {
+		c.regs = map[ids.NodeID]*prometheus.Registry{}
+	}
+	c.regs[id] = prometheus.NewRegistry()
+	cfg.Registry = c.regs[id]
 	cfg.Knobs = c.knobs[id]
 	h, err := multiraft.NewHost(cfg)
 	if err != nil {
@@ -401,4 +418,82 @@ func TestMembershipChangeReplacesAMember(t *testing.T) {
 			}
 		}
 	}
+}
+
+// firstIndex is g's first log index on node id.
+func (c *cluster) firstIndex(id ids.NodeID, g ids.GroupID) uint64 {
+	for _, st := range c.hosts[id].Status() {
+		if st.Group == g {
+			return st.FirstIndex
+		}
+	}
+	c.t.Fatalf("node %v does not host %v", id, g)
+	return 0
+}
+
+func (c *cluster) snapshotsSent(id ids.NodeID) float64 {
+	mfs, err := c.regs[id].Gather()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "govfs_raft_snapshots_sent_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// TestLogTruncatedToFollowers: with every follower in step, each node's
+// log is truncated to about 2×SnapshotEvery entries, so entries are
+// deleted before they reach Pebble's tables; a leader keeps what a
+// stopped follower lacks (up to KeepEntries), and that follower catches
+// up from the log, with no snapshot; once it has, the log is short again.
+func TestLogTruncatedToFollowers(t *testing.T) {
+	const every = 20
+	c := newClusterKeep(t, every, nil, 1000)
+	propose := func(from, to uint64) {
+		t.Helper()
+		for s := from; s <= to; s++ {
+			if _, err := c.propose(1, 7, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	short := func(what string) {
+		t.Helper()
+		l := c.leader(1)
+		applied := c.hosts[l].Applied(1)
+		c.waitAll(1, applied)
+		// One more round so every node truncated after the others
+		// caught up (the leader truncates every `every` entries).
+		propose(1000, 1000+2*every)
+		applied = c.hosts[l].Applied(1)
+		c.waitAll(1, applied)
+		for id := range c.hosts {
+			if first := c.firstIndex(id, 1); first+3*every < applied {
+				t.Fatalf("%s: node %v keeps the log from %d, applied %d: more than %d entries", what, id, first, applied, 3*every)
+			}
+		}
+	}
+	propose(1, 300)
+	short("all in step")
+	l := c.leader(1)
+	var victim ids.NodeID
+	for _, id := range peers {
+		if id != l {
+			victim = id
+			break
+		}
+	}
+	c.kill(victim)
+	propose(301, 500)
+	l = c.leader(1)
+	c.start(victim)
+	c.waitAll(1, c.hosts[l].Applied(1))
+	c.checkAll(1, 7, 500)
+	if n := c.snapshotsSent(l); n != 0 {
+		t.Fatalf("the leader sent %v snapshots to a follower 200 entries behind with 1,000 kept", n)
+	}
+	short("after the catch-up")
 }

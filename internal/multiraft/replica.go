@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
@@ -61,7 +62,13 @@ type replica struct {
 		term      uint64
 		cs        *pb.ConfState
 		snapIndex uint64
+		// snap: an engine snapshot made for a follower that needs one
+		// (prepareSnapshot), until the transport takes it; preparing
+		// while it is being made. Neither is held otherwise: an open
+		// Pebble snapshot keeps every key it can see through
+		// compactions, the truncated log included.
 		snap      *snapRef
+		preparing bool
 		// pendingSnaps holds streamed snapshot data by index until raft
 		// hands the snapshot back in a Ready (a rejected one is dropped
 		// when a later one is installed, or replaced).
@@ -186,17 +193,15 @@ func (r *replica) flushProposalsLocked(self uint64) {
 }
 
 // snapRef is a reference-counted engine snapshot of a group's state at
-// index; it stays open while a transport streams it.
+// index; it stays open while a transport streams it. made is when it
+// was taken (a prepared one nobody sent is dropped after a while).
 type snapRef struct {
 	mu    sync.Mutex
 	refs  int
 	snap  *engine.Snapshot
 	group ids.GroupID
 	index uint64
-}
-
-func newSnapRef(e *engine.Engine, g ids.GroupID, index uint64) *snapRef {
-	return &snapRef{refs: 1, snap: e.NewSnapshot(), group: g, index: index}
+	made  time.Time
 }
 
 func (s *snapRef) acquire() *snapRef {
