@@ -1359,7 +1359,7 @@ func (s *metaService) leaseRoute(g ids.GroupID, ino ids.Ino) *wire.Status {
 	if st != nil || held {
 		return st
 	}
-	if to := s.n.elsewhere(g, ino); to != 0 {
+	if to := s.n.elsewhereIf(g, ino, true); to != 0 {
 		return s.n.redirectStatus(ino, g, to)
 	}
 	return nil
