@@ -785,9 +785,10 @@ func (c *Client) sendDeferred() {
 			ops = ops[n:]
 			send, stale := c.splitStale(run)
 			var results []*wire.Result
+			var leased []ids.Ino
 			var err error
 			if len(send) > 0 {
-				results, err = c.sendBatch(ctx, send)
+				results, leased, err = c.sendBatch(ctx, send)
 			}
 			// The done functions run before the operations count as
 			// done, so a flush returning sees their failures recorded.
@@ -810,6 +811,7 @@ func (c *Client) sendDeferred() {
 			}
 			c.failStale(stale)
 			c.retireOps(run)
+			c.dropNewFileLeases(leased) // the done functions took theirs
 		}
 	}
 }
@@ -901,7 +903,7 @@ const maxBatch = 1024
 // file's inline bytes (up to 64 KiB with --inline-max) would be 64 MiB.
 const maxBatchBytes = 4 << 20
 
-func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, error) {
+func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, []ids.Ino, error) {
 	cmds := make([]*wire.Command, len(run))
 	for i, op := range run {
 		cmds[i] = op.cmd
@@ -922,12 +924,38 @@ func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Resu
 		}
 	}
 	batch := &wire.Command{Version: 1, NowNs: c.cfg.Clock.Now().UnixNano(), Op: &wire.Command_Batch{Batch: &wire.BatchOp{Cmds: cmds}}}
-	res, err := c.mutateIn(ctx, run[0].group, run[0].route, batch)
+	// The new files' leases come with the answer (newlease.go). The
+	// keepalive loop runs from now on, and counts this request as one
+	// that may bring a grant (a revoke of it arriving first waits).
+	leaseNew := c.newFileLeasesFor(run)
+	var epoch uint64
+	asked := func() {}
+	if len(leaseNew) > 0 {
+		epoch, asked = c.leases.ensureLoop(c, run[0].group)
+	}
+	defer func() { asked() }()
+	sent := c.cfg.Clock.Now()
+	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, leaseNew)
+	var leased []ids.Ino
+	if len(full.GetNewFileLeases()) > 0 {
+		if g == run[0].group {
+			leased = c.holdNewFileLeases(g, full, epoch, sent)
+		} else {
+			// Redirected: the epoch taken is another group's.
+			var ids []uint64
+			for _, gr := range full.GetNewFileLeases() {
+				ids = append(ids, gr.GetId())
+			}
+			c.releaseInBackground(g, ids)
+		}
+	}
 	if err != nil {
-		return nil, err
+		c.dropNewFileLeases(leased)
+		return nil, nil, err
 	}
 	if len(res.GetResults()) != len(run) {
-		return nil, fmt.Errorf("%w: batch of %d commands answered with %d results", syscall.EIO, len(run), len(res.GetResults()))
+		c.dropNewFileLeases(leased)
+		return nil, nil, fmt.Errorf("%w: batch of %d commands answered with %d results", syscall.EIO, len(run), len(res.GetResults()))
 	}
-	return res.GetResults(), nil
+	return res.GetResults(), leased, nil
 }

@@ -108,6 +108,8 @@ type Client struct {
 	outageSince atomic.Int64
 	// leases renews the leases this Client holds (lease.go).
 	leases leaseKeeper
+	// newLeases keeps the leases granted with creates (newlease.go).
+	newLeases newLeases
 	// releases queues leases given back, acquires lease tries: both
 	// go in batches (release.go, acquire.go, batch.go).
 	releases groupQueues[releaseItem]

@@ -195,6 +195,9 @@ type Lease struct {
 		pending bool
 	}
 	done chan struct{} // closed when ended
+	// hook is the revoke handler of a lease granted with a create, set
+	// once taken (SetOnRevoke); onRevoke calls it.
+	hook atomic.Pointer[func(*Lease, bool)]
 }
 
 // Ino returns the leased inode.

@@ -335,14 +335,16 @@ func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (
 // cluster-map commands).
 func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
 	// Deferred changes first: this one may depend on them (async.go).
-	res, _, err := c.mutateResp(ctx, group, route, cmd, cmd.GetBatch() == nil)
+	res, _, _, err := c.mutateResp(ctx, group, route, cmd, cmd.GetBatch() == nil, nil)
 	return res, err
 }
 
-// mutateResp is mutateIn returning the whole answer too; flush says
-// whether the deferred changes go first (false only for commands that
-// depend on no namespace state, such as a pool of chunk handles).
-func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool) (*wire.Result, *wire.MutateResponse, error) {
+// mutateResp is mutateIn returning the whole answer too, and the group
+// that gave it; flush says whether the deferred changes go first (false
+// only for commands that depend on no namespace state, such as a pool of
+// chunk handles); leaseNew names the new files whose leases it asks for
+// (MutateRequest.lease_new_files).
+func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool, leaseNew []uint64) (*wire.Result, *wire.MutateResponse, ids.GroupID, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
 	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil && cmd.GetBatch() == nil {
 		cmd.Caller = c.callerFor(ctx)
@@ -354,22 +356,22 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch})
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: leaseNew})
 		res, full = resp.GetResult(), resp
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, rt.group, err
 	}
 	if e := res.GetErrno(); e != 0 {
 		if m := res.GetMessage(); m != "" {
 			// The ministry says why: keep it (errors.Is still finds the
 			// errno).
-			return nil, nil, &errnoMsg{errno: syscall.Errno(e), msg: m}
+			return nil, full, rt.group, &errnoMsg{errno: syscall.Errno(e), msg: m}
 		}
-		return nil, nil, syscall.Errno(e)
+		return nil, full, rt.group, syscall.Errno(e)
 	}
-	return res, full, nil
+	return res, full, rt.group, nil
 }
 
 // read sends req to a member of the group owning route. It returns the

@@ -41,6 +41,11 @@ type Config struct {
 	// work at the minister, and bulk creation (cp -a, tar -x, git
 	// clone) ran 20-27 % slower with it (docs/fuse.md).
 	NewFileLeases bool
+	// CreateLeases asks, with each batch of queued creates, for the new
+	// regular files' read leases, granted in the batch's answer at no
+	// request of their own (newlease.go takeNewLease; on by default).
+	// NewFileLeases then asks only for the files that got none.
+	CreateLeases bool
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -97,6 +102,7 @@ func DefaultConfig() Config {
 		AttrTimeout:  DefaultTimeout,
 		AsyncDirs:    true,
 		DirCache:     true,
+		CreateLeases: true,
 		WalkAhead:    true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,

@@ -18,6 +18,8 @@ package fusefs
 import (
 	"context"
 	"time"
+
+	"github.com/govfs/govfs/client"
 )
 
 // newLeaseInFlight bounds the new files whose leases are being asked for
@@ -85,4 +87,72 @@ func (n *node) leaseAfterRelease() {
 	if want {
 		n.fsys.leaseNewFile(ctx, n)
 	}
+}
+
+// takeNewLease takes l, the read lease granted with n's create
+// (client.SetNewFileLeases: in the answer to the batch that created the
+// file, at no request of its own). ctx names the creator; base is n's
+// count of local changes when the create was queued. Run from the
+// create's done function: the create still counts as queued there, so
+// the lease is installed in the background once it no longer does (as
+// leaseNewFile's request waits).
+func (n *node) takeNewLease(ctx context.Context, l *client.Lease, base uint64) {
+	l.SetOnRevoke(n.leaseRevoked)
+	select {
+	case n.fsys.newLeaseSlots <- struct{}{}:
+	default:
+		n.giveBackNew(l) // a burst beyond the bound
+		return
+	}
+	go func() {
+		defer func() { <-n.fsys.newLeaseSlots }()
+		for i := 0; i < 100 && n.fsys.c.QueuedFileChanges(n.ino); i++ {
+			time.Sleep(time.Millisecond)
+		}
+		if !n.installNewLease(l, base) {
+			n.giveBackNew(l)
+			// Asked for again once it can stand (at the last release,
+			// or now), if the mount asks for new files' leases itself.
+			n.fsys.leaseNewFile(ctx, n)
+		}
+	}()
+}
+
+// installNewLease makes l n's read lease, with the grant's attributes
+// as current, as readLeaseFor does with a grant. Not when n has a lease,
+// l ended meanwhile, or the attributes may not be the file's: something
+// of this mount's changed it since its create was queued (a change sent
+// after the batch came after the grant, and its own client's change
+// does not revoke it), something is queued for it, or a descriptor or
+// an open is at work on it (its writes may be on their way). Such a
+// lease would cache nothing the next open would not read again.
+func (n *node) installNewLease(l *client.Lease, base uint64) bool {
+	queued := n.fsys.c.QueuedFileChanges(n.ino)
+	a := l.Attr()
+	n.mu.Lock()
+	if n.mu.lease != nil || !l.Valid() || a == nil || queued || n.mu.localChanges != base || len(n.mu.handles) > 0 || n.mu.busy > 0 ||
+		(n.mu.attr != nil && a.GetVersion() < n.mu.attr.GetVersion()) {
+		n.mu.Unlock()
+		return false
+	}
+	old := n.mu.attr
+	changed := old != nil && (old.GetSize() != a.GetSize() || old.GetMtimeNs() != a.GetMtimeNs())
+	n.mu.lease, n.mu.origin = l, nil
+	n.mu.attr, n.mu.leaseAttr = a, true
+	n.mu.Unlock()
+	if changed {
+		n.NotifyContent(-1, 0) // attributes only
+	}
+	n.fsys.newFileLeases.Inc()
+	n.fsys.evictLeases(context.Background(), n.fsys.leases.add(n, int64(l.HeldBytes())))
+	return true
+}
+
+// giveBackNew releases a lease granted with a create that n does not take.
+func (n *node) giveBackNew(l *client.Lease) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), newLeaseTime)
+		defer cancel()
+		_ = l.Release(ctx)
+	}()
 }

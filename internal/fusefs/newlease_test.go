@@ -102,3 +102,77 @@ func TestNewFileLeases(t *testing.T) {
 		t.Fatalf("f4 after another client removed it: %v (ino %d nlink %d size %d), want ENOENT; ministry %v; later %v; read %v", err, sys.Ino, sys.Nlink, st.Size(), cerr, err2, err3)
 	}
 }
+
+// TestCreateLeases: with the default flags, the files a mount creates
+// under its directory lease get their read leases in the answer to the
+// batch that created them (--create-leases), at no request of their
+// own: a stat past the attribute timeout and an open for writing ask
+// the ministry nothing, and another client's change still revokes the
+// lease first, so the mount reads it.
+func TestCreateLeases(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	mnt := mountProc(t, c, "--metrics", addr)
+	cl := newClient(t, c, c.Addrs())
+	dir := filepath.Join(mnt, "cl")
+	must(t, os.Mkdir(dir, 0o755))
+	const files = 40
+	name := func(i int) string { return filepath.Join(dir, "f"+strconv.Itoa(i)) }
+	for i := range files {
+		f, err := os.OpenFile(name(i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		must(t, err)
+		must(t, f.Close())
+	}
+	reqs0 := mountCounter(t, addr, "govfs_mount_metadata_requests_total")
+	fsyncDir(t, dir)
+	var got int
+	waitFor(t, "leases granted with the creates", func() error {
+		got = mountCounter(t, addr, "govfs_mount_new_file_leases_total")
+		if got < files-5 { // the first creates, before the directory lease, were not queued
+			return errors.New("took " + strconv.Itoa(got) + " new files' leases")
+		}
+		return nil
+	})
+	// The fsync sent the queue: a few batches, and nothing else (no
+	// lease requests of their own).
+	if n := mountCounter(t, addr, "govfs_mount_metadata_requests_total") - reqs0; n > 5 {
+		t.Fatalf("sending %d queued creates and taking %d leases made %d requests", files, got, n)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the attribute timeout
+	reqs0 = mountCounter(t, addr, "govfs_mount_metadata_requests_total")
+	opens0 := mountCounter(t, addr, "govfs_mount_leased_opens_total")
+	for i := range files {
+		if _, err := os.Stat(name(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := mountCounter(t, addr, "govfs_mount_metadata_requests_total") - reqs0; n > files-got+2 {
+		t.Fatalf("stat of %d files, %d of them leased with their creates, past the attribute timeout: %d requests", files, got, n)
+	}
+	for i := range files {
+		f, err := os.OpenFile(name(i), os.O_WRONLY, 0)
+		must(t, err)
+		_, err = f.WriteAt([]byte("v1 "+strconv.Itoa(i)), 0)
+		must(t, err)
+		must(t, f.Close())
+	}
+	if n := mountCounter(t, addr, "govfs_mount_leased_opens_total") - opens0; n < got {
+		t.Fatalf("%d of %d opens of files leased with their creates asked the ministry nothing", n, got)
+	}
+	for i := range files {
+		want := "v1 " + strconv.Itoa(i)
+		if b, err := os.ReadFile(name(i)); err != nil || string(b) != want {
+			t.Fatalf("%s: %q, %v; want %q", name(i), b, err, want)
+		}
+	}
+	// Another client's change revokes the lease before it is acknowledged.
+	clientWrite(t, cl, "/cl/f7", []byte("rewritten elsewhere"), syscall.O_TRUNC)
+	if b, err := os.ReadFile(name(7)); err != nil || string(b) != "rewritten elsewhere" {
+		t.Fatalf("f7 after another client rewrote it: %q, %v", b, err)
+	}
+	must(t, cl.Chmod(t.Context(), "/cl/f8", 0o600))
+	if st, err := os.Stat(name(8)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("f8 after another client's chmod 600: %v, %v", st.Mode(), err)
+	}
+}

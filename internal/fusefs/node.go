@@ -83,6 +83,7 @@ func New(cfg Config) (*FS, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Client.SetNewFileLeases(cfg.CreateLeases)
 	f := &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases},
 		walkAsked: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_leases_total",
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
@@ -95,7 +96,7 @@ func New(cfg Config) (*FS, error) {
 		keptPages: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_listing_pages_kept_total",
 			Help: "Listings whose first page was served again to the next opendir within the attribute timeout, under the mount's directory lease, without a request to the ministry."}),
 		newFileLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_new_file_leases_total",
-			Help: "Read leases the mount asked for, in the background, on regular files it created once their queued creates were applied."}),
+			Help: "Read leases the mount took on regular files it created: granted with the batch of queued creates that made them (--create-leases), or asked for once their creates were applied (--new-file-leases)."}),
 		newLeaseSlots: make(chan struct{}, newLeaseInFlight),
 		settledWrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_settled_writes_total",
 			Help: "Closes of a written file after which its attributes were known under the mount's read lease (the next open asks nothing)."}),
@@ -631,8 +632,9 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		// when the node takes it, and so does not trust it).
 		var holder atomic.Pointer[leaseHolder]
 		// The new file's node, once made (a create applied before
-		// that gets no lease).
+		// that gets no lease), and its count of local changes then.
 		var made atomic.Pointer[node]
+		var madeChanges atomic.Uint64
 		if spec.Type == wire.FileType_DIRECTORY {
 			// With its lease (newDirLease).
 			a, l, err = n.fsys.c.MakeDirDeferred(ctx, n.ino, name, spec, n.deferredDone(name, nil, ""), func(l *client.Lease, lost bool) {
@@ -647,7 +649,13 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 				inner := done
 				done = func(res *wire.Result, err error) {
 					inner(res, err)
-					if ch := made.Load(); err == nil && ch != nil {
+					ch := made.Load()
+					if err != nil || ch == nil {
+						return
+					}
+					if l := n.fsys.c.TakeNewFileLease(ch.ino); l != nil {
+						ch.takeNewLease(context.WithoutCancel(ctx), l, madeChanges.Load()) // granted with the create
+					} else {
 						n.fsys.leaseNewFile(context.WithoutCancel(ctx), ch)
 					}
 				}
@@ -661,6 +669,9 @@ func (n *node) make(ctx context.Context, name string, spec client.NodeSpec, out 
 		n.queuedChangeLocked(a.GetCtimeNs())
 		in := n.child(ctx, a, out)
 		if ch, ok := in.Operations().(*node); ok {
+			ch.mu.Lock()
+			madeChanges.Store(ch.mu.localChanges)
+			ch.mu.Unlock()
 			made.Store(ch)
 		}
 		n.leasedEntryLocked(name, out)

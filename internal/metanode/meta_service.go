@@ -278,6 +278,9 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
 	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
+	if len(req.GetLeaseNewFiles()) > 0 && g != ids.PresidentGroup && !movingIn(res) {
+		resp.NewFileLeases, resp.LeaseTtlMs = s.n.leases.grantNewFiles(g, lease.ClientID(clientID), cmd, res, req.GetLeaseNewFiles())
+	}
 	if res.GetErrno() == 0 {
 		resp.Result = s.n.tokenizeResult(caller, g, cmd, res)
 		if _, ok := cmd.GetOp().(*wire.Command_AllocChunkHandles); ok {

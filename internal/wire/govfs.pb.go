@@ -4806,7 +4806,14 @@ type MutateRequest struct {
 	// not checked). A ministry's epoch grows whenever it gains or loses a
 	// subtree; a request naming another epoch is answered STALE_EPOCH and
 	// changes nothing.
-	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Grant the calling client a read lease on each of these inodes that
+	// this command (a batch's commands included) creates as a regular
+	// file, as an open would ask for one (LeaseRequest.open_attr_only):
+	// answered in new_file_leases, at no extra request. Best effort: a
+	// file that cannot be leased now (fence, move, conflict, no lease
+	// session yet) is left out.
+	LeaseNewFiles []uint64 `protobuf:"varint,5,rep,packed,name=lease_new_files,json=leaseNewFiles,proto3" json:"lease_new_files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4869,6 +4876,75 @@ func (x *MutateRequest) GetEpoch() uint64 {
 	return 0
 }
 
+func (x *MutateRequest) GetLeaseNewFiles() []uint64 {
+	if x != nil {
+		return x.LeaseNewFiles
+	}
+	return nil
+}
+
+// A read lease granted with a create (MutateRequest.lease_new_files):
+// the whole file, read mode; attr is the file's, read after the grant.
+type NewFileLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Attr          *Attr                  `protobuf:"bytes,3,opt,name=attr,proto3" json:"attr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewFileLease) Reset() {
+	*x = NewFileLease{}
+	mi := &file_govfs_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewFileLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewFileLease) ProtoMessage() {}
+
+func (x *NewFileLease) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewFileLease.ProtoReflect.Descriptor instead.
+func (*NewFileLease) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *NewFileLease) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NewFileLease) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *NewFileLease) GetAttr() *Attr {
+	if x != nil {
+		return x.Attr
+	}
+	return nil
+}
+
 type MutateResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Status       *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
@@ -4880,14 +4956,19 @@ type MutateResponse struct {
 	// alloc_chunk_handles of more than one: a token for each chunk number
 	// of [result.start, result.end), in order (a client keeps a pool of
 	// handles, so a new file's chunk costs no commit on the president).
-	ChunkTokens   [][]byte `protobuf:"bytes,5,rep,name=chunk_tokens,json=chunkTokens,proto3" json:"chunk_tokens,omitempty"`
+	ChunkTokens [][]byte `protobuf:"bytes,5,rep,name=chunk_tokens,json=chunkTokens,proto3" json:"chunk_tokens,omitempty"`
+	// MutateRequest.lease_new_files: the leases granted, and their time to
+	// live in milliseconds, counted by the holder from when it sent the
+	// request (as LeaseResponse.ttl_ms).
+	NewFileLeases []*NewFileLease `protobuf:"bytes,6,rep,name=new_file_leases,json=newFileLeases,proto3" json:"new_file_leases,omitempty"`
+	LeaseTtlMs    uint64          `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MutateResponse) Reset() {
 	*x = MutateResponse{}
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +4980,7 @@ func (x *MutateResponse) String() string {
 func (*MutateResponse) ProtoMessage() {}
 
 func (x *MutateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[51]
+	mi := &file_govfs_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +4993,7 @@ func (x *MutateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MutateResponse.ProtoReflect.Descriptor instead.
 func (*MutateResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{51}
+	return file_govfs_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MutateResponse) GetStatus() *Status {
@@ -4950,6 +5031,20 @@ func (x *MutateResponse) GetChunkTokens() [][]byte {
 	return nil
 }
 
+func (x *MutateResponse) GetNewFileLeases() []*NewFileLease {
+	if x != nil {
+		return x.NewFileLeases
+	}
+	return nil
+}
+
+func (x *MutateResponse) GetLeaseTtlMs() uint64 {
+	if x != nil {
+		return x.LeaseTtlMs
+	}
+	return 0
+}
+
 type ReadRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -4981,7 +5076,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4993,7 +5088,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[52]
+	mi := &file_govfs_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5006,7 +5101,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{52}
+	return file_govfs_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -5215,7 +5310,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5322,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5335,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -5289,7 +5384,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5301,7 +5396,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5314,7 +5409,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -5357,7 +5452,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5369,7 +5464,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5382,7 +5477,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -5439,7 +5534,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5451,7 +5546,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5464,7 +5559,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -5504,7 +5599,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5516,7 +5611,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5529,7 +5624,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -5552,7 +5647,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5564,7 +5659,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5577,7 +5672,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -5611,7 +5706,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5623,7 +5718,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5636,7 +5731,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -5662,7 +5757,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5674,7 +5769,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5687,7 +5782,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -5706,7 +5801,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5718,7 +5813,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5731,7 +5826,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5757,7 +5852,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5769,7 +5864,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5782,7 +5877,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5821,7 +5916,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +5928,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +5941,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -5890,7 +5985,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5902,7 +5997,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5915,7 +6010,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -5987,7 +6082,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5999,7 +6094,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6012,7 +6107,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -6125,7 +6220,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6137,7 +6232,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6150,7 +6245,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ClusterInfoRequest) GetKnownIndex() uint64 {
@@ -6202,7 +6297,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6214,7 +6309,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6227,7 +6322,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -6354,7 +6449,7 @@ type InodeRange struct {
 
 func (x *InodeRange) Reset() {
 	*x = InodeRange{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6366,7 +6461,7 @@ func (x *InodeRange) String() string {
 func (*InodeRange) ProtoMessage() {}
 
 func (x *InodeRange) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6379,7 +6474,7 @@ func (x *InodeRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
 func (*InodeRange) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *InodeRange) GetStart() uint64 {
@@ -6419,7 +6514,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +6526,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +6539,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -6493,7 +6588,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6505,7 +6600,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6518,7 +6613,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -6567,7 +6662,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6579,7 +6674,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6592,7 +6687,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -6628,7 +6723,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6735,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6748,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6706,7 +6801,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6718,7 +6813,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6731,7 +6826,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 type GroupStatus struct {
@@ -6752,7 +6847,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6764,7 +6859,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6777,7 +6872,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -6871,7 +6966,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6883,7 +6978,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6896,7 +6991,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -6990,7 +7085,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7002,7 +7097,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7015,7 +7110,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeEvent) GetAtNs() int64 {
@@ -7067,7 +7162,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7079,7 +7174,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7092,7 +7187,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -7168,7 +7263,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7180,7 +7275,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7193,7 +7288,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -7252,7 +7347,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7264,7 +7359,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7277,7 +7372,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -7428,7 +7523,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7440,7 +7535,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7453,7 +7548,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -7643,7 +7738,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7655,7 +7750,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7668,7 +7763,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7774,7 +7869,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7786,7 +7881,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7799,7 +7894,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -7911,7 +8006,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7923,7 +8018,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7936,7 +8031,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -8026,7 +8121,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8038,7 +8133,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8051,7 +8146,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -8086,7 +8181,7 @@ type MoveReplicasRequest struct {
 
 func (x *MoveReplicasRequest) Reset() {
 	*x = MoveReplicasRequest{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8098,7 +8193,7 @@ func (x *MoveReplicasRequest) String() string {
 func (*MoveReplicasRequest) ProtoMessage() {}
 
 func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8111,7 +8206,7 @@ func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *MoveReplicasRequest) GetClusterId() string {
@@ -8162,7 +8257,7 @@ type MoveReplicasResponse struct {
 
 func (x *MoveReplicasResponse) Reset() {
 	*x = MoveReplicasResponse{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8174,7 +8269,7 @@ func (x *MoveReplicasResponse) String() string {
 func (*MoveReplicasResponse) ProtoMessage() {}
 
 func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8187,7 +8282,7 @@ func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *MoveReplicasResponse) GetStatus() *Status {
@@ -8224,7 +8319,7 @@ type ReplicaMove struct {
 
 func (x *ReplicaMove) Reset() {
 	*x = ReplicaMove{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8236,7 +8331,7 @@ func (x *ReplicaMove) String() string {
 func (*ReplicaMove) ProtoMessage() {}
 
 func (x *ReplicaMove) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8249,7 +8344,7 @@ func (x *ReplicaMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaMove.ProtoReflect.Descriptor instead.
 func (*ReplicaMove) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ReplicaMove) GetMinistry() uint64 {
@@ -8292,7 +8387,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8304,7 +8399,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8317,7 +8412,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -8353,7 +8448,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8365,7 +8460,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8378,7 +8473,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -8417,7 +8512,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8429,7 +8524,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8442,7 +8537,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{90}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 type PingResponse struct {
@@ -8453,7 +8548,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8465,7 +8560,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8478,7 +8573,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{91}
+	return file_govfs_proto_rawDescGZIP(), []int{92}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -8495,7 +8590,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8507,7 +8602,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8520,7 +8615,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{92}
+	return file_govfs_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -8562,7 +8657,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8574,7 +8669,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8587,7 +8682,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{93}
+	return file_govfs_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -8613,7 +8708,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[94]
+	mi := &file_govfs_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8625,7 +8720,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[94]
+	mi := &file_govfs_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8638,7 +8733,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{94}
+	return file_govfs_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -8666,7 +8761,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[95]
+	mi := &file_govfs_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8678,7 +8773,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[95]
+	mi := &file_govfs_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8691,7 +8786,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{95}
+	return file_govfs_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8753,7 +8848,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[96]
+	mi := &file_govfs_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8765,7 +8860,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[96]
+	mi := &file_govfs_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8778,7 +8873,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{96}
+	return file_govfs_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KV) GetKey() []byte {
@@ -9117,20 +9212,28 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
 	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\x04R\x06target\"\x81\x01\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"\xa9\x01\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xd1\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
+	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\"V\n" +
+	"\fNewFileLease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12$\n" +
+	"\x04attr\x18\x03 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xb5\x02\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x1f\n" +
 	"\vchunk_token\x18\x04 \x01(\fR\n" +
 	"chunkToken\x12!\n" +
-	"\fchunk_tokens\x18\x05 \x03(\fR\vchunkTokens\"\xdf\x05\n" +
+	"\fchunk_tokens\x18\x05 \x03(\fR\vchunkTokens\x12@\n" +
+	"\x0fnew_file_leases\x18\x06 \x03(\v2\x18.govfs.wire.NewFileLeaseR\rnewFileLeases\x12 \n" +
+	"\flease_ttl_ms\x18\a \x01(\x04R\n" +
+	"leaseTtlMs\"\xdf\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9549,7 +9652,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 98)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -9609,53 +9712,54 @@ var file_govfs_proto_goTypes = []any{
 	(*AbortExportOp)(nil),          // 55: govfs.wire.AbortExportOp
 	(*FreezeEntriesOp)(nil),        // 56: govfs.wire.FreezeEntriesOp
 	(*MutateRequest)(nil),          // 57: govfs.wire.MutateRequest
-	(*MutateResponse)(nil),         // 58: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 59: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 60: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 61: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 62: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 63: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 64: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 65: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 66: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 67: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 68: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 69: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 70: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 71: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 72: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 73: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 74: govfs.wire.ClusterInfoResponse
-	(*InodeRange)(nil),             // 75: govfs.wire.InodeRange
-	(*GroupLoad)(nil),              // 76: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 77: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 78: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 79: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 80: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 81: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 82: govfs.wire.StatusResponse
-	(*NodeEvent)(nil),              // 83: govfs.wire.NodeEvent
-	(*ChunkHeartbeatRequest)(nil),  // 84: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 85: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 86: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 87: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 88: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 89: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 90: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 91: govfs.wire.AssignResponse
-	(*MoveReplicasRequest)(nil),    // 92: govfs.wire.MoveReplicasRequest
-	(*MoveReplicasResponse)(nil),   // 93: govfs.wire.MoveReplicasResponse
-	(*ReplicaMove)(nil),            // 94: govfs.wire.ReplicaMove
-	(*JoinRequest)(nil),            // 95: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 96: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 97: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 98: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 99: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 100: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 101: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 102: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 103: govfs.wire.KV
-	nil,                            // 104: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*NewFileLease)(nil),           // 58: govfs.wire.NewFileLease
+	(*MutateResponse)(nil),         // 59: govfs.wire.MutateResponse
+	(*ReadRequest)(nil),            // 60: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 61: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 62: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 63: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 64: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 65: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 66: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 67: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 68: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 69: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 70: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 71: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 72: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 73: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 74: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 75: govfs.wire.ClusterInfoResponse
+	(*InodeRange)(nil),             // 76: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 77: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 78: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 79: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 80: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 81: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 82: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 83: govfs.wire.StatusResponse
+	(*NodeEvent)(nil),              // 84: govfs.wire.NodeEvent
+	(*ChunkHeartbeatRequest)(nil),  // 85: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 86: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 87: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 88: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 89: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 90: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 91: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 92: govfs.wire.AssignResponse
+	(*MoveReplicasRequest)(nil),    // 93: govfs.wire.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),   // 94: govfs.wire.MoveReplicasResponse
+	(*ReplicaMove)(nil),            // 95: govfs.wire.ReplicaMove
+	(*JoinRequest)(nil),            // 96: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 97: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 98: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 99: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 100: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 101: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 102: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 103: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 104: govfs.wire.KV
+	nil,                            // 105: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -9674,8 +9778,8 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 13: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 14: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 15: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	60,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	61,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	61,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	62,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 18: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 19: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 20: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
@@ -9714,105 +9818,107 @@ var file_govfs_proto_depIdxs = []int32{
 	43,  // 53: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 54: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 55: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	103, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	71,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	104, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	72,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 58: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
-	7,   // 59: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
-	40,  // 60: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
-	4,   // 61: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	12,  // 62: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
-	63,  // 63: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	64,  // 64: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	65,  // 65: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	66,  // 66: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	67,  // 67: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	68,  // 68: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	62,  // 69: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	70,  // 70: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	69,  // 71: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 72: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 73: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 74: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 75: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 76: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	71,  // 77: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 78: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	103, // 79: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 80: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	41,  // 81: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	42,  // 82: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 83: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 84: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	44,  // 85: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	79,  // 86: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	75,  // 87: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	37,  // 88: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
-	76,  // 89: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 90: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	76,  // 91: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 92: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	81,  // 93: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	41,  // 94: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	86,  // 95: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 96: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	83,  // 97: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
-	7,   // 98: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 99: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	104, // 100: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	37,  // 101: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
-	31,  // 102: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 103: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 104: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	88,  // 105: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	87,  // 106: govfs.wire.LeaseRequest.acquires:type_name -> govfs.wire.LeaseRequest
-	5,   // 107: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 108: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	88,  // 109: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	88,  // 110: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	72,  // 111: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	89,  // 112: govfs.wire.LeaseResponse.acquired:type_name -> govfs.wire.LeaseResponse
-	11,  // 113: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 114: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	44,  // 115: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	7,   // 116: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
-	94,  // 117: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
-	11,  // 118: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 119: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 120: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	100, // 121: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 122: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	103, // 123: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	57,  // 124: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	59,  // 125: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	73,  // 126: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	80,  // 127: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	84,  // 128: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	87,  // 129: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	97,  // 130: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	90,  // 131: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	92,  // 132: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
-	95,  // 133: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	77,  // 134: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	99,  // 135: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	102, // 136: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	58,  // 137: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	72,  // 138: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	74,  // 139: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	82,  // 140: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	85,  // 141: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	89,  // 142: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	98,  // 143: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	91,  // 144: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	93,  // 145: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
-	96,  // 146: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	78,  // 147: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	101, // 148: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	101, // 149: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	137, // [137:150] is the sub-list for method output_type
-	124, // [124:137] is the sub-list for method input_type
-	124, // [124:124] is the sub-list for extension type_name
-	124, // [124:124] is the sub-list for extension extendee
-	0,   // [0:124] is the sub-list for field type_name
+	8,   // 59: govfs.wire.NewFileLease.attr:type_name -> govfs.wire.Attr
+	7,   // 60: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
+	40,  // 61: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
+	58,  // 62: govfs.wire.MutateResponse.new_file_leases:type_name -> govfs.wire.NewFileLease
+	4,   // 63: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	12,  // 64: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
+	64,  // 65: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	65,  // 66: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	66,  // 67: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	67,  // 68: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	68,  // 69: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	69,  // 70: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	63,  // 71: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	71,  // 72: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	70,  // 73: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 74: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 75: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 76: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 77: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 78: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	72,  // 79: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 80: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	104, // 81: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 82: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	41,  // 83: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	42,  // 84: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 85: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 86: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	44,  // 87: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	80,  // 88: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	76,  // 89: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	37,  // 90: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
+	77,  // 91: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 92: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	77,  // 93: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 94: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	82,  // 95: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	41,  // 96: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	87,  // 97: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 98: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	84,  // 99: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
+	7,   // 100: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 101: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	105, // 102: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	37,  // 103: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
+	31,  // 104: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 105: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 106: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	89,  // 107: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	88,  // 108: govfs.wire.LeaseRequest.acquires:type_name -> govfs.wire.LeaseRequest
+	5,   // 109: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 110: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	89,  // 111: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	89,  // 112: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	73,  // 113: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	90,  // 114: govfs.wire.LeaseResponse.acquired:type_name -> govfs.wire.LeaseResponse
+	11,  // 115: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 116: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 117: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	7,   // 118: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
+	95,  // 119: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
+	11,  // 120: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 121: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 122: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	101, // 123: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 124: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	104, // 125: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 126: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	60,  // 127: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	74,  // 128: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	81,  // 129: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	85,  // 130: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	88,  // 131: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	98,  // 132: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	91,  // 133: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	93,  // 134: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
+	96,  // 135: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	78,  // 136: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	100, // 137: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	103, // 138: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	59,  // 139: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	73,  // 140: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	75,  // 141: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	83,  // 142: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	86,  // 143: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	90,  // 144: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	99,  // 145: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	92,  // 146: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	94,  // 147: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
+	97,  // 148: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	79,  // 149: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	102, // 150: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	102, // 151: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	139, // [139:152] is the sub-list for method output_type
+	126, // [126:139] is the sub-list for method input_type
+	126, // [126:126] is the sub-list for extension type_name
+	126, // [126:126] is the sub-list for extension extendee
+	0,   // [0:126] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -9858,7 +9964,7 @@ func file_govfs_proto_init() {
 		(*Command_AddTokenKey)(nil),
 		(*Command_BindNodeCert)(nil),
 	}
-	file_govfs_proto_msgTypes[52].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[53].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -9875,7 +9981,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   98,
+			NumMessages:   99,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
