@@ -906,15 +906,24 @@ func (l *Lease) trusted(now time.Time) bool {
 // releaseOrphan gives back lease id of group g, which this Client does
 // not hold (in the background, owned by the keeper).
 func (c *Client) releaseOrphan(g ids.GroupID, id uint64) {
+	c.inBackground(func(ctx context.Context) {
+		if _, err := c.leaseCallOnce(ctx, g, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{id}}, 0); err != nil {
+			c.log.Debug("release of a revoked lease not held here failed (it expires)", slog.Uint64("lease", id), slog.Any("err", err))
+		}
+	})
+}
+
+// inBackground runs f in its own goroutine, owned by the lease keeper
+// (Close waits for it), with a context that ends after CallTimeout or
+// when the keeper closes.
+func (c *Client) inBackground(f func(ctx context.Context)) {
 	k := c.keeper()
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		ctx, cancel := k.stopContext(c.cfg.CallTimeout)
 		defer cancel()
-		if _, err := c.leaseCallOnce(ctx, g, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: []uint64{id}}, 0); err != nil {
-			c.log.Debug("release of a revoked lease not held here failed (it expires)", slog.Uint64("lease", id), slog.Any("err", err))
-		}
+		f(ctx)
 	}()
 }
 

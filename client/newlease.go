@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -114,7 +115,7 @@ func (c *Client) holdNewFileLeases(g ids.GroupID, resp *wire.MutateResponse, epo
 		c.newLeases.m[l.ino] = l
 		c.newLeases.mu.Unlock()
 		if old != nil {
-			c.giveBack(old)
+			old.GiveBack()
 		}
 		inos = append(inos, l.ino)
 	}
@@ -125,7 +126,7 @@ func (c *Client) holdNewFileLeases(g ids.GroupID, resp *wire.MutateResponse, epo
 func (c *Client) dropNewFileLeases(inos []ids.Ino) {
 	for _, ino := range inos {
 		if l := c.TakeNewFileLease(ino); l != nil {
-			c.giveBack(l)
+			l.GiveBack()
 		}
 	}
 }
@@ -134,30 +135,22 @@ func (c *Client) dropNewFileLeases(inos []ids.Ino) {
 // in one request (owned by the keeper; a lost release is reported
 // revoked by a keepalive, then released again).
 func (c *Client) releaseInBackground(g ids.GroupID, ids []uint64) {
-	k := c.keeper()
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		ctx, cancel := k.stopContext(c.cfg.CallTimeout)
-		defer cancel()
+	c.inBackground(func(ctx context.Context) {
 		if _, err := c.leaseCall(ctx, g, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_RELEASE, Ids: ids}, 0); err != nil {
 			for _, id := range ids {
 				c.leases.gaveUp(g, id)
 			}
 		}
-	}()
+	})
 }
 
-// giveBack releases l in the background (owned by the keeper).
-func (c *Client) giveBack(l *Lease) {
-	k := c.keeper()
-	k.wg.Add(1)
-	go func() {
-		defer k.wg.Done()
-		ctx, cancel := k.stopContext(c.cfg.CallTimeout)
-		defer cancel()
+// GiveBack releases l in the background (owned by the Client's lease
+// keeper: Close waits for it); a failure is logged, and the lease
+// expires.
+func (l *Lease) GiveBack() {
+	l.c.inBackground(func(ctx context.Context) {
 		if err := l.Release(ctx); err != nil {
-			c.log.Debug("give back a new file's lease nobody took (it expires)", slog.Uint64("lease", l.id), slog.Any("err", err))
+			l.c.log.Debug("give back a lease (it expires)", slog.Uint64("lease", l.id), slog.Any("err", err))
 		}
-	}()
+	})
 }

@@ -101,7 +101,7 @@ func (n *node) takeNewLease(ctx context.Context, l *client.Lease, base uint64) {
 	select {
 	case n.fsys.newLeaseSlots <- struct{}{}:
 	default:
-		n.giveBackNew(l) // a burst beyond the bound
+		l.GiveBack() // a burst beyond the bound
 		return
 	}
 	go func() {
@@ -110,7 +110,7 @@ func (n *node) takeNewLease(ctx context.Context, l *client.Lease, base uint64) {
 			time.Sleep(time.Millisecond)
 		}
 		if !n.installNewLease(l, base) {
-			n.giveBackNew(l)
+			l.GiveBack()
 			// Asked for again once it can stand (at the last release,
 			// or now), if the mount asks for new files' leases itself.
 			n.fsys.leaseNewFile(ctx, n)
@@ -146,13 +146,4 @@ func (n *node) installNewLease(l *client.Lease, base uint64) bool {
 	n.fsys.newFileLeases.Inc()
 	n.fsys.evictLeases(context.Background(), n.fsys.leases.add(n, int64(l.HeldBytes())))
 	return true
-}
-
-// giveBackNew releases a lease granted with a create that n does not take.
-func (n *node) giveBackNew(l *client.Lease) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), newLeaseTime)
-		defer cancel()
-		_ = l.Release(ctx)
-	}()
 }

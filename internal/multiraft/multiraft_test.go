@@ -297,13 +297,7 @@ func TestRestartCatchesUpBySnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := c.leader(1)
-	var victim ids.NodeID
-	for _, id := range peers {
-		if id != l {
-			victim = id
-			break
-		}
-	}
+	victim := followerOf(l)
 	c.kill(victim)
 	for s := uint64(2); s <= 200; s++ {
 		if _, err := c.propose(1, 5, s); err != nil {
@@ -479,13 +473,7 @@ func TestLogTruncatedToFollowers(t *testing.T) {
 	propose(1, 300)
 	short("all in step")
 	l := c.leader(1)
-	var victim ids.NodeID
-	for _, id := range peers {
-		if id != l {
-			victim = id
-			break
-		}
-	}
+	victim := followerOf(l)
 	c.kill(victim)
 	propose(301, 500)
 	l = c.leader(1)
@@ -496,4 +484,14 @@ func TestLogTruncatedToFollowers(t *testing.T) {
 		t.Fatalf("the leader sent %v snapshots to a follower 200 entries behind with 1,000 kept", n)
 	}
 	short("after the catch-up")
+}
+
+// followerOf returns the first of peers that is not leader l.
+func followerOf(l ids.NodeID) ids.NodeID {
+	for _, id := range peers {
+		if id != l {
+			return id
+		}
+	}
+	return 0
 }
