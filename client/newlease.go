@@ -93,8 +93,13 @@ func (c *Client) holdNewFileLeases(g ids.GroupID, resp *wire.MutateResponse, epo
 		}
 	}()
 	for _, gr := range grants {
+		opened := &wire.ReadResponse{Attr: gr.GetAttr(), ChunksOmitted: true}
+		if gr.GetNoChunks() {
+			// What an open's GetChunks read would answer (prime).
+			opened = &wire.ReadResponse{Attr: gr.GetAttr(), Inline: gr.GetInline(), InlineData: gr.GetInlineData()}
+		}
 		l := &Lease{c: c, group: g, id: gr.GetId(), ino: ids.Ino(gr.GetIno()), mode: LeaseRead,
-			opened: &wire.ReadResponse{Attr: gr.GetAttr(), ChunksOmitted: true}, done: make(chan struct{})}
+			opened: opened, done: make(chan struct{})}
 		l.onRevoke = func(l *Lease, lost bool) {
 			if f := l.hook.Load(); f != nil && *f != nil {
 				(*f)(l, lost)

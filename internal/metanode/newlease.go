@@ -105,7 +105,17 @@ func (ls *leaseService) grantNewFiles(g ids.GroupID, client lease.ClientID, cmd 
 			if err != nil || a.GetType() != wire.FileType_REGULAR {
 				continue
 			}
-			out = append(out, &wire.NewFileLease{Id: uint64(l.ID), Ino: uint64(l.Ino), Attr: a})
+			nl := &wire.NewFileLease{Id: uint64(l.ID), Ino: uint64(l.Ino), Attr: a}
+			// And its chunk table, empty for a new file: without it the
+			// File opened under this lease read the table at its first
+			// write (write_4k: a read per file, beside the close's
+			// commit). Current for the reason the attributes are.
+			if cs, more, err := namespace.GetChunksUpTo(r, l.Ino, 1); err == nil && len(cs) == 0 && !more {
+				if data, inline, err := namespace.InlineData(r, l.Ino); err == nil {
+					nl.NoChunks, nl.Inline, nl.InlineData = true, inline, data
+				}
+			}
+			out = append(out, nl)
 		}
 		return nil
 	})

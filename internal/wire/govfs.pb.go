@@ -4886,10 +4886,17 @@ func (x *MutateRequest) GetLeaseNewFiles() []uint64 {
 // A read lease granted with a create (MutateRequest.lease_new_files):
 // the whole file, read mode; attr is the file's, read after the grant.
 type NewFileLease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
-	Attr          *Attr                  `protobuf:"bytes,3,opt,name=attr,proto3" json:"attr,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino   uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	Attr  *Attr                  `protobuf:"bytes,3,opt,name=attr,proto3" json:"attr,omitempty"`
+	// no_chunks: read with attr, the file has no chunk records, and inline
+	// and inline_data are its inline state (as a GetChunks read would
+	// answer): the open under this lease and its first write need no read
+	// of the chunk table. False: the client reads it when it needs it.
+	NoChunks      bool   `protobuf:"varint,4,opt,name=no_chunks,json=noChunks,proto3" json:"no_chunks,omitempty"`
+	Inline        bool   `protobuf:"varint,5,opt,name=inline,proto3" json:"inline,omitempty"`
+	InlineData    []byte `protobuf:"bytes,6,opt,name=inline_data,json=inlineData,proto3" json:"inline_data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4941,6 +4948,27 @@ func (x *NewFileLease) GetIno() uint64 {
 func (x *NewFileLease) GetAttr() *Attr {
 	if x != nil {
 		return x.Attr
+	}
+	return nil
+}
+
+func (x *NewFileLease) GetNoChunks() bool {
+	if x != nil {
+		return x.NoChunks
+	}
+	return false
+}
+
+func (x *NewFileLease) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
+}
+
+func (x *NewFileLease) GetInlineData() []byte {
+	if x != nil {
+		return x.InlineData
 	}
 	return nil
 }
@@ -9219,11 +9247,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
-	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\"V\n" +
+	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\"\xac\x01\n" +
 	"\fNewFileLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12$\n" +
-	"\x04attr\x18\x03 \x01(\v2\x10.govfs.wire.AttrR\x04attr\"\xb5\x02\n" +
+	"\x04attr\x18\x03 \x01(\v2\x10.govfs.wire.AttrR\x04attr\x12\x1b\n" +
+	"\tno_chunks\x18\x04 \x01(\bR\bnoChunks\x12\x16\n" +
+	"\x06inline\x18\x05 \x01(\bR\x06inline\x12\x1f\n" +
+	"\vinline_data\x18\x06 \x01(\fR\n" +
+	"inlineData\"\xb5\x02\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
