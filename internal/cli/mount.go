@@ -66,6 +66,7 @@ func parseMount(args []string, stderr io.Writer) (*mountInvocation, error) {
 	sizeVar(f, &c.CacheSize, "cache-size", 1<<30, "file blocks the --cache-dir keeps")
 	f.BoolVar(&c.AsyncDirs, "async-dirs", c.AsyncDirs, "answer creates, unlinks and renames in a directory this mount changes often itself, under a directory lease, and send them in batches (fsync the directory to wait for them)")
 	f.BoolVar(&c.WalkAhead, "walk-ahead", c.WalkAhead, "while a process opens a directory's files in the order it listed them, ask for the next files' read leases (with attributes and small files' bytes) in the background")
+	f.IntVar(&c.MaxDirLeases, "max-dir-leases", c.MaxDirLeases, "at most this many directory leases kept (0: 32768); beyond it the least recently used directories' are given back, and their next changes are synchronous until they are leased again")
 	f.BoolVar(&c.CreateLeases, "create-leases", c.CreateLeases, "ask, with each batch of queued creates, for the new files' read leases, granted in the batch's answer: a file's next open, and its stat past the attribute timeout, ask nothing")
 	f.BoolVar(&c.NewFileLeases, "new-file-leases", c.NewFileLeases, "ask for the read lease of each file this mount creates once its create is applied, so the file's next open needs no request (off by default: bulk creation such as cp -a runs ~20 % slower)")
 	f.BoolVar(&c.DirCache, "dir-cache", c.DirCache, "let the kernel keep a directory's listing while this mount holds a read lease on the directory (another client's change revokes it first)")

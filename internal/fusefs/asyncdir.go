@@ -297,10 +297,15 @@ func (n *node) asyncLocked() bool {
 		return false
 	}
 	if d.lease.Valid() {
-		return d.names != nil
+		if d.names == nil {
+			return false
+		}
+		n.fsys.noteDirLease(n)
+		return true
 	}
 	l := d.lease
 	d.lease, d.names = nil, nil
+	n.fsys.forgetDirLease(n)
 	handedOut := d.handedOut
 	d.handedOut = nil
 	go n.giveBackAfterQueue(l, handedOut)
@@ -392,6 +397,7 @@ func (n *node) leaseForChangeLocked(ctx context.Context) bool {
 		return false
 	}
 	d.names = names
+	n.fsys.noteDirLease(n)
 	// The change this is asked for comes next (the grant's mtime is
 	// not the one it leaves; found in review).
 	d.entriesChangedLocked()
@@ -438,6 +444,7 @@ func (n *node) dirLeaseRevoked(l *client.Lease, _ bool) {
 	if d.lease == l {
 		d.lease, d.names = nil, nil
 		d.backoff = time.Now().Add(asyncBackoff)
+		n.fsys.forgetDirLease(n)
 	}
 	// Every name handed out so far (a later lease's too, if any: one
 	// invalidation too many costs a lookup).
@@ -480,6 +487,7 @@ func (n *node) dropDirLease(ctx context.Context) {
 	l := d.lease
 	d.lease, d.names = nil, nil
 	d.mu.Unlock()
+	n.fsys.forgetDirLease(n)
 	if l != nil {
 		_ = l.Release(ctx)
 	}
@@ -789,5 +797,6 @@ func (n *node) newDirLease(a *wire.Attr, l *client.Lease, h *leaseHolder) {
 	d.lease, d.holder = l, h
 	d.names = map[string]dirEnt{}
 	d.attr, d.attrLease, d.mtimeExact = proto.Clone(a).(*wire.Attr), l, true
+	n.fsys.noteDirLease(n)
 	n.fsys.log.Debug("directory made with its lease: entry changes answered here", slog.Uint64("dir", uint64(n.ino)))
 }

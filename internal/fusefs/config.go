@@ -46,6 +46,10 @@ type Config struct {
 	// request of their own (newlease.go takeNewLease; on by default).
 	// NewFileLeases then asks only for the files that got none.
 	CreateLeases bool
+	// MaxDirLeases bounds the directory leases the mount holds
+	// (maxDirLeases when 0); beyond it the least recently used are given
+	// back (dirleases.go).
+	MaxDirLeases int
 	// WriteBuffer is how many bytes of writes an open file buffers
 	// before pushing them to the chunk servers.
 	WriteBuffer int
@@ -123,6 +127,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fusefs: Config.WriteBuffer = %d is below 4096 bytes", c.WriteBuffer)
 	case c.MaxWrite < 4096 || c.MaxWrite > 1<<20:
 		return fmt.Errorf("fusefs: Config.MaxWrite = %d must be 4 KiB to 1 MiB", c.MaxWrite)
+	case c.MaxDirLeases < 0 || c.MaxDirLeases > maxDirLeasesCap:
+		return fmt.Errorf("fusefs: Config.MaxDirLeases = %d must be 0 (the default, %d) to %d: the minister grants a client at most 65,536 leases, files' included", c.MaxDirLeases, maxDirLeases, maxDirLeasesCap)
 	case c.ReadAhead < 0:
 		return fmt.Errorf("fusefs: Config.ReadAhead = %d is negative", c.ReadAhead)
 	case c.CacheSize < 0:

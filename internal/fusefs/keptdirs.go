@@ -255,6 +255,7 @@ func (n *node) keepDirLease() {
 	d.attr, d.attrLease, d.mtimeExact = nil, nil, false
 	d.inUse, d.forgotten = false, true
 	d.mu.Unlock()
+	n.fsys.forgetDirLease(n)
 	keep := l != nil && h != nil && l.Valid() && n.fsys.cfg.AsyncDirs
 	if keep {
 		// The kernel forgot the directory, and with it every entry
@@ -333,6 +334,7 @@ func (n *node) inUseLocked() {
 		return
 	}
 	d.lease, d.holder = k.lease, k.holder
+	n.fsys.noteDirLease(n)
 	if trusted {
 		d.names = k.names
 		if k.attr != nil {

@@ -147,6 +147,35 @@ func (s *leaseSet) replace(old, n *node) {
 	s.at[n] = s.order.PushBack(&leaseHeld{n: n})
 }
 
+// readd puts n back at the end (the newest) without evicting others: an
+// eviction that could not be made (dirleases.go). The set may stay above
+// its bound until the next add.
+func (s *leaseSet) readd(n *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[*node]*list.Element{}
+	}
+	if e := s.at[n]; e != nil {
+		s.order.MoveToBack(e)
+		return
+	}
+	s.at[n] = s.order.PushBack(&leaseHeld{n: n})
+}
+
+// trim returns the oldest nodes beyond the set's bounds, taken out.
+func (s *leaseSet) trim() (evict []*node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.trimLocked(nil)
+}
+
+func (s *leaseSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.order.Len()
+}
+
 func (s *leaseSet) remove(n *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

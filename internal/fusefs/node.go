@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,9 @@ type FS struct {
 	// listLeases are the directories holding a read lease for their
 	// listings (dircache.go).
 	listLeases leaseSet
+	// dirLeases are the directories in use holding a directory lease,
+	// least recently used first (dirleases.go).
+	dirLeases leaseSet
 	// kept are the directory leases kept past their nodes' forget
 	// (keptdirs.go), keptFiles the files' read leases (keptfiles.go).
 	kept      keptDirs
@@ -76,6 +80,12 @@ type FS struct {
 	// walkStored counts the bytes the walk-ahead stored in the kernel's
 	// page cache, walkLookups the lookups it answered.
 	walkStored, walkLookups prometheus.Counter
+	// dirLeasesEvicted counts the directory leases given back beyond
+	// the bound (dirleases.go).
+	dirLeasesEvicted prometheus.Counter
+	// dirEvictRetry: a retry of the evictions is scheduled
+	// (retryDirEvictions).
+	dirEvictRetry atomic.Bool
 }
 
 // New returns the file system of a mount; Mount serves it.
@@ -85,6 +95,9 @@ func New(cfg Config) (*FS, error) {
 	}
 	cfg.Client.SetNewFileLeases(cfg.CreateLeases)
 	f := &FS{cfg: cfg, c: cfg.Client, log: cfg.Logger, listLeases: leaseSet{max: maxListLeases},
+		dirLeases: leaseSet{max: cmp.Or(cfg.MaxDirLeases, maxDirLeases), maxBytes: 1 << 62},
+		dirLeasesEvicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_dir_leases_evicted_total",
+			Help: "Directory leases the mount gave back, least recently used first, to stay within --max-dir-leases."}),
 		walkAsked: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_walk_ahead_leases_total",
 			Help: "Read leases the mount asked for ahead of a process opening a directory's files in listing order."}),
 		leasedOpens: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_leased_opens_total",
@@ -115,7 +128,10 @@ func New(cfg Config) (*FS, error) {
 		requests := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "govfs_mount_metadata_requests_total",
 			Help: "Requests the mount made to the metadata service (a call retried counts once; lease renewals are not counted)."},
 			func() float64 { return float64(f.c.RouteStats().Calls) })
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, requests} {
+		dirLeases := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "govfs_mount_dir_leases",
+			Help: "Directories in use the mount counts as holding a directory lease (bounded by --max-dir-leases)."},
+			func() float64 { return float64(f.dirLeases.len()) })
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, requests, dirLeases, f.dirLeasesEvicted} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}
