@@ -76,9 +76,9 @@ func TestDeferredOps(t *testing.T) {
 	}
 	acquireDir()
 
-	// More creates than one reservation holds (reserveCount).
+	// More creates than three reservations hold (reserveCount).
 	var log deferredLog
-	const files = reserveCount + 200
+	const files = 3*reserveCount + 200
 	attrs := make([]*wire.Attr, files)
 	for i := range files {
 		name := fmt.Sprintf("f%d", i)
@@ -87,6 +87,12 @@ func TestDeferredOps(t *testing.T) {
 			t.Fatalf("deferred create %d: %v", i, err)
 		}
 		attrs[i] = a
+		if i%reserveCount == reserveCount*3/4 {
+			// The reservation ahead, asked for at half the range,
+			// answered before the range runs out (as a queue sent
+			// while a process makes files does).
+			c1.FlushDeferred(ctx)
+		}
 	}
 	// A read right after sees the last one, as answered.
 	got, err := c1.Lookup(ctx, dir, fmt.Sprintf("f%d", files-1))
@@ -98,6 +104,11 @@ func TestDeferredOps(t *testing.T) {
 	}
 	if n, errs := log.get(); n != files || len(errs) != 0 {
 		t.Fatalf("%d of %d deferred creates done, failures %v", n, files, errs)
+	}
+	// The ranges after the first were reserved ahead, through the
+	// queue, without waiting for it.
+	if n := c1.deferred.plainReserves.Load(); n != 1 {
+		t.Fatalf("%d reservations waited for the queue for %d creates", n, files)
 	}
 	inos := map[uint64]bool{}
 	for _, a := range attrs {

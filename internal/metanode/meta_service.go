@@ -157,7 +157,13 @@ func validateBatch(g ids.GroupID, cmd *wire.Command) error {
 		case *wire.Command_Batch:
 			return fmt.Errorf("batch command %d is a batch", i)
 		case *wire.Command_ReserveInodes:
-			return fmt.Errorf("batch command %d: inode numbers are reserved outside batches", i)
+			// A reservation ahead goes through the client's queue, in
+			// order with its creates (namespace reserveInodes); a
+			// ministry short of numbers answers it ENOSPC, and the
+			// client then reserves the plain way, which waits.
+			if !op.ReserveInodes.GetAhead() {
+				return fmt.Errorf("batch command %d: inode numbers are reserved outside batches, but for a reservation ahead", i)
+			}
 		case *wire.Command_Create:
 			if op.Create.GetIno() == 0 {
 				return fmt.Errorf("batch command %d: a batched create needs a reserved inode number (CreateOp.ino)", i)

@@ -32,26 +32,40 @@ const (
 
 func reserveKey(client uint64) []byte { return u64Key(kindReserve, client) }
 
-// reservation is a client's "v" record: the next number it may use and
-// the end of its range.
-type reservation struct{ next, end uint64 }
+// reservation is a client's "v" record: the ranges it may number new
+// inodes from, oldest first (one, or two after a ReserveInodesOp with
+// ahead), each as the next number it may use and the range's end. A
+// create uses a number of the first range that has it, at or after that
+// range's next, and drops the ranges before: a client numbers in order
+// and its creates are applied in that order.
+type reservation []resvRange
+
+type resvRange struct{ next, end uint64 }
 
 func loadReservation(r engine.Reader, client uint64) (reservation, bool, error) {
 	v, err := r.Get(reserveKey(client))
 	if err != nil {
-		return reservation{}, false, fmt.Errorf("namespace: get reservation of client %d: %w", client, err)
+		return nil, false, fmt.Errorf("namespace: get reservation of client %d: %w", client, err)
 	}
 	if v == nil {
-		return reservation{}, false, nil
+		return nil, false, nil
 	}
-	if len(v) != 16 {
-		return reservation{}, false, fmt.Errorf("namespace: corrupt reservation of client %d (%d bytes)", client, len(v))
+	if len(v) != 16 && len(v) != 32 {
+		return nil, false, fmt.Errorf("namespace: corrupt reservation of client %d (%d bytes)", client, len(v))
 	}
-	return reservation{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}, true, nil
+	var out reservation
+	for ; len(v) > 0; v = v[16:] {
+		out = append(out, resvRange{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])})
+	}
+	return out, true, nil
 }
 
 func (v reservation) encode() []byte {
-	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, v.next), v.end)
+	var b []byte
+	for _, r := range v {
+		b = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, r.next), r.end)
+	}
+	return b
 }
 
 // takeRange hands out up to n consecutive unused numbers of the first
@@ -92,7 +106,20 @@ func reserveInodes(t *tx, client uint64, op *wire.ReserveInodesOp) (*wire.Result
 		return nil, errnof(syscall.ENOSPC, "no inode numbers left; the ministry must be granted more by the president")
 	}
 	t.set(inodeRangesKey, g.encode())
-	t.set(reserveKey(client), reservation{start, end}.encode())
+	v := reservation{{start, end}}
+	if op.GetAhead() {
+		// Every create queued before this command was applied, so only
+		// the range the client numbers from now (its last) can still
+		// be in use.
+		cur, _, err := loadReservation(t.r, client)
+		if err != nil {
+			return nil, err
+		}
+		if len(cur) > 0 {
+			v = reservation{cur[len(cur)-1], {start, end}}
+		}
+	}
+	t.set(reserveKey(client), v.encode())
 	return &wire.Result{Start: start, End: end}, nil
 }
 
@@ -106,21 +133,35 @@ func useReserved(t *tx, client uint64, ino uint64) error {
 	if err != nil {
 		return err
 	}
-	if !found || ino < v.next || ino >= v.end {
-		return errnof(syscall.EINVAL, "create with inode %d: not in the client's reserved range [%d, %d)", ino, v.next, v.end)
+	at := -1
+	for i, r := range v {
+		if ino >= r.next && ino < r.end {
+			at = i
+			break
+		}
+	}
+	if !found || at < 0 {
+		return errnof(syscall.EINVAL, "create with inode %d: not in the client's reserved ranges %v", ino, v)
 	}
 	if v, err := t.r.Get(inodeKey(ids.Ino(ino))); err != nil {
 		return fmt.Errorf("namespace: get inode %d: %w", ino, err)
 	} else if v != nil || t.inodes[ids.Ino(ino)] != nil {
 		return errnof(syscall.EINVAL, "create with inode %d: already used", ino)
 	}
-	if ino+1 == v.end {
+	rest := append(reservation{}, v[at:]...)
+	rest[0].next = ino + 1
+	if rest[0].next == rest[0].end {
+		rest = rest[1:]
+	}
+	if len(rest) == 0 {
 		t.del(reserveKey(client))
 	} else {
-		t.set(reserveKey(client), reservation{ino + 1, v.end}.encode())
+		t.set(reserveKey(client), rest.encode())
 	}
 	return nil
 }
+
+func (r resvRange) String() string { return fmt.Sprintf("[%d, %d)", r.next, r.end) }
 
 // applyBatch applies each command of b in order through Apply, so each
 // is deduplicated by its own request id.

@@ -69,6 +69,56 @@ func TestReservedInodes(t *testing.T) {
 	}
 }
 
+// TestReservedAhead: a reservation made ahead keeps the range in use
+// (the last one) usable beside the new one; a number of the new range
+// drops the older; a plain reservation replaces them all.
+func TestReservedAhead(t *testing.T) {
+	v := newEnv(t)
+	const c = 7
+	seq := uint64(0)
+	req := func() *wire.RequestID { seq++; return &wire.RequestID{ClientId: c, Seq: seq} }
+	reserve := func(ahead bool) (uint64, uint64) {
+		t.Helper()
+		r := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 4, Ahead: ahead}}, req())
+		if r.Errno != 0 || r.End-r.Start != 4 {
+			t.Fatalf("reserve (ahead %v): %v", ahead, r)
+		}
+		return r.Start, r.End
+	}
+	create := func(name string, ino uint64, want syscall.Errno) {
+		t.Helper()
+		if r := v.cmd(createWith(root, name, wire.FileType_REGULAR, ino), req()); syscall.Errno(r.Errno) != want {
+			t.Fatalf("create %s with inode %d: %v, want %v", name, ino, r, want)
+		}
+	}
+	a, _ := reserve(false)
+	create("a0", a, 0)
+	b, _ := reserve(true)
+	create("a1", a+1, 0) // the range in use still is
+	create("b0", b, 0)
+	create("a2", a+2, syscall.EINVAL) // b used: a dropped
+	c2, _ := reserve(true)
+	create("b1", b+1, 0) // the last range stays
+	create("c0", c2, 0)
+	create("b2", b+2, syscall.EINVAL) // c2 used: b dropped
+	create("c1", c2+1, 0)
+	// Ahead again: only the last range is kept (the client asks ahead
+	// once it numbers from its newest range, and its creates before
+	// the request are applied first).
+	x, _ := reserve(true)
+	y, _ := reserve(true)
+	create("x0", x, 0)
+	create("c9", c2+2, syscall.EINVAL)
+	create("y0", y, 0)
+	d, _ := reserve(false)
+	create("c2", c2+2, syscall.EINVAL) // replaced
+	create("d3", d+3, 0)               // the last number ends the record
+	create("d0", d, syscall.EINVAL)
+	// Ahead with no record: the new range alone.
+	e, _ := reserve(true)
+	create("e1", e+1, 0)
+}
+
 // TestBatch: commands of a batch apply in order, each on its own; sent
 // again, the batch is answered from the recorded results.
 func TestBatch(t *testing.T) {

@@ -1777,8 +1777,15 @@ func (x *CreateOp) GetMarkDirLease() bool {
 // reservation is forgotten with the client's request results (idle for
 // an hour).
 type ReserveInodesOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Count         uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Count uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
+	// ahead: reserve the client's next range, keeping the one it uses
+	// now (the last one it reserved) usable too; without, the new range
+	// replaces every earlier one. Sent through the client's queue, so
+	// that every create queued before it (numbered from older ranges) is
+	// applied first: then two ranges are all a client can still be
+	// numbering from.
+	Ahead         bool `protobuf:"varint,2,opt,name=ahead,proto3" json:"ahead,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1818,6 +1825,13 @@ func (x *ReserveInodesOp) GetCount() uint64 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *ReserveInodesOp) GetAhead() bool {
+	if x != nil {
+		return x.Ahead
+	}
+	return false
 }
 
 // MarkDirLeaseOp (proposed by the minister, never by clients) records
@@ -9021,9 +9035,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04rdev\x18\b \x01(\x04R\x04rdev\x12\x10\n" +
 	"\x03ino\x18\t \x01(\x04R\x03ino\x12$\n" +
 	"\x0emark_dir_lease\x18\n" +
-	" \x01(\bR\fmarkDirLease\"'\n" +
+	" \x01(\bR\fmarkDirLease\"=\n" +
 	"\x0fReserveInodesOp\x12\x14\n" +
-	"\x05count\x18\x01 \x01(\x04R\x05count\"\"\n" +
+	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x14\n" +
+	"\x05ahead\x18\x02 \x01(\bR\x05ahead\"\"\n" +
 	"\x0eMarkDirLeaseOp\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\">\n" +
 	"\x0eLeaseSessionOp\x12\x18\n" +
