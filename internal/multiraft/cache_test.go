@@ -232,3 +232,76 @@ func TestEmptyFillLosesToConcurrentApply(t *testing.T) {
 		t.Fatal("clear kept the memo")
 	}
 }
+
+// TestAbsentKeysCached: a key read and not found is remembered as absent
+// (the next read asks Pebble nothing) until a write to it commits; a
+// reader's fill of "absent" that raced an apply writing the key is not
+// kept; a delete leaves it known absent.
+func TestAbsentKeysCached(t *testing.T) {
+	e, err := engine.Open(t.TempDir(), engine.Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	c := newStateCache(64, 1<<20)
+	prefix := engine.StatePrefix(1)
+	store := engine.Prefixed{RW: engine.ReadOnly{Reader: e}, Prefix: prefix}
+	r := c.Reader(store)
+	behindBack := func(k, val string) {
+		b := e.NewBatch()
+		defer b.Close()
+		if err := (engine.Prefixed{RW: b, Prefix: prefix}).Set([]byte(k), []byte(val)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Commit(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := r.Get([]byte("new")); err != nil || v != nil {
+		t.Fatalf("absent key: %q, %v", v, err)
+	}
+	if v, ok := c.get("new"); !ok || v != nil {
+		t.Fatalf("absence not cached: %q, %v", v, ok)
+	}
+	// Written behind the cache's back (never done for real): the cached
+	// absence answers, proving the read did not reach Pebble.
+	behindBack("new", "x")
+	if v, _ := r.Get([]byte("new")); v != nil {
+		t.Fatalf("second read of an absent key went to the store: %q", v)
+	}
+	// A committed write replaces the absence.
+	b := e.NewBatch()
+	v := newApplyView(b, prefix, c)
+	if got, _ := v.Get([]byte("new")); got != nil {
+		t.Fatalf("apply's read of a key known absent: %q", got)
+	}
+	_ = v.Set([]byte("new"), []byte("y"))
+	if err := b.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	v.committed()
+	b.Close()
+	if got, _ := r.Get([]byte("new")); string(got) != "y" {
+		t.Fatalf("after the write committed: %q, want y", got)
+	}
+	// A reader's late fill of absence loses to an apply that wrote it.
+	gen := c.gen.Load()
+	c.gen.Add(1)
+	c.set("k", []byte("v"))
+	c.fill("k", nil, gen)
+	if got, ok := c.get("k"); !ok || string(got) != "v" {
+		t.Fatalf("raced absent fill: %q %v, want v", got, ok)
+	}
+	// A delete leaves the key known absent.
+	b = e.NewBatch()
+	v = newApplyView(b, prefix, c)
+	_ = v.Delete([]byte("new"))
+	if err := b.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	v.committed()
+	b.Close()
+	if got, ok := c.get("new"); !ok || got != nil {
+		t.Fatalf("deleted key: %q %v, want known absent", got, ok)
+	}
+}
