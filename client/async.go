@@ -684,7 +684,7 @@ func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.I
 // r's and the new one, and nothing waits. Called with resvMu held.
 func (c *Client) reserveAhead(group ids.GroupID, route ids.Ino, r *reservation) {
 	cmd := c.newCommand(func(cmd *wire.Command) {
-		cmd.Op = &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: reserveCount, Ahead: true}}
+		cmd.Op = &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: reserveCount, Ahead: true, KeepEnd: r.end}}
 	})
 	c.enqueue(&deferredOp{group: group, route: route, cmd: cmd, what: "reserve inode numbers ahead",
 		done: func(res *wire.Result, err error) {
@@ -1002,5 +1002,18 @@ func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Resu
 		c.dropNewFileLeases(leased)
 		return nil, nil, fmt.Errorf("%w: batch of %d commands answered with %d results", syscall.EIO, len(run), len(res.GetResults()))
 	}
-	return res.GetResults(), leased, nil
+	out := res.GetResults()
+	if g != run[0].group {
+		// The batch followed a move to another ministry: a range it
+		// reserved there is not run[0].group's to number from (found in
+		// review). Failed here, the reservation's owner takes the plain
+		// way when its range runs out.
+		for i, op := range run {
+			if op.cmd.GetReserveInodes() != nil {
+				out[i] = &wire.Result{Errno: uint32(syscall.EXDEV),
+					Message: fmt.Sprintf("inode numbers reserved ahead were answered by ministry %d, not %d", g, run[0].group)}
+			}
+		}
+	}
+	return out, leased, nil
 }

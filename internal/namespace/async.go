@@ -109,14 +109,17 @@ func reserveInodes(t *tx, client uint64, op *wire.ReserveInodesOp) (*wire.Result
 	v := reservation{{start, end}}
 	if op.GetAhead() {
 		// Every create queued before this command was applied, so only
-		// the range the client numbers from now (its last) can still
+		// the range the client numbers from now (keep_end's) can still
 		// be in use.
 		cur, _, err := loadReservation(t.r, client)
 		if err != nil {
 			return nil, err
 		}
-		if len(cur) > 0 {
-			v = reservation{cur[len(cur)-1], {start, end}}
+		for _, r := range cur {
+			if r.end == op.GetKeepEnd() && r.next < r.end {
+				v = reservation{r, {start, end}}
+				break
+			}
 		}
 	}
 	t.set(reserveKey(client), v.encode())

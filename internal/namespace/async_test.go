@@ -69,17 +69,19 @@ func TestReservedInodes(t *testing.T) {
 	}
 }
 
-// TestReservedAhead: a reservation made ahead keeps the range in use
-// (the last one) usable beside the new one; a number of the new range
-// drops the older; a plain reservation replaces them all.
+// TestReservedAhead: a reservation made ahead keeps the range the
+// client numbers from (named by its end) usable beside the new one; a
+// number of the new range drops the older; a plain reservation replaces
+// them all. An earlier reservation ahead whose answer the client lost
+// does not push the range in use out (found in review).
 func TestReservedAhead(t *testing.T) {
 	v := newEnv(t)
 	const c = 7
 	seq := uint64(0)
 	req := func() *wire.RequestID { seq++; return &wire.RequestID{ClientId: c, Seq: seq} }
-	reserve := func(ahead bool) (uint64, uint64) {
+	reserve := func(ahead bool, keepEnd uint64) (uint64, uint64) {
 		t.Helper()
-		r := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 4, Ahead: ahead}}, req())
+		r := v.cmd(&wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: 4, Ahead: ahead, KeepEnd: keepEnd}}, req())
 		if r.Errno != 0 || r.End-r.Start != 4 {
 			t.Fatalf("reserve (ahead %v): %v", ahead, r)
 		}
@@ -91,32 +93,35 @@ func TestReservedAhead(t *testing.T) {
 			t.Fatalf("create %s with inode %d: %v, want %v", name, ino, r, want)
 		}
 	}
-	a, _ := reserve(false)
+	a, aEnd := reserve(false, 0)
 	create("a0", a, 0)
-	b, _ := reserve(true)
+	b, bEnd := reserve(true, aEnd)
 	create("a1", a+1, 0) // the range in use still is
 	create("b0", b, 0)
 	create("a2", a+2, syscall.EINVAL) // b used: a dropped
-	c2, _ := reserve(true)
-	create("b1", b+1, 0) // the last range stays
+	c2, _ := reserve(true, bEnd)
+	create("b1", b+1, 0)
 	create("c0", c2, 0)
 	create("b2", b+2, syscall.EINVAL) // c2 used: b dropped
-	create("c1", c2+1, 0)
-	// Ahead again: only the last range is kept (the client asks ahead
-	// once it numbers from its newest range, and its creates before
-	// the request are applied first).
-	x, _ := reserve(true)
-	y, _ := reserve(true)
-	create("x0", x, 0)
-	create("c9", c2+2, syscall.EINVAL)
-	create("y0", y, 0)
-	d, _ := reserve(false)
-	create("c2", c2+2, syscall.EINVAL) // replaced
-	create("d3", d+3, 0)               // the last number ends the record
-	create("d0", d, syscall.EINVAL)
-	// Ahead with no record: the new range alone.
-	e, _ := reserve(true)
-	create("e1", e+1, 0)
+	// Two aheads while numbering from d: the first one's answer lost,
+	// the second names d again; d stays usable, the first is dropped.
+	d, dEnd := reserve(false, 0)
+	lost, _ := reserve(true, dEnd)
+	e, _ := reserve(true, dEnd)
+	create("d0", d, 0)
+	create("lost", lost, syscall.EINVAL)
+	create("d1", d+1, 0)
+	create("e0", e, 0)
+	create("d2", d+2, syscall.EINVAL)
+	// A plain reservation replaces every range; the last number of a
+	// range ends it.
+	f, _ := reserve(false, 0)
+	create("e1", e+1, syscall.EINVAL)
+	create("f3", f+3, 0)
+	create("f0", f, syscall.EINVAL)
+	// Ahead naming no range held: the new range alone.
+	g, _ := reserve(true, 12345)
+	create("g1", g+1, 0)
 }
 
 // TestBatch: commands of a batch apply in order, each on its own; sent

@@ -1779,13 +1779,16 @@ func (x *CreateOp) GetMarkDirLease() bool {
 type ReserveInodesOp struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Count uint64                 `protobuf:"varint,1,opt,name=count,proto3" json:"count,omitempty"`
-	// ahead: reserve the client's next range, keeping the one it uses
-	// now (the last one it reserved) usable too; without, the new range
-	// replaces every earlier one. Sent through the client's queue, so
-	// that every create queued before it (numbered from older ranges) is
-	// applied first: then two ranges are all a client can still be
-	// numbering from.
-	Ahead         bool `protobuf:"varint,2,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	// ahead: reserve the client's next range, keeping the one it numbers
+	// from now (the range of its reservation that ends at keep_end)
+	// usable too; without, the new range replaces every earlier one. Sent
+	// through the client's queue, so that every create queued before it
+	// (numbered from older ranges) is applied first: then those two
+	// ranges are all the client can still be numbering from. Named by its
+	// end, not taken to be the last one reserved: an earlier reservation
+	// ahead whose answer the client lost may have come after it.
+	Ahead         bool   `protobuf:"varint,2,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	KeepEnd       uint64 `protobuf:"varint,3,opt,name=keep_end,json=keepEnd,proto3" json:"keep_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1832,6 +1835,13 @@ func (x *ReserveInodesOp) GetAhead() bool {
 		return x.Ahead
 	}
 	return false
+}
+
+func (x *ReserveInodesOp) GetKeepEnd() uint64 {
+	if x != nil {
+		return x.KeepEnd
+	}
+	return 0
 }
 
 // MarkDirLeaseOp (proposed by the minister, never by clients) records
@@ -9035,10 +9045,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04rdev\x18\b \x01(\x04R\x04rdev\x12\x10\n" +
 	"\x03ino\x18\t \x01(\x04R\x03ino\x12$\n" +
 	"\x0emark_dir_lease\x18\n" +
-	" \x01(\bR\fmarkDirLease\"=\n" +
+	" \x01(\bR\fmarkDirLease\"X\n" +
 	"\x0fReserveInodesOp\x12\x14\n" +
 	"\x05count\x18\x01 \x01(\x04R\x05count\x12\x14\n" +
-	"\x05ahead\x18\x02 \x01(\bR\x05ahead\"\"\n" +
+	"\x05ahead\x18\x02 \x01(\bR\x05ahead\x12\x19\n" +
+	"\bkeep_end\x18\x03 \x01(\x04R\akeepEnd\"\"\n" +
 	"\x0eMarkDirLeaseOp\x12\x10\n" +
 	"\x03dir\x18\x01 \x01(\x04R\x03dir\">\n" +
 	"\x0eLeaseSessionOp\x12\x18\n" +
