@@ -858,6 +858,7 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 	n.fsys.log.Debug("rmdir queued under the directory leases", slog.Uint64("dir", uint64(n.ino)), slog.String("name", name))
 	l, handedOut := ch.dir.lease, ch.dir.handedOut
 	ch.dir.lease, ch.dir.names, ch.dir.handedOut = nil, nil, nil
+	n.fsys.forgetDirLease(ch)
 	go ch.giveBackAfterQueue(l, handedOut) // the rmdir first, then the lease
 	return ch
 }
