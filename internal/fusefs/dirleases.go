@@ -74,12 +74,19 @@ func (fsys *FS) evictDirLeases(ev []*node) {
 			continue
 		}
 		d.lease, d.names = nil, nil
-		handedOut := d.handedOut
-		d.handedOut = nil
+		// The names stay in handedOut too: a revoke of l arriving now
+		// finds them there and forgets them before it lets the lease
+		// go (taken from it, the revoke released the lease before the
+		// kernel forgot them here: found by TestDirLeasesBounded in
+		// CI). A later revoke forgets them again, at a lookup's cost.
+		handedOut := make([]string, 0, len(d.handedOut))
+		for name := range d.handedOut {
+			handedOut = append(handedOut, name)
+		}
 		d.mu.Unlock()
 		// Outside dir.mu, as dirLeaseRevoked: the kernel takes the
 		// directory's lock for this.
-		for name := range handedOut {
+		for _, name := range handedOut {
 			_ = n.NotifyEntry(name)
 		}
 		fsys.log.Debug("directory lease given back: least recently used beyond the bound", slog.Uint64("dir", uint64(n.ino)))
