@@ -653,7 +653,7 @@ func (c *Client) reservedIno(ctx context.Context, group ids.GroupID, route ids.I
 		// The new reservation replaces the old one: every create numbered
 		// from it must be applied first. mutateIn flushes the queue:
 		// every create waits meanwhile (with 16 processes making
-		// directories, a stall of ~100 ms every 1,024; reserveAhead
+		// directories, a stall of ~100 ms every range; reserveAhead
 		// keeps this path for the first range and idle ones).
 		cmd := c.newCommand(func(cmd *wire.Command) {
 			cmd.Op = &wire.Command_ReserveInodes{ReserveInodes: &wire.ReserveInodesOp{Count: reserveCount}}
