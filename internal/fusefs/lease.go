@@ -76,6 +76,12 @@ type leaseHeld struct {
 func (s *leaseSet) add(n *node, size int64) (evict []*node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.putLocked(n, size)
+	return s.trimLocked(n)
+}
+
+// putLocked puts n at the end (the newest) holding size bytes.
+func (s *leaseSet) putLocked(n *node, size int64) {
 	if s.at == nil {
 		s.at = map[*node]*list.Element{}
 	}
@@ -84,11 +90,10 @@ func (s *leaseSet) add(n *node, size int64) (evict []*node) {
 		h := e.Value.(*leaseHeld)
 		s.bytes += size - h.size
 		h.size = size
-	} else {
-		s.at[n] = s.order.PushBack(&leaseHeld{n: n, size: size})
-		s.bytes += size
+		return
 	}
-	return s.trimLocked(n)
+	s.at[n] = s.order.PushBack(&leaseHeld{n: n, size: size})
+	s.bytes += size
 }
 
 // resize sets what n holds when it is in the set (its own writes left a
@@ -153,14 +158,7 @@ func (s *leaseSet) replace(old, n *node) {
 func (s *leaseSet) readd(n *node) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.at == nil {
-		s.at = map[*node]*list.Element{}
-	}
-	if e := s.at[n]; e != nil {
-		s.order.MoveToBack(e)
-		return
-	}
-	s.at[n] = s.order.PushBack(&leaseHeld{n: n})
+	s.putLocked(n, 0)
 }
 
 // trim returns the oldest nodes beyond the set's bounds, taken out.
