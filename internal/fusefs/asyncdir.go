@@ -120,6 +120,9 @@ type dirState struct {
 	// firstPage is the listing's first page kept under lease
 	// (keptpage.go), nil if none.
 	firstPage *keptPage
+	// notedAt: when asyncLocked last counted the lease as used
+	// (dirleases.go).
+	notedAt time.Time
 }
 
 // entriesChangedLocked: an entry change of the directory (made here,
@@ -300,7 +303,13 @@ func (n *node) asyncLocked() bool {
 		if d.names == nil {
 			return false
 		}
-		n.fsys.noteDirLease(n)
+		// Counted as used at most once a second: this runs for every
+		// lookup and change in the directory, and the set's lock is
+		// the mount's. The order need not be finer.
+		if now := time.Now(); now.Sub(d.notedAt) >= time.Second {
+			d.notedAt = now
+			n.fsys.noteDirLease(n)
+		}
 		return true
 	}
 	l := d.lease
