@@ -37,6 +37,7 @@ func methodRoles() map[string][]certs.Role {
 		wire.Meta_Join_FullMethodName:           nodeOnly,
 		wire.Meta_MetaHeartbeat_FullMethodName:  nodeOnly,
 		wire.Raft_Send_FullMethodName:           nodeOnly,
+		wire.Raft_Stream_FullMethodName:         nodeOnly,
 		wire.Raft_SendSnapshot_FullMethodName:   nodeOnly,
 	}
 }

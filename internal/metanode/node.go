@@ -404,6 +404,9 @@ func (n *Node) Stop() {
 }
 
 func (n *Node) closeAll() {
+	if n.transport != nil {
+		n.transport.StopInbound() // the peers' raft streams, which a graceful stop would wait for
+	}
 	if n.grpc != nil {
 		stopped := make(chan struct{})
 		go func() { n.grpc.GracefulStop(); close(stopped) }()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/govfs/govfs/internal/certs"
+	"github.com/govfs/govfs/internal/wire"
 )
 
 // DefaultMaxConnsPerPeer bounds the connections one remote address (IP)
@@ -165,7 +166,10 @@ func (l *InFlightLimiter) enter(ctx context.Context) (func(), error) {
 // (raft, heartbeats), which a plaintext node cannot tell from a client's
 // by certificate and must never refuse.
 func clusterMethod(full string) bool {
-	return strings.HasPrefix(full, "/govfs.Raft/") || strings.HasSuffix(full, "/MetaHeartbeat") || strings.HasSuffix(full, "/ChunkHeartbeat")
+	// (The prefix was "/govfs.Raft/" until session 22, which matched no
+	// method: raft traffic between plaintext nodes counted against their
+	// address's bound.)
+	return strings.HasPrefix(full, "/"+wire.Raft_ServiceDesc.ServiceName+"/") || strings.HasSuffix(full, "/MetaHeartbeat") || strings.HasSuffix(full, "/ChunkHeartbeat")
 }
 
 // Unary is the unary server interceptor.

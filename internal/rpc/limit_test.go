@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"github.com/govfs/govfs/internal/wire"
 	"net"
 	"strings"
 	"testing"
@@ -109,5 +110,21 @@ func TestInFlightLimiter(t *testing.T) {
 	d2()
 	if len(l.n) != 0 {
 		t.Fatalf("counts left behind: %v", l.n)
+	}
+}
+
+// Raft traffic between plaintext nodes (named by address, like clients)
+// is never counted: the interceptors skip the Raft service by name.
+func TestClusterMethodsNotLimited(t *testing.T) {
+	for _, m := range []string{wire.Raft_Send_FullMethodName, wire.Raft_Stream_FullMethodName, wire.Raft_SendSnapshot_FullMethodName,
+		wire.Meta_MetaHeartbeat_FullMethodName, wire.Meta_ChunkHeartbeat_FullMethodName} {
+		if !clusterMethod(m) {
+			t.Errorf("%s is counted as a client's request", m)
+		}
+	}
+	for _, m := range []string{wire.Meta_Mutate_FullMethodName, wire.Meta_Read_FullMethodName, wire.Meta_Lease_FullMethodName} {
+		if clusterMethod(m) {
+			t.Errorf("%s is not limited", m)
+		}
 	}
 }

@@ -9692,9 +9692,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x12Q\n" +
 	"\fMoveReplicas\x12\x1f.govfs.wire.MoveReplicasRequest\x1a .govfs.wire.MoveReplicasResponse\x129\n" +
 	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse\x12T\n" +
-	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2|\n" +
+	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2\xb4\x01\n" +
 	"\x04Raft\x122\n" +
-	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x12@\n" +
+	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x126\n" +
+	"\x06Stream\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck(\x01\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
 
 var (
@@ -9958,22 +9959,24 @@ var file_govfs_proto_depIdxs = []int32{
 	96,  // 135: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
 	78,  // 136: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
 	100, // 137: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	103, // 138: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	59,  // 139: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	73,  // 140: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	75,  // 141: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	83,  // 142: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	86,  // 143: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	90,  // 144: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	99,  // 145: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	92,  // 146: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	94,  // 147: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
-	97,  // 148: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	79,  // 149: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	102, // 150: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	102, // 151: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	139, // [139:152] is the sub-list for method output_type
-	126, // [126:139] is the sub-list for method input_type
+	100, // 138: govfs.wire.Raft.Stream:input_type -> govfs.wire.RaftBatch
+	103, // 139: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	59,  // 140: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	73,  // 141: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	75,  // 142: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	83,  // 143: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	86,  // 144: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	90,  // 145: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	99,  // 146: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	92,  // 147: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	94,  // 148: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
+	97,  // 149: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	79,  // 150: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	102, // 151: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	102, // 152: govfs.wire.Raft.Stream:output_type -> govfs.wire.RaftAck
+	102, // 153: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	140, // [140:154] is the sub-list for method output_type
+	126, // [126:140] is the sub-list for method input_type
 	126, // [126:126] is the sub-list for extension type_name
 	126, // [126:126] is the sub-list for extension extendee
 	0,   // [0:126] is the sub-list for field type_name

@@ -533,6 +533,7 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Raft_Send_FullMethodName         = "/govfs.wire.Raft/Send"
+	Raft_Stream_FullMethodName       = "/govfs.wire.Raft/Stream"
 	Raft_SendSnapshot_FullMethodName = "/govfs.wire.Raft/SendSnapshot"
 )
 
@@ -540,7 +541,15 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type RaftClient interface {
+	// Send delivers one batch and answers it: what a node older than
+	// Stream speaks, and what a sender falls back to when a peer answers
+	// Stream with UNIMPLEMENTED.
 	Send(ctx context.Context, in *RaftBatch, opts ...grpc.CallOption) (*RaftAck, error)
+	// Stream delivers a sender's batches to one peer over one long-lived
+	// stream, without an answer per batch (raft acknowledges with its own
+	// messages). The receiver ends the stream with a RaftAck whose status
+	// says why when it refuses a batch; the sender then opens a new one.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error)
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error)
 }
 
@@ -562,9 +571,22 @@ func (c *raftClient) Send(ctx context.Context, in *RaftBatch, opts ...grpc.CallO
 	return out, nil
 }
 
+func (c *raftClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[0], Raft_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RaftBatch, RaftAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_StreamClient = grpc.ClientStreamingClient[RaftBatch, RaftAck]
+
 func (c *raftClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[0], Raft_SendSnapshot_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[1], Raft_SendSnapshot_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -579,7 +601,15 @@ type Raft_SendSnapshotClient = grpc.ClientStreamingClient[SnapshotChunk, RaftAck
 // All implementations must embed UnimplementedRaftServer
 // for forward compatibility.
 type RaftServer interface {
+	// Send delivers one batch and answers it: what a node older than
+	// Stream speaks, and what a sender falls back to when a peer answers
+	// Stream with UNIMPLEMENTED.
 	Send(context.Context, *RaftBatch) (*RaftAck, error)
+	// Stream delivers a sender's batches to one peer over one long-lived
+	// stream, without an answer per batch (raft acknowledges with its own
+	// messages). The receiver ends the stream with a RaftAck whose status
+	// says why when it refuses a batch; the sender then opens a new one.
+	Stream(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error
 	SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error
 	mustEmbedUnimplementedRaftServer()
 }
@@ -593,6 +623,9 @@ type UnimplementedRaftServer struct{}
 
 func (UnimplementedRaftServer) Send(context.Context, *RaftBatch) (*RaftAck, error) {
 	return nil, status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedRaftServer) SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error {
 	return status.Error(codes.Unimplemented, "method SendSnapshot not implemented")
@@ -636,6 +669,13 @@ func _Raft_Send_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raft_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RaftServer).Stream(&grpc.GenericServerStream[RaftBatch, RaftAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raft_StreamServer = grpc.ClientStreamingServer[RaftBatch, RaftAck]
+
 func _Raft_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(RaftServer).SendSnapshot(&grpc.GenericServerStream[SnapshotChunk, RaftAck]{ServerStream: stream})
 }
@@ -656,6 +696,11 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _Raft_Stream_Handler,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "SendSnapshot",
 			Handler:       _Raft_SendSnapshot_Handler,
