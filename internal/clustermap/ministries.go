@@ -26,6 +26,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sort"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -189,7 +190,19 @@ func InodeRangeOwner(r engine.Reader, ino uint64) (uint64, error) {
 	return owner, err
 }
 
-// InodeRanges returns every grant of inode numbers, by range.
+// OwnerIn is InodeRangeOwner over ranges as InodeRanges returned them
+// (ordered by their ends): a caller keeps the list while the map does
+// not change instead of scanning the store for every inode.
+func OwnerIn(ranges []*wire.InodeRange, ino uint64) uint64 {
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i].GetEnd() > ino })
+	if i < len(ranges) && ranges[i].GetStart() <= ino {
+		return ranges[i].GetMinistry()
+	}
+	return 0
+}
+
+// InodeRanges returns every grant of inode numbers, by range (ordered by
+// their ends).
 func InodeRanges(r engine.Reader) ([]*wire.InodeRange, error) {
 	var out []*wire.InodeRange
 	err := r.Scan([]byte("I"), []byte("J"), func(k, v []byte) bool {

@@ -103,6 +103,20 @@ func TestMinistriesNodesAndMoves(t *testing.T) {
 	if r := apply(&wire.AllocInodesOp{Ministry: 9, Count: 10}); errno(r) != syscall.ENOENT {
 		t.Fatalf("grant to a ministry that does not exist: %v", r)
 	}
+	// The kept list answers as the store does, inside, between and
+	// beyond the grants.
+	apply(&wire.AllocInodesOp{Ministry: 1, Count: 50})
+	last := apply(&wire.AllocInodesOp{Ministry: 2, Count: 7})
+	ranges, err := InodeRanges(b)
+	if err != nil || len(ranges) < 3 {
+		t.Fatalf("ranges: %v %v", ranges, err)
+	}
+	for ino := uint64(0); ino <= last.GetEnd()+3; ino++ {
+		want, _ := InodeRangeOwner(b, ino)
+		if got := OwnerIn(ranges, ino); got != want {
+			t.Fatalf("owner of %d from the list: %d, from the store: %d", ino, got, want)
+		}
+	}
 }
 
 // TestDissolveMinistry: the ministry an aborted `assign --new` created is

@@ -46,6 +46,9 @@ type Node struct {
 	gc        *collector
 	leases    *leaseService
 	maps      mapCache
+	// rangeOwners: the president's inode ranges, for route checks
+	// (route.go).
+	rangeOwners rangeOwnerCache
 	// signer and verifier hold the chunk token keys (tokens.go).
 	signer   chunktoken.Signer
 	verifier chunktoken.Verifier
