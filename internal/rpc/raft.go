@@ -208,7 +208,7 @@ func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
 					out = nil
 				}
 				if out == nil {
-					out, err = t.openStream(addr)
+					out, err = t.openStream(to, addr)
 				}
 				if err == nil {
 					err = out.send(to, rb)
@@ -232,9 +232,13 @@ func (t *RaftTransport) sender(to ids.NodeID, p *peer) {
 	}
 }
 
-// streamStall is how long a batch may wait to go out on a stream (the
-// peer reads nothing: paused, or cut off) before the stream is given up
-// and the peer reported unreachable, as a unary Send's deadline did.
+// streamStall bounds how long a stream may go without progress before
+// it is given up and the peer reported unreachable, as a unary Send's
+// deadline did: opening it, a batch waiting to go out (flow control
+// full: the peer reads nothing), or the oldest batch sent and not yet
+// answered (a paused or cut-off peer whose socket still takes bytes).
+// The last keeps a peer from being handed more than streamStall's worth
+// of messages that would reach it late, all at once, on its return.
 const streamStall = 2 * time.Second
 
 // outStream is a sender's stream to one peer.
@@ -242,45 +246,99 @@ type outStream struct {
 	addr   string
 	stream wire.Raft_StreamClient
 	cancel context.CancelFunc
-	// watch cancels the stream when a Send blocks past streamStall.
+	// watch cancels the stream when opening it or a Send blocks past
+	// streamStall.
 	watch *time.Timer
+	// done is closed when readAcks returns.
+	done chan struct{}
+
+	mu sync.Mutex
+	// sentAt: when each batch not answered yet was sent, oldest first.
+	sentAt []time.Time
+	// err: why the stream ended, from readAcks (a refusal, the peer's
+	// status, a broken connection).
+	err error
 }
 
-func (t *RaftTransport) openStream(addr string) (*outStream, error) {
+func (t *RaftTransport) openStream(to ids.NodeID, addr string) (*outStream, error) {
 	cc, err := t.pool.Get(addr)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
-	stream, err := wire.NewRaftClient(cc).Stream(ctx)
+	o := &outStream{addr: addr, cancel: cancel, done: make(chan struct{}), watch: time.AfterFunc(streamStall, cancel)}
+	o.stream, err = wire.NewRaftClient(cc).Stream(ctx)
+	if !o.watch.Stop() {
+		cancel()
+		return nil, fmt.Errorf("raft stream to node %v: not open after %v", to, streamStall)
+	}
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	o := &outStream{addr: addr, stream: stream, cancel: cancel, watch: time.AfterFunc(time.Hour, cancel)}
-	o.watch.Stop()
+	go o.readAcks(to)
 	return o, nil
 }
 
-// send puts rb on the stream. An error means the stream is over: the
-// peer's answer says why when it refused a batch.
+// readAcks takes the peer's answers: each OK one answers the oldest
+// batch sent; anything else ends the stream, with the reason kept for
+// the sender.
+func (o *outStream) readAcks(to ids.NodeID) {
+	defer close(o.done)
+	for {
+		ack, err := o.stream.Recv()
+		if err == nil && ack.GetStatus().GetCode() != wire.Code_OK {
+			err = fmt.Errorf("peer %v refused: %s", to, ack.GetStatus().GetMessage())
+		}
+		o.mu.Lock()
+		if err != nil {
+			if o.err == nil {
+				o.err = err
+			}
+			o.mu.Unlock()
+			o.cancel()
+			return
+		}
+		if len(o.sentAt) > 0 {
+			o.sentAt = o.sentAt[1:]
+		}
+		o.mu.Unlock()
+	}
+}
+
+// send puts rb on the stream. An error means the stream is over.
 func (o *outStream) send(to ids.NodeID, rb *wire.RaftBatch) error {
+	now := time.Now()
+	o.mu.Lock()
+	err := o.err
+	stale := len(o.sentAt) > 0 && now.Sub(o.sentAt[0]) > streamStall
+	o.sentAt = append(o.sentAt, now)
+	o.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if stale {
+		return fmt.Errorf("raft stream to node %v: a batch unanswered for over %v", to, streamStall)
+	}
 	o.watch.Reset(streamStall)
-	err := o.stream.Send(rb)
+	err = o.stream.Send(rb)
 	if !o.watch.Stop() {
 		return fmt.Errorf("raft stream to node %v: nothing could be sent for %v", to, streamStall)
 	}
 	if err == nil {
 		return nil
 	}
-	// Send reports io.EOF when the peer ended the stream; the status is
-	// in its answer.
-	ack, rerr := o.stream.CloseAndRecv()
-	if rerr != nil {
-		return rerr
+	// Send reports io.EOF when the stream ended; its reason comes to
+	// readAcks, which returns at once then.
+	select {
+	case <-o.done:
+	case <-time.After(streamStall):
 	}
-	if ack.GetStatus().GetCode() != wire.Code_OK {
-		return fmt.Errorf("peer %v refused: %s", to, ack.GetStatus().GetMessage())
+	o.mu.Lock()
+	reason := o.err
+	o.mu.Unlock()
+	if reason != nil && !errors.Is(reason, io.EOF) {
+		return reason
 	}
 	return fmt.Errorf("raft stream to node %v ended: %w", to, err)
 }
@@ -453,7 +511,8 @@ func (s *RaftService) Send(ctx context.Context, b *wire.RaftBatch) (*wire.RaftAc
 }
 
 // Stream implements wire.RaftServer: each batch is checked and delivered
-// as Send does; the first refusal ends the stream with its reason.
+// as Send does, and answered (OK, or why it was refused; a refusal ends
+// the stream).
 func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 	t := s.t
 	caller := CallerOf(stream.Context())
@@ -475,13 +534,14 @@ func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 			}
 		}
 	}()
+	ok := &wire.RaftAck{Status: &wire.Status{}}
 	for {
 		select {
 		case <-t.inbound:
 			return status.Error(codes.Unavailable, "node stopping")
 		case err := <-recvErr:
 			if errors.Is(err, io.EOF) {
-				return stream.SendAndClose(&wire.RaftAck{Status: &wire.Status{}})
+				return nil
 			}
 			return err
 		case b := <-batches:
@@ -489,7 +549,10 @@ func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 				return err
 			}
 			if st := t.deliver(b); st.GetCode() != wire.Code_OK {
-				return stream.SendAndClose(&wire.RaftAck{Status: st})
+				return stream.Send(&wire.RaftAck{Status: st})
+			}
+			if err := stream.Send(ok); err != nil {
+				return err
 			}
 		}
 	}

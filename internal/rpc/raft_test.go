@@ -193,23 +193,27 @@ func (stuckRaft) Stream(s wire.Raft_StreamServer) error {
 }
 
 // A peer that reads nothing (paused, cut off) is reported unreachable
-// once a batch could not go out for streamStall, as a unary Send's
-// deadline did, and the sender goes on.
+// once a batch went unanswered for streamStall, as a unary Send's
+// deadline did, whether the batches are small (heartbeats, which its
+// socket would go on taking: they must not pile up to reach it late) or
+// large (flow control full: Send blocks); the sender goes on.
 func TestRaftTransportStalledPeer(t *testing.T) {
-	addr, _ := serve(t, func(s *grpc.Server) { wire.RegisterRaftServer(s, stuckRaft{}) })
-	rec := newRecorder()
-	ta := NewRaftTransport(1, map[ids.NodeID]string{2: addr}, func() string { return "c1" }, nil, quietLog())
-	ta.setHost(rec)
-	defer ta.Close()
-	big := make([]byte, 256<<10)
-	start := time.Now()
-	waitFor(t, "the stalled peer reported unreachable", func() bool {
-		ta.Send(2, []multiraft.GroupMessage{{Group: 1, Msg: &pb.Message{Type: pb.MsgApp.Enum(), From: proto.Uint64(1), To: proto.Uint64(2),
-			Entries: []*pb.Entry{{Data: big}}}}})
-		_, u := rec.counts()
-		return u > 0
-	})
-	if el := time.Since(start); el < streamStall {
-		t.Fatalf("reported unreachable after %v, before the stall bound %v", el, streamStall)
+	for _, size := range []int{0, 256 << 10} {
+		addr, _ := serve(t, func(s *grpc.Server) { wire.RegisterRaftServer(s, stuckRaft{}) })
+		rec := newRecorder()
+		ta := NewRaftTransport(1, map[ids.NodeID]string{2: addr}, func() string { return "c1" }, nil, quietLog())
+		ta.setHost(rec)
+		data := make([]byte, size)
+		start := time.Now()
+		waitFor(t, "the stalled peer reported unreachable", func() bool {
+			ta.Send(2, []multiraft.GroupMessage{{Group: 1, Msg: &pb.Message{Type: pb.MsgApp.Enum(), From: proto.Uint64(1), To: proto.Uint64(2),
+				Entries: []*pb.Entry{{Data: data}}}}})
+			_, u := rec.counts()
+			return u > 0
+		})
+		if el := time.Since(start); el < streamStall {
+			t.Fatalf("entries of %d bytes: reported unreachable after %v, before the stall bound %v", size, el, streamStall)
+		}
+		ta.Close()
 	}
 }

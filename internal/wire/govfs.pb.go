@@ -9692,10 +9692,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06Assign\x12\x19.govfs.wire.AssignRequest\x1a\x1a.govfs.wire.AssignResponse\x12Q\n" +
 	"\fMoveReplicas\x12\x1f.govfs.wire.MoveReplicasRequest\x1a .govfs.wire.MoveReplicasResponse\x129\n" +
 	"\x04Join\x12\x17.govfs.wire.JoinRequest\x1a\x18.govfs.wire.JoinResponse\x12T\n" +
-	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2\xb4\x01\n" +
+	"\rMetaHeartbeat\x12 .govfs.wire.MetaHeartbeatRequest\x1a!.govfs.wire.MetaHeartbeatResponse2\xb6\x01\n" +
 	"\x04Raft\x122\n" +
-	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x126\n" +
-	"\x06Stream\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck(\x01\x12@\n" +
+	"\x04Send\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck\x128\n" +
+	"\x06Stream\x12\x15.govfs.wire.RaftBatch\x1a\x13.govfs.wire.RaftAck(\x010\x01\x12@\n" +
 	"\fSendSnapshot\x12\x19.govfs.wire.SnapshotChunk\x1a\x13.govfs.wire.RaftAck(\x01B&Z$github.com/govfs/govfs/internal/wireb\x06proto3"
 
 var (

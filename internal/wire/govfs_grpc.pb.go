@@ -546,10 +546,11 @@ type RaftClient interface {
 	// Stream with UNIMPLEMENTED.
 	Send(ctx context.Context, in *RaftBatch, opts ...grpc.CallOption) (*RaftAck, error)
 	// Stream delivers a sender's batches to one peer over one long-lived
-	// stream, without an answer per batch (raft acknowledges with its own
-	// messages). The receiver ends the stream with a RaftAck whose status
-	// says why when it refuses a batch; the sender then opens a new one.
-	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error)
+	// stream. The receiver answers each batch it delivered with an OK
+	// RaftAck, which the sender does not wait for (it only watches how old
+	// its oldest unanswered batch is); a refused batch is answered with a
+	// RaftAck saying why, and the stream ends (the sender opens a new one).
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RaftBatch, RaftAck], error)
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error)
 }
 
@@ -571,7 +572,7 @@ func (c *raftClient) Send(ctx context.Context, in *RaftBatch, opts ...grpc.CallO
 	return out, nil
 }
 
-func (c *raftClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error) {
+func (c *raftClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RaftBatch, RaftAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Raft_ServiceDesc.Streams[0], Raft_Stream_FullMethodName, cOpts...)
 	if err != nil {
@@ -582,7 +583,7 @@ func (c *raftClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Raft_StreamClient = grpc.ClientStreamingClient[RaftBatch, RaftAck]
+type Raft_StreamClient = grpc.BidiStreamingClient[RaftBatch, RaftAck]
 
 func (c *raftClient) SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -606,10 +607,11 @@ type RaftServer interface {
 	// Stream with UNIMPLEMENTED.
 	Send(context.Context, *RaftBatch) (*RaftAck, error)
 	// Stream delivers a sender's batches to one peer over one long-lived
-	// stream, without an answer per batch (raft acknowledges with its own
-	// messages). The receiver ends the stream with a RaftAck whose status
-	// says why when it refuses a batch; the sender then opens a new one.
-	Stream(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error
+	// stream. The receiver answers each batch it delivered with an OK
+	// RaftAck, which the sender does not wait for (it only watches how old
+	// its oldest unanswered batch is); a refused batch is answered with a
+	// RaftAck saying why, and the stream ends (the sender opens a new one).
+	Stream(grpc.BidiStreamingServer[RaftBatch, RaftAck]) error
 	SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error
 	mustEmbedUnimplementedRaftServer()
 }
@@ -624,7 +626,7 @@ type UnimplementedRaftServer struct{}
 func (UnimplementedRaftServer) Send(context.Context, *RaftBatch) (*RaftAck, error) {
 	return nil, status.Error(codes.Unimplemented, "method Send not implemented")
 }
-func (UnimplementedRaftServer) Stream(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error {
+func (UnimplementedRaftServer) Stream(grpc.BidiStreamingServer[RaftBatch, RaftAck]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedRaftServer) SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error {
@@ -674,7 +676,7 @@ func _Raft_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Raft_StreamServer = grpc.ClientStreamingServer[RaftBatch, RaftAck]
+type Raft_StreamServer = grpc.BidiStreamingServer[RaftBatch, RaftAck]
 
 func _Raft_SendSnapshot_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(RaftServer).SendSnapshot(&grpc.GenericServerStream[SnapshotChunk, RaftAck]{ServerStream: stream})
@@ -699,6 +701,7 @@ var Raft_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Stream",
 			Handler:       _Raft_Stream_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 		{
