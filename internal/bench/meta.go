@@ -127,6 +127,10 @@ type PhaseResult struct {
 	Entries int64
 	// FirstErr is the first failure seen, if any.
 	FirstErr error
+	// SubtreeDone is, with several ministries, when each subtree's last
+	// worker finished (s1 first), counted from the phase's start: the
+	// phase ends with the slowest.
+	SubtreeDone []time.Duration
 }
 
 // OpsPerSec is the phase's throughput over its wall time.
@@ -151,6 +155,13 @@ func (p PhaseResult) String() string {
 		p.Name, p.OpsPerSec(), ms(p.P50), ms(p.P99), p.Ops, p.Elapsed.Seconds())
 	if p.Name == PhaseReaddir {
 		s += fmt.Sprintf("  entries/s=%.0f", p.EntriesPerSec())
+	}
+	if len(p.SubtreeDone) > 0 {
+		parts := make([]string, len(p.SubtreeDone))
+		for i, d := range p.SubtreeDone {
+			parts[i] = fmt.Sprintf("%.2f", d.Seconds())
+		}
+		s += "  subtrees done at " + strings.Join(parts, "/") + " s"
 	}
 	if p.Errors > 0 {
 		s += fmt.Sprintf("  ERRORS=%d", p.Errors)
@@ -242,6 +253,8 @@ type jsonPhase struct {
 	// The local-directory baseline of the same run, when measured.
 	LocalOpsPerSec float64 `json:"local_ops_per_s,omitempty"`
 	Ratio          float64 `json:"ratio,omitempty"`
+	// SubtreeDoneS: PhaseResult.SubtreeDone in seconds.
+	SubtreeDoneS []float64 `json:"subtree_done_s,omitempty"`
 }
 
 // orderedPhases marshals as an object whose keys keep run order.
@@ -262,6 +275,9 @@ func (o orderedPhases) MarshalJSON() ([]byte, error) {
 			OpsPerSec: round(p.OpsPerSec(), 1),
 			P50ms:     round(ms(p.P50), 3),
 			P99ms:     round(ms(p.P99), 3),
+		}
+		for _, d := range p.SubtreeDone {
+			jp.SubtreeDoneS = append(jp.SubtreeDoneS, round(d.Seconds(), 3))
 		}
 		if l := o.report.localOps(p.Name); l > 0 {
 			jp.LocalOpsPerSec = round(l, 1)
@@ -562,7 +578,9 @@ func (r *metaRun) runPhases(ctx context.Context, rep *MetaReport, out io.Writer)
 // runPhase runs fn on every worker in parallel and merges their timings.
 func (r *metaRun) runPhase(ctx context.Context, name string, fn phaseFunc) PhaseResult {
 	recs := make([]recorder, len(r.workers))
+	done := make([]time.Duration, len(r.workers))
 	startGate := make(chan struct{})
+	var start time.Time
 	var wg sync.WaitGroup
 	for k, w := range r.workers {
 		recs[k].ctx = ctx
@@ -570,12 +588,21 @@ func (r *metaRun) runPhase(ctx context.Context, name string, fn phaseFunc) Phase
 		wg.Go(func() {
 			<-startGate
 			fn(ctx, w, &recs[k])
+			done[k] = time.Since(start)
 		})
 	}
-	start := time.Now()
+	start = time.Now()
 	close(startGate)
 	wg.Wait()
-	return collect(name, time.Since(start), recs)
+	res := collect(name, time.Since(start), recs)
+	if k := r.cfg.Ministries; k > 1 {
+		// Workers are spread over the subtrees round robin (setup).
+		res.SubtreeDone = make([]time.Duration, k)
+		for i, d := range done {
+			res.SubtreeDone[i%k] = max(res.SubtreeDone[i%k], d)
+		}
+	}
+	return res
 }
 
 // collect sums the workers' records of one phase.
