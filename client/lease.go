@@ -513,13 +513,17 @@ type leaseKeeper struct {
 	// pending lease's trust is counted with (MakeDirDeferred).
 	lastTTL atomic.Int64
 	stop    chan struct{}
-	wg      sync.WaitGroup // keepalive loops and revoke handlers
-	once    sync.Once
+	// stopCtx is cancelled with stop: the parent of stopContext's.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+	wg         sync.WaitGroup // keepalive loops and revoke handlers
+	once       sync.Once
 }
 
 func (k *leaseKeeper) init() {
 	k.once.Do(func() {
 		k.stop = make(chan struct{})
+		k.stopCtx, k.stopCancel = context.WithCancel(context.Background())
 		k.mu.held = map[ids.GroupID]map[uint64]*Lease{}
 		k.mu.loops = map[ids.GroupID]bool{}
 		k.mu.gaveBack = map[ids.GroupID]map[uint64]struct{}{}
@@ -719,6 +723,7 @@ func (k *leaseKeeper) close() {
 	}
 	k.mu.closed = true
 	close(k.stop)
+	k.stopCancel()
 	var all []*Lease
 	for _, m := range k.mu.held {
 		for _, l := range m {
@@ -930,15 +935,13 @@ func (c *Client) inBackground(f func(ctx context.Context)) {
 // stopContext returns a context that ends after d or when the keeper
 // closes, whichever comes first.
 func (k *leaseKeeper) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	go func() {
-		select {
-		case <-k.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
+	// A child of stopCtx: no goroutine per call waiting for stop. It is
+	// called for each new directory's lease and each lease given back;
+	// in a profile of the mount under 16 processes making directories
+	// it had 9 % of the samples (the goroutines and timers), though an
+	// A/B of mount CPU per mkdir showed no difference (0.066-0.072 ms).
+	k.init()
+	return context.WithTimeout(k.stopCtx, d)
 }
 
 // lookup returns the lease id held in g, nil if none.
