@@ -280,11 +280,12 @@ func (t *RaftTransport) openStream(to ids.NodeID, addr string) (*outStream, erro
 	return o, nil
 }
 
-// readAcks takes the peer's answers: each OK one answers the oldest
-// batch sent; anything else ends the stream, with the reason kept for
-// the sender.
+// readAcks takes the peer's answers: an OK one answers the batches up to
+// the count it names, in the order sent; anything else ends the stream,
+// with the reason kept for the sender.
 func (o *outStream) readAcks(to ids.NodeID) {
 	defer close(o.done)
+	var answered uint64
 	for {
 		ack, err := o.stream.Recv()
 		if err == nil && ack.GetStatus().GetCode() != wire.Code_OK {
@@ -299,8 +300,9 @@ func (o *outStream) readAcks(to ids.NodeID) {
 			o.cancel()
 			return
 		}
-		if len(o.sentAt) > 0 {
-			o.sentAt = o.sentAt[1:]
+		if n := ack.GetDelivered(); n > answered {
+			o.sentAt = o.sentAt[min(uint64(len(o.sentAt)), n-answered):]
+			answered = n
 		}
 		o.mu.Unlock()
 	}
@@ -534,7 +536,20 @@ func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 			}
 		}
 	}()
-	ok := &wire.RaftAck{Status: &wire.Status{}}
+	// Answers go at most every ackEvery, and within ackEvery of a batch:
+	// one per batch was a write per batch on both sides (10 % of a
+	// minister's CPU making directories), and the sender only needs them
+	// to tell a live peer from one that stopped reading (streamStall).
+	var delivered uint64
+	var lastAck time.Time
+	pending := false
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	ack := func() error {
+		lastAck, pending = time.Now(), false
+		return stream.Send(&wire.RaftAck{Status: &wire.Status{}, Delivered: delivered})
+	}
 	for {
 		select {
 		case <-t.inbound:
@@ -544,19 +559,35 @@ func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 				return nil
 			}
 			return err
+		case <-timer.C:
+			if pending {
+				if err := ack(); err != nil {
+					return err
+				}
+			}
 		case b := <-batches:
 			if err := t.checkCert(caller, b.GetFrom()); err != nil {
 				return err
 			}
 			if st := t.deliver(b); st.GetCode() != wire.Code_OK {
-				return stream.Send(&wire.RaftAck{Status: st})
+				return stream.Send(&wire.RaftAck{Status: st, Delivered: delivered})
 			}
-			if err := stream.Send(ok); err != nil {
-				return err
+			delivered++
+			if since := time.Since(lastAck); since >= ackEvery {
+				if err := ack(); err != nil {
+					return err
+				}
+			} else if !pending {
+				pending = true
+				timer.Reset(ackEvery - since)
 			}
 		}
 	}
 }
+
+// ackEvery is how often a raft stream's receiver answers at most, and
+// how long a delivered batch may wait for its answer.
+const ackEvery = 20 * time.Millisecond
 
 // deliver checks a batch and hands its messages to the host: an OK
 // status, or why the batch was refused (nothing of it delivered).

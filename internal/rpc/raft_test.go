@@ -129,6 +129,21 @@ func TestRaftTransportStreams(t *testing.T) {
 	}
 	recvB.mu.Unlock()
 
+	// Answers are gathered (at most one per ackEvery), but a lone batch
+	// is answered too: a sender idle after it does not take the peer
+	// for stalled.
+	_, reportsBefore := sendA.counts()
+	for range 3 {
+		ta.Send(2, heartbeat(1, 2, 500))
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(streamStall + 500*time.Millisecond)
+	ta.Send(2, heartbeat(1, 2, 501))
+	waitFor(t, "the batches after an idle time at B", func() bool { n, _ := recvB.counts(); return n == 204 })
+	if _, u := sendA.counts(); u != reportsBefore {
+		t.Fatalf("B reported unreachable after an idle time (%d reports)", u-reportsBefore)
+	}
+
 	// The older node gets them by Send, once its answer to Stream
 	// (UNIMPLEMENTED) is known: what went on the stream before is lost,
 	// as any message may be, and raft sends again.
@@ -157,7 +172,7 @@ func TestRaftTransportStreams(t *testing.T) {
 		_, u := sendA.counts()
 		return u > 0
 	})
-	if n, _ := recvB.counts(); n != 200 {
+	if n, _ := recvB.counts(); n != 204 {
 		t.Fatalf("a refused batch was delivered: %d messages", n)
 	}
 	clusterMu.Lock()
@@ -166,7 +181,7 @@ func TestRaftTransportStreams(t *testing.T) {
 	waitFor(t, "delivery after the refusal", func() bool {
 		ta.Send(2, heartbeat(1, 2, 2000))
 		n, _ := recvB.counts()
-		return n > 200
+		return n > 204
 	})
 
 	// A stopping node ends the streams into it, so its graceful stop

@@ -8752,8 +8752,11 @@ func (x *RaftMessage) GetMsg() []byte {
 }
 
 type RaftAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	// On Raft/Stream: how many batches of the stream the receiver has
+	// delivered so far (it answers several at once).
+	Delivered     uint64 `protobuf:"varint,2,opt,name=delivered,proto3" json:"delivered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8793,6 +8796,13 @@ func (x *RaftAck) GetStatus() *Status {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *RaftAck) GetDelivered() uint64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
 }
 
 // SnapshotChunk streams a snapshot: the first chunk carries the header
@@ -9613,9 +9623,10 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04msgs\x18\x04 \x03(\v2\x17.govfs.wire.RaftMessageR\x04msgs\"5\n" +
 	"\vRaftMessage\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\x04R\x05group\x12\x10\n" +
-	"\x03msg\x18\x02 \x01(\fR\x03msg\"5\n" +
+	"\x03msg\x18\x02 \x01(\fR\x03msg\"S\n" +
 	"\aRaftAck\x12*\n" +
-	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\"\xb0\x01\n" +
+	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12\x1c\n" +
+	"\tdelivered\x18\x02 \x01(\x04R\tdelivered\"\xb0\x01\n" +
 	"\rSnapshotChunk\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x12\n" +

@@ -546,9 +546,10 @@ type RaftClient interface {
 	// Stream with UNIMPLEMENTED.
 	Send(ctx context.Context, in *RaftBatch, opts ...grpc.CallOption) (*RaftAck, error)
 	// Stream delivers a sender's batches to one peer over one long-lived
-	// stream. The receiver answers each batch it delivered with an OK
-	// RaftAck, which the sender does not wait for (it only watches how old
-	// its oldest unanswered batch is); a refused batch is answered with a
+	// stream. The receiver answers what it delivered with OK RaftAcks
+	// (`delivered`: at most every 20 ms, and within 20 ms of a batch),
+	// which the sender does not wait for (it only watches how old its
+	// oldest unanswered batch is); a refused batch is answered with a
 	// RaftAck saying why, and the stream ends (the sender opens a new one).
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RaftBatch, RaftAck], error)
 	SendSnapshot(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[SnapshotChunk, RaftAck], error)
@@ -607,9 +608,10 @@ type RaftServer interface {
 	// Stream with UNIMPLEMENTED.
 	Send(context.Context, *RaftBatch) (*RaftAck, error)
 	// Stream delivers a sender's batches to one peer over one long-lived
-	// stream. The receiver answers each batch it delivered with an OK
-	// RaftAck, which the sender does not wait for (it only watches how old
-	// its oldest unanswered batch is); a refused batch is answered with a
+	// stream. The receiver answers what it delivered with OK RaftAcks
+	// (`delivered`: at most every 20 ms, and within 20 ms of a batch),
+	// which the sender does not wait for (it only watches how old its
+	// oldest unanswered batch is); a refused batch is answered with a
 	// RaftAck saying why, and the stream ends (the sender opens a new one).
 	Stream(grpc.BidiStreamingServer[RaftBatch, RaftAck]) error
 	SendSnapshot(grpc.ClientStreamingServer[SnapshotChunk, RaftAck]) error
