@@ -537,9 +537,10 @@ func (s *RaftService) Stream(stream wire.Raft_StreamServer) error {
 		}
 	}()
 	// Answers go at most every ackEvery, and within ackEvery of a batch:
-	// one per batch was a write per batch on both sides (10 % of a
-	// minister's CPU making directories), and the sender only needs them
-	// to tell a live peer from one that stopped reading (streamStall).
+	// one per batch was a write per batch on both sides (minister CPU per
+	// mkdir 0.079 / 0.072 ms with them, 0.075 / 0.070 without; 0.075
+	// with no answers at all), and the sender only needs them to tell a
+	// live peer from one that stopped reading (streamStall).
 	var delivered uint64
 	var lastAck time.Time
 	pending := false
