@@ -22,11 +22,13 @@ import (
 type recorder struct {
 	mu          sync.Mutex
 	got         []*pb.Message
-	unreachable int
+	unreachable map[ids.NodeID]int
 	arrived     chan struct{}
 }
 
-func newRecorder() *recorder { return &recorder{arrived: make(chan struct{}, 1024)} }
+func newRecorder() *recorder {
+	return &recorder{arrived: make(chan struct{}, 1024), unreachable: map[ids.NodeID]int{}}
+}
 
 func (r *recorder) Receive(msgs []multiraft.GroupMessage) {
 	r.mu.Lock()
@@ -41,16 +43,18 @@ func (r *recorder) ReceiveSnapshot(ids.GroupID, *pb.Message, func(add func(k, v 
 	return nil
 }
 func (r *recorder) ReportSnapshot(ids.GroupID, ids.NodeID, bool) {}
-func (r *recorder) ReportUnreachable(ids.NodeID) {
+func (r *recorder) ReportUnreachable(to ids.NodeID) {
 	r.mu.Lock()
-	r.unreachable++
+	r.unreachable[to]++
 	r.mu.Unlock()
 }
 
-func (r *recorder) counts() (got, unreachable int) {
+// counts returns the messages received and how often peer was reported
+// unreachable.
+func (r *recorder) counts(peer ids.NodeID) (got, unreachable int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.got), r.unreachable
+	return len(r.got), r.unreachable[peer]
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -120,7 +124,7 @@ func TestRaftTransportStreams(t *testing.T) {
 	for i := range 200 {
 		ta.Send(2, heartbeat(1, 2, uint64(i+1)))
 	}
-	waitFor(t, "200 messages at B", func() bool { n, _ := recvB.counts(); return n == 200 })
+	waitFor(t, "200 messages at B", func() bool { n, _ := recvB.counts(0); return n == 200 })
 	recvB.mu.Lock()
 	for i, m := range recvB.got {
 		if m.GetTerm() != uint64(i+1) {
@@ -132,15 +136,15 @@ func TestRaftTransportStreams(t *testing.T) {
 	// Answers are gathered (at most one per ackEvery), but a lone batch
 	// is answered too: a sender idle after it does not take the peer
 	// for stalled.
-	_, reportsBefore := sendA.counts()
+	_, reportsBefore := sendA.counts(2)
 	for range 3 {
 		ta.Send(2, heartbeat(1, 2, 500))
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(streamStall + 500*time.Millisecond)
 	ta.Send(2, heartbeat(1, 2, 501))
-	waitFor(t, "the batches after an idle time at B", func() bool { n, _ := recvB.counts(); return n == 204 })
-	if _, u := sendA.counts(); u != reportsBefore {
+	waitFor(t, "the batches after an idle time at B", func() bool { n, _ := recvB.counts(0); return n == 204 })
+	if _, u := sendA.counts(2); u != reportsBefore {
 		t.Fatalf("B reported unreachable after an idle time (%d reports)", u-reportsBefore)
 	}
 
@@ -149,15 +153,15 @@ func TestRaftTransportStreams(t *testing.T) {
 	// as any message may be, and raft sends again.
 	waitFor(t, "a message at C", func() bool {
 		ta.Send(3, heartbeat(1, 3, 1))
-		n, _ := recvC.counts()
+		n, _ := recvC.counts(0)
 		return n > 0
 	})
 	time.Sleep(50 * time.Millisecond) // whatever was still queued
-	before, _ := recvC.counts()
+	before, _ := recvC.counts(0)
 	for i := range 5 {
 		ta.Send(3, heartbeat(1, 3, uint64(i+2)))
 	}
-	waitFor(t, "5 more messages at C", func() bool { n, _ := recvC.counts(); return n == before+5 })
+	waitFor(t, "5 more messages at C", func() bool { n, _ := recvC.counts(0); return n == before+5 })
 
 	// B refuses a batch (another cluster's): the stream ends, A reports B
 	// unreachable and delivers nothing of it; once B accepts again, a
@@ -169,10 +173,10 @@ func TestRaftTransportStreams(t *testing.T) {
 	// tick.)
 	waitFor(t, "B reported unreachable", func() bool {
 		ta.Send(2, heartbeat(1, 2, 1000))
-		_, u := sendA.counts()
-		return u > 0
+		_, u := sendA.counts(2)
+		return u > reportsBefore
 	})
-	if n, _ := recvB.counts(); n != 204 {
+	if n, _ := recvB.counts(0); n != 204 {
 		t.Fatalf("a refused batch was delivered: %d messages", n)
 	}
 	clusterMu.Lock()
@@ -180,7 +184,7 @@ func TestRaftTransportStreams(t *testing.T) {
 	clusterMu.Unlock()
 	waitFor(t, "delivery after the refusal", func() bool {
 		ta.Send(2, heartbeat(1, 2, 2000))
-		n, _ := recvB.counts()
+		n, _ := recvB.counts(0)
 		return n > 204
 	})
 
@@ -223,7 +227,7 @@ func TestRaftTransportStalledPeer(t *testing.T) {
 		waitFor(t, "the stalled peer reported unreachable", func() bool {
 			ta.Send(2, []multiraft.GroupMessage{{Group: 1, Msg: &pb.Message{Type: pb.MsgApp.Enum(), From: proto.Uint64(1), To: proto.Uint64(2),
 				Entries: []*pb.Entry{{Data: data}}}}})
-			_, u := rec.counts()
+			_, u := rec.counts(2)
 			return u > 0
 		})
 		if el := time.Since(start); el < streamStall {
