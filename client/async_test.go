@@ -461,13 +461,14 @@ func TestRmdirOfNewLeasedDirectory(t *testing.T) {
 	}
 }
 
-// TestMakeDirDeferred: a directory made with its lease
-// (MakeDirDeferred) is leased at once, before any answer, and empty for
-// its holder, so a create in it queues without waiting; its create is
-// not sent before the grant comes (the directory cannot exist at the
-// ministry when it is granted); once it exists, another client's create
-// in it recalls the lease. A grant that does not come revokes the lease
-// as lost, and what was queued under it still goes, in order.
+// TestMakeDirDeferred: a directory made with its lease (MakeDirDeferred)
+// is leased at once, before any answer, and empty for its holder, so a
+// create in it queues without waiting; the batch that sends its create
+// brings the grant (MutateRequest.lease_new_dirs), with no lease request
+// of its own; once the directory exists, another client's create in it
+// recalls the lease. A grant that does not come revokes the lease as lost
+// once the batch is answered, and what was queued under it still goes, in
+// order. A lease given back before its batch left is not asked for.
 func TestMakeDirDeferred(t *testing.T) {
 	cl := leaseCluster(t)
 	ctx := t.Context()
@@ -481,11 +482,6 @@ func TestMakeDirDeferred(t *testing.T) {
 	if _, err := c1.AcquireLease(ctx, ids.Ino(p.GetIno()), LeaseWrite, 0, 0, LeaseOptions{Dir: true, Wait: 3 * leaseTTL, OnRevoke: flush}); err != nil {
 		t.Fatal(err)
 	}
-	grant := make(chan error)
-	t.Cleanup(func() { close(grant) }) // before the clients close
-	c1.deferred.mu.Lock()
-	c1.deferred.newDirGrantForTest = func() error { return <-grant }
-	c1.deferred.mu.Unlock()
 	log := &deferredLog{}
 	var revokes, lost atomic.Int32
 	onRevoke := func(l *Lease, wasLost bool) {
@@ -512,24 +508,15 @@ func TestMakeDirDeferred(t *testing.T) {
 	}
 
 	dir, l := mkdir("new")
-	// The sender is free, yet the create stays until the grant.
-	time.Sleep(50 * time.Millisecond)
-	c1.deferred.mu.Lock()
-	waiting := len(c1.deferred.pending)
-	c1.deferred.mu.Unlock()
-	if waiting != 2 {
-		t.Fatalf("%d operations queued while the new directory's lease is asked for, want its create and the create in it (2)", waiting)
-	}
-	if n, _ := log.get(); n != 0 {
-		t.Fatalf("%d queued operations answered before the new directory's lease was granted", n)
-	}
-	grant <- nil
 	c1.FlushDeferred(ctx)
 	if n, errs := log.get(); n != 2 || len(errs) != 0 {
 		t.Fatalf("queued mkdir and create: %d done, failures %v", n, errs)
 	}
-	if !l.Valid() || revokes.Load() != 0 {
-		t.Fatalf("the new directory's lease after its own changes: valid %v, %d revokes", l.Valid(), revokes.Load())
+	l.mu.Lock()
+	pending, id := l.mu.pending, l.id
+	l.mu.Unlock()
+	if !l.Valid() || revokes.Load() != 0 || pending || id == 0 {
+		t.Fatalf("the new directory's lease after its batch: valid %v, %d revokes, pending %v, id %d; want granted", l.Valid(), revokes.Load(), pending, id)
 	}
 	if _, err := c2.CreateAt(ctx, dir, "g", 0o600, true); err != nil {
 		t.Fatal(err)
@@ -538,9 +525,11 @@ func TestMakeDirDeferred(t *testing.T) {
 		t.Fatalf("another client's create in the new directory: %d revokes (%d lost), valid %v; want it recalled", revokes.Load(), lost.Load(), l.Valid())
 	}
 
-	// A grant that does not come.
+	// A grant that does not come (as from a minister that grants none).
+	c1.deferred.mu.Lock()
+	c1.deferred.noNewDirLeasesForTest = true
+	c1.deferred.mu.Unlock()
 	_, l = mkdir("new2")
-	grant <- fmt.Errorf("%w: refused for the test", syscall.ENOLCK)
 	c1.FlushDeferred(ctx)
 	<-l.Done() // its OnRevoke ran
 	if n, errs := log.get(); n != 4 || len(errs) != 0 {
@@ -552,14 +541,17 @@ func TestMakeDirDeferred(t *testing.T) {
 	if _, err := c2.Stat(ctx, "/p/new2/f"); err != nil {
 		t.Fatalf("the create queued under a refused lease: %v", err)
 	}
+	c1.deferred.mu.Lock()
+	c1.deferred.noNewDirLeasesForTest = false
+	c1.deferred.mu.Unlock()
 
-	// Given back before its grant came: the grant goes back, the
-	// creates go on.
+	// Given back before its batch left: not asked for, the creates go on.
+	release := holdSender(t, c1)
 	dir3, l := mkdir("new3")
 	if err := l.Release(ctx); err != nil || l.Valid() {
 		t.Fatalf("release of a pending lease: %v (valid %v)", err, l.Valid())
 	}
-	grant <- nil
+	release()
 	c1.FlushDeferred(ctx)
 	if n, errs := log.get(); n != 6 || len(errs) != 0 {
 		t.Fatalf("queued mkdir and create after a released pending lease: %d done, failures %v", n, errs)
@@ -577,5 +569,54 @@ func TestMakeDirDeferred(t *testing.T) {
 	}
 	if revokes.Load() != 2 {
 		t.Fatalf("%d revokes in all after another client's create in a directory whose pending lease was given back; want 2 (none more)", revokes.Load())
+	}
+
+	// A create that fails (another client took the name): no lease.
+	if _, err := c2.Mkdir(ctx, "/p/taken", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, l, err = c1.MakeDirDeferred(ctx, ids.Ino(p.GetIno()), "taken", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755}, log.done("mkdir taken"), onRevoke)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.FlushDeferred(ctx)
+	<-l.Done()
+	if _, errs := log.get(); !errors.Is(errs["mkdir taken"], syscall.EEXIST) {
+		t.Fatalf("queued mkdir of a name taken meanwhile: %v, want EEXIST", errs["mkdir taken"])
+	}
+	if l.Valid() || lost.Load() != 2 {
+		t.Fatalf("the lease of a directory whose create failed: valid %v, %d lost in all; want lost (2)", l.Valid(), lost.Load())
+	}
+}
+
+// TestNewDirLeaseWaitsForItsAnswer: while the batch with a new
+// directory's create is on its way (takeOff), Valid waits for its answer
+// (the directory may exist by then, and a refused grant must not be
+// trusted); Live does not wait.
+func TestNewDirLeaseWaitsForItsAnswer(t *testing.T) {
+	c := &Client{cfg: DefaultConfig()}
+	l := &Lease{c: c, dir: true, absent: true, done: make(chan struct{})}
+	l.mu.pending, l.mu.until = true, time.Now().Add(time.Minute)
+	if !l.Valid() {
+		t.Fatal("a pending lease before its batch left is not valid")
+	}
+	l.takeOff()
+	got := make(chan bool, 1)
+	go func() { got <- l.Valid() }()
+	select {
+	case v := <-got:
+		t.Fatalf("Valid answered %v while the grant was on its way", v)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if !l.Live() {
+		t.Fatal("Live of a pending lease on its way is false")
+	}
+	// Refused: revoked, then landed.
+	l.mu.Lock()
+	l.mu.revoking = true
+	l.mu.Unlock()
+	l.land()
+	if <-got {
+		t.Fatal("Valid true once a refused grant landed")
 	}
 }

@@ -190,9 +190,14 @@ type Lease struct {
 		ended    bool      // revoked, lost or released
 		revoking bool
 		// pending: a new directory's lease whose grant is on its way
-		// (MakeDirDeferred); group, id and opened are set when it
-		// comes, under mu.
+		// (MakeDirDeferred: with the batch that sends its create);
+		// group and id are set when it comes, under mu.
 		pending bool
+		// flight, while that batch is on its way, is closed when it
+		// is answered: from when the directory may exist at the
+		// ministry, the lease is trusted only once granted (Valid and
+		// Until wait for the answer).
+		flight chan struct{}
 	}
 	done chan struct{} // closed when ended
 	// hook is the revoke handler of a lease granted with a create, set
@@ -232,8 +237,20 @@ func (l *Lease) Mode() LeaseMode { return l.mode }
 // Range returns the leased range (length 0: to the end of the file).
 func (l *Lease) Range() (off, length int64) { return l.off, l.len }
 
-// Valid reports whether the lease is held and trusted now.
+// Valid reports whether the lease is held and trusted now. A new
+// directory's lease whose create is on its way waits for the answer
+// (MakeDirDeferred).
 func (l *Lease) Valid() bool {
+	l.waitLanded()
+	now := l.c.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
+}
+
+// Live is Valid without waiting for an answer on its way (takeOff): for
+// a caller that only keeps the lease, trusting nothing under it yet.
+func (l *Lease) Live() bool {
 	now := l.c.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -243,6 +260,7 @@ func (l *Lease) Valid() bool {
 // Until returns the time the lease is trusted until (as of its last
 // renewal); zero once it ended.
 func (l *Lease) Until() time.Time {
+	l.waitLanded()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.ended || l.mu.revoking {
@@ -253,6 +271,49 @@ func (l *Lease) Until() time.Time {
 
 // Done is closed when the lease ends (revoked, lost or released).
 func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// takeOff says that the batch with the create of l's directory leaves
+// (l is a pending lease, MakeDirDeferred): until land, Valid and Until
+// wait. Before it, the directory does not exist at the ministry and the
+// pending lease is trusted; once it exists, only the grant may be (a
+// refused one would leave it there unleased while this Client answered
+// from its listing).
+func (l *Lease) takeOff() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.flight == nil {
+		l.mu.flight = make(chan struct{})
+	}
+}
+
+// land ends takeOff's wait, once the grant is taken or the lease revoked.
+func (l *Lease) land() {
+	l.mu.Lock()
+	ch := l.mu.flight
+	l.mu.flight = nil
+	l.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// waitLanded waits until no answer about l is on its way (takeOff).
+func (l *Lease) waitLanded() {
+	l.mu.Lock()
+	ch := l.mu.flight
+	l.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// pendingLive says whether l is a pending lease (MakeDirDeferred) nobody
+// gave back.
+func (l *Lease) pendingLive() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.pending && !l.mu.ended
+}
 
 // end marks the lease ended; it reports whether it was still live.
 func (l *Lease) end() bool {
@@ -268,7 +329,7 @@ func (l *Lease) end() bool {
 
 // Release gives the lease back. Releasing twice is harmless. A pending
 // lease (MakeDirDeferred) just ends: its grant is given back when it
-// comes.
+// comes (settleNewDirLeases).
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.mu.pending {
@@ -313,16 +374,12 @@ func (l *Lease) Release(ctx context.Context) error {
 // once with Wait 0, it fails with EAGAIN. The lease is renewed in the
 // background until released, revoked or lost.
 func (c *Client) AcquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
-	l, err := c.acquireLease(ctx, ino, mode, off, length, opts, nil)
+	l, err := c.acquireLease(ctx, ino, mode, off, length, opts)
 	return l, opErr("lease", inoPath(uint64(ino)), err)
 }
 
-// errPendingEnded: a pending lease was given back before its grant came.
-var errPendingEnded = errors.New("the new directory's lease was given back before it was granted")
-
-// acquireLease is AcquireLease; into, when not nil, is a pending lease
-// (MakeDirDeferred) that the grant completes instead of a new Lease.
-func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions, into *Lease) (*Lease, error) {
+// acquireLease is AcquireLease without the error's wrapping.
+func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, off, length int64, opts LeaseOptions) (*Lease, error) {
 	if mode != LeaseRead && mode != LeaseWrite {
 		return nil, fmt.Errorf("%w: lease mode %v", syscall.EINVAL, mode)
 	}
@@ -368,33 +425,14 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		if err == nil {
 			g := resp.GetLease()
 			c.leases.lastTTL.Store(int64(ttlOf(resp)))
-			var l *Lease
-			if into == nil {
-				l = &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-					onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
-				if entryParent != 0 && resp.GetEntryCurrent() {
-					l.entryParent, l.entryName = entryParent, opts.EntryName
-				}
-				l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
-			} else if !resp.GetAbsent() {
-				// Only a grant on a directory not there yet completes it
-				// (cannot happen while its create waits for this).
-				c.releaseGranted(group, g.GetId())
-				return nil, fmt.Errorf("%w: directory %v exists before its create was sent", syscall.EEXIST, ino)
-			} else if !into.complete(group, g.GetId(), resp, sent) {
-				c.releaseGranted(group, g.GetId())
-				return nil, errPendingEnded
-			} else {
-				l = into
+			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
+				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
+			if entryParent != 0 && resp.GetEntryCurrent() {
+				l.entryParent, l.entryName = entryParent, opts.EntryName
 			}
+			l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
 			if c.leases.addIfEpoch(l, epoch) {
 				return l, nil
-			}
-			if into != nil {
-				// Completed once only (its fields are read without its
-				// lock from here on): the caller gives up on it.
-				c.releaseGranted(group, g.GetId())
-				return nil, fmt.Errorf("%w: the minister of %v changed during the request", syscall.EAGAIN, group)
 			}
 			// This Client reclaimed its leases in the group after the
 			// request left (the minister may have changed): a grant of a
@@ -427,9 +465,9 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	}
 }
 
-// complete fills pending lease l with its grant, unless it ended
-// meanwhile (false).
-func (l *Lease) complete(group ids.GroupID, id uint64, resp *wire.LeaseResponse, sent time.Time) bool {
+// complete fills pending lease l with its grant (ttl counted from sent),
+// unless it ended meanwhile (false).
+func (l *Lease) complete(group ids.GroupID, id uint64, ttl time.Duration, sent time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.ended || !l.mu.pending {
@@ -438,7 +476,7 @@ func (l *Lease) complete(group ids.GroupID, id uint64, resp *wire.LeaseResponse,
 	// absent stays true and opened nil (an absent directory has no
 	// attributes to read): Absent and Attr read them without the lock.
 	l.group, l.id = group, id
-	l.mu.until = sent.Add(ttlOf(resp) * trustNum / trustDen)
+	l.mu.until = sent.Add(ttl * trustNum / trustDen)
 	l.mu.pending = false
 	return true
 }

@@ -102,7 +102,7 @@ func (rf *RangeFile) length() int64 {
 
 func (rf *RangeFile) acquireLocked(ctx context.Context) error {
 	l, err := rf.c.acquireLease(ctx, rf.f.ino, rf.mode, rf.off, rf.length(), LeaseOptions{
-		Wait: rf.c.cfg.OpTimeout, OnRevoke: rf.revoked}, nil)
+		Wait: rf.c.cfg.OpTimeout, OnRevoke: rf.revoked})
 	if err != nil {
 		return err
 	}

@@ -343,8 +343,9 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 // that gave it; flush says whether the deferred changes go first (false
 // only for commands that depend on no namespace state, such as a pool of
 // chunk handles); leaseNew names the new files whose leases it asks for
-// (MutateRequest.lease_new_files).
-func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool, leaseNew []uint64) (*wire.Result, *wire.MutateResponse, ids.GroupID, error) {
+// (MutateRequest.lease_new_files), leaseDirs the new directories
+// (lease_new_dirs).
+func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool, leaseNew []uint64, leaseDirs ...uint64) (*wire.Result, *wire.MutateResponse, ids.GroupID, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
 	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil && cmd.GetBatch() == nil {
 		cmd.Caller = c.callerFor(ctx)
@@ -356,7 +357,7 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: leaseNew})
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: leaseNew, LeaseNewDirs: leaseDirs})
 		res, full = resp.GetResult(), resp
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})

@@ -276,16 +276,30 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
+	// New directories' leases exist before the directories do
+	// (newdirlease.go).
+	var newDirs []lease.Lease
+	if len(req.GetLeaseNewDirs()) > 0 && g != ids.PresidentGroup {
+		newDirs = s.n.leases.preGrantNewDirs(g, lease.ClientID(clientID), cmd, req.GetLeaseNewDirs())
+	}
 	// The proposer stamps the time so every replica applies the same one.
 	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
 	drained(err == nil)
+	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !movingIn(res), newDirs)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
-	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx}
+	resp := &wire.MutateResponse{Status: &wire.Status{}, Result: res, AppliedIndex: idx, NewDirLeases: dirLeases}
+	if len(dirLeases) > 0 {
+		resp.LeaseTtlMs = uint64(s.n.leases.ttl.Milliseconds())
+	}
 	if len(req.GetLeaseNewFiles()) > 0 && g != ids.PresidentGroup && !movingIn(res) {
-		resp.NewFileLeases, resp.LeaseTtlMs = s.n.leases.grantNewFiles(g, lease.ClientID(clientID), cmd, res, req.GetLeaseNewFiles())
+		var ttl uint64
+		resp.NewFileLeases, ttl = s.n.leases.grantNewFiles(g, lease.ClientID(clientID), cmd, res, req.GetLeaseNewFiles())
+		if ttl > 0 {
+			resp.LeaseTtlMs = ttl
+		}
 	}
 	if res.GetErrno() == 0 {
 		resp.Result = s.n.tokenizeResult(caller, g, cmd, res)

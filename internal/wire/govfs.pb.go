@@ -4838,6 +4838,15 @@ type MutateRequest struct {
 	// file that cannot be leased now (fence, move, conflict, no lease
 	// session yet) is left out.
 	LeaseNewFiles []uint64 `protobuf:"varint,5,rep,packed,name=lease_new_files,json=leaseNewFiles,proto3" json:"lease_new_files,omitempty"`
+	// Grant the calling client a write directory lease (LeaseRequest.dir,
+	// new_dir) on each of these inodes that this command creates as a
+	// directory marked for leases (CreateOp.mark_dir_lease), granted
+	// before the command is proposed, so that it exists from the moment
+	// the directory does: answered in new_dir_leases. Best effort: one
+	// that cannot be granted (the directory exists already, fence, move,
+	// no lease session yet, the create failed) is left out, and the client
+	// holds no lease on it.
+	LeaseNewDirs  []uint64 `protobuf:"varint,6,rep,packed,name=lease_new_dirs,json=leaseNewDirs,proto3" json:"lease_new_dirs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4903,6 +4912,13 @@ func (x *MutateRequest) GetEpoch() uint64 {
 func (x *MutateRequest) GetLeaseNewFiles() []uint64 {
 	if x != nil {
 		return x.LeaseNewFiles
+	}
+	return nil
+}
+
+func (x *MutateRequest) GetLeaseNewDirs() []uint64 {
+	if x != nil {
+		return x.LeaseNewDirs
 	}
 	return nil
 }
@@ -5014,6 +5030,8 @@ type MutateResponse struct {
 	// request (as LeaseResponse.ttl_ms).
 	NewFileLeases []*NewFileLease `protobuf:"bytes,6,rep,name=new_file_leases,json=newFileLeases,proto3" json:"new_file_leases,omitempty"`
 	LeaseTtlMs    uint64          `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
+	// MutateRequest.lease_new_dirs: the leases granted (with lease_ttl_ms).
+	NewDirLeases  []*NewDirLease `protobuf:"bytes,8,rep,name=new_dir_leases,json=newDirLeases,proto3" json:"new_dir_leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5097,6 +5115,68 @@ func (x *MutateResponse) GetLeaseTtlMs() uint64 {
 	return 0
 }
 
+func (x *MutateResponse) GetNewDirLeases() []*NewDirLease {
+	if x != nil {
+		return x.NewDirLeases
+	}
+	return nil
+}
+
+// A write directory lease granted with a directory's create
+// (MutateRequest.lease_new_dirs): the directory is empty but for the
+// holder's own changes.
+type NewDirLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Ino           uint64                 `protobuf:"varint,2,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewDirLease) Reset() {
+	*x = NewDirLease{}
+	mi := &file_govfs_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewDirLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewDirLease) ProtoMessage() {}
+
+func (x *NewDirLease) ProtoReflect() protoreflect.Message {
+	mi := &file_govfs_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewDirLease.ProtoReflect.Descriptor instead.
+func (*NewDirLease) Descriptor() ([]byte, []int) {
+	return file_govfs_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *NewDirLease) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *NewDirLease) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 type ReadRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
@@ -5128,7 +5208,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5140,7 +5220,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[53]
+	mi := &file_govfs_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5153,7 +5233,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{53}
+	return file_govfs_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReadRequest) GetClusterId() string {
@@ -5362,7 +5442,7 @@ type WriteInlineOp struct {
 
 func (x *WriteInlineOp) Reset() {
 	*x = WriteInlineOp{}
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5374,7 +5454,7 @@ func (x *WriteInlineOp) String() string {
 func (*WriteInlineOp) ProtoMessage() {}
 
 func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[54]
+	mi := &file_govfs_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5387,7 +5467,7 @@ func (x *WriteInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteInlineOp.ProtoReflect.Descriptor instead.
 func (*WriteInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{54}
+	return file_govfs_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WriteInlineOp) GetIno() uint64 {
@@ -5436,7 +5516,7 @@ type DropInlineOp struct {
 
 func (x *DropInlineOp) Reset() {
 	*x = DropInlineOp{}
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5448,7 +5528,7 @@ func (x *DropInlineOp) String() string {
 func (*DropInlineOp) ProtoMessage() {}
 
 func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[55]
+	mi := &file_govfs_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5461,7 +5541,7 @@ func (x *DropInlineOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropInlineOp.ProtoReflect.Descriptor instead.
 func (*DropInlineOp) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{55}
+	return file_govfs_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DropInlineOp) GetIno() uint64 {
@@ -5504,7 +5584,7 @@ type GetChunksReq struct {
 
 func (x *GetChunksReq) Reset() {
 	*x = GetChunksReq{}
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5516,7 +5596,7 @@ func (x *GetChunksReq) String() string {
 func (*GetChunksReq) ProtoMessage() {}
 
 func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[56]
+	mi := &file_govfs_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5529,7 +5609,7 @@ func (x *GetChunksReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetChunksReq.ProtoReflect.Descriptor instead.
 func (*GetChunksReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{56}
+	return file_govfs_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetChunksReq) GetIno() uint64 {
@@ -5586,7 +5666,7 @@ type LookupReq struct {
 
 func (x *LookupReq) Reset() {
 	*x = LookupReq{}
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5598,7 +5678,7 @@ func (x *LookupReq) String() string {
 func (*LookupReq) ProtoMessage() {}
 
 func (x *LookupReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[57]
+	mi := &file_govfs_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5611,7 +5691,7 @@ func (x *LookupReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupReq.ProtoReflect.Descriptor instead.
 func (*LookupReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{57}
+	return file_govfs_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *LookupReq) GetParent() uint64 {
@@ -5651,7 +5731,7 @@ type GetAttrReq struct {
 
 func (x *GetAttrReq) Reset() {
 	*x = GetAttrReq{}
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5663,7 +5743,7 @@ func (x *GetAttrReq) String() string {
 func (*GetAttrReq) ProtoMessage() {}
 
 func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[58]
+	mi := &file_govfs_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5676,7 +5756,7 @@ func (x *GetAttrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAttrReq.ProtoReflect.Descriptor instead.
 func (*GetAttrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{58}
+	return file_govfs_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetAttrReq) GetIno() uint64 {
@@ -5699,7 +5779,7 @@ type ReaddirReq struct {
 
 func (x *ReaddirReq) Reset() {
 	*x = ReaddirReq{}
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5711,7 +5791,7 @@ func (x *ReaddirReq) String() string {
 func (*ReaddirReq) ProtoMessage() {}
 
 func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[59]
+	mi := &file_govfs_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5724,7 +5804,7 @@ func (x *ReaddirReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReaddirReq.ProtoReflect.Descriptor instead.
 func (*ReaddirReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{59}
+	return file_govfs_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReaddirReq) GetIno() uint64 {
@@ -5758,7 +5838,7 @@ type GetXattrReq struct {
 
 func (x *GetXattrReq) Reset() {
 	*x = GetXattrReq{}
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5770,7 +5850,7 @@ func (x *GetXattrReq) String() string {
 func (*GetXattrReq) ProtoMessage() {}
 
 func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[60]
+	mi := &file_govfs_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5783,7 +5863,7 @@ func (x *GetXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetXattrReq.ProtoReflect.Descriptor instead.
 func (*GetXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{60}
+	return file_govfs_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetXattrReq) GetIno() uint64 {
@@ -5809,7 +5889,7 @@ type ListXattrReq struct {
 
 func (x *ListXattrReq) Reset() {
 	*x = ListXattrReq{}
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5821,7 +5901,7 @@ func (x *ListXattrReq) String() string {
 func (*ListXattrReq) ProtoMessage() {}
 
 func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[61]
+	mi := &file_govfs_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5834,7 +5914,7 @@ func (x *ListXattrReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListXattrReq.ProtoReflect.Descriptor instead.
 func (*ListXattrReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{61}
+	return file_govfs_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListXattrReq) GetIno() uint64 {
@@ -5853,7 +5933,7 @@ type ReadlinkReq struct {
 
 func (x *ReadlinkReq) Reset() {
 	*x = ReadlinkReq{}
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5865,7 +5945,7 @@ func (x *ReadlinkReq) String() string {
 func (*ReadlinkReq) ProtoMessage() {}
 
 func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[62]
+	mi := &file_govfs_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5878,7 +5958,7 @@ func (x *ReadlinkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadlinkReq.ProtoReflect.Descriptor instead.
 func (*ReadlinkReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{62}
+	return file_govfs_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReadlinkReq) GetIno() uint64 {
@@ -5904,7 +5984,7 @@ type ChunkTableReq struct {
 
 func (x *ChunkTableReq) Reset() {
 	*x = ChunkTableReq{}
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5916,7 +5996,7 @@ func (x *ChunkTableReq) String() string {
 func (*ChunkTableReq) ProtoMessage() {}
 
 func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[63]
+	mi := &file_govfs_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5929,7 +6009,7 @@ func (x *ChunkTableReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkTableReq.ProtoReflect.Descriptor instead.
 func (*ChunkTableReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{63}
+	return file_govfs_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ChunkTableReq) GetIno() uint64 {
@@ -5968,7 +6048,7 @@ type ExportKeysReq struct {
 
 func (x *ExportKeysReq) Reset() {
 	*x = ExportKeysReq{}
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5980,7 +6060,7 @@ func (x *ExportKeysReq) String() string {
 func (*ExportKeysReq) ProtoMessage() {}
 
 func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[64]
+	mi := &file_govfs_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5993,7 +6073,7 @@ func (x *ExportKeysReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportKeysReq.ProtoReflect.Descriptor instead.
 func (*ExportKeysReq) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{64}
+	return file_govfs_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ExportKeysReq) GetMove() uint64 {
@@ -6037,7 +6117,7 @@ type DirEntry struct {
 
 func (x *DirEntry) Reset() {
 	*x = DirEntry{}
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6049,7 +6129,7 @@ func (x *DirEntry) String() string {
 func (*DirEntry) ProtoMessage() {}
 
 func (x *DirEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[65]
+	mi := &file_govfs_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6062,7 +6142,7 @@ func (x *DirEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirEntry.ProtoReflect.Descriptor instead.
 func (*DirEntry) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{65}
+	return file_govfs_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DirEntry) GetName() []byte {
@@ -6134,7 +6214,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6146,7 +6226,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[66]
+	mi := &file_govfs_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6159,7 +6239,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{66}
+	return file_govfs_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ReadResponse) GetStatus() *Status {
@@ -6272,7 +6352,7 @@ type ClusterInfoRequest struct {
 
 func (x *ClusterInfoRequest) Reset() {
 	*x = ClusterInfoRequest{}
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6284,7 +6364,7 @@ func (x *ClusterInfoRequest) String() string {
 func (*ClusterInfoRequest) ProtoMessage() {}
 
 func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[67]
+	mi := &file_govfs_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6297,7 +6377,7 @@ func (x *ClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*ClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{67}
+	return file_govfs_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterInfoRequest) GetKnownIndex() uint64 {
@@ -6349,7 +6429,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6361,7 +6441,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[68]
+	mi := &file_govfs_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6374,7 +6454,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{68}
+	return file_govfs_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ClusterInfoResponse) GetStatus() *Status {
@@ -6501,7 +6581,7 @@ type InodeRange struct {
 
 func (x *InodeRange) Reset() {
 	*x = InodeRange{}
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6513,7 +6593,7 @@ func (x *InodeRange) String() string {
 func (*InodeRange) ProtoMessage() {}
 
 func (x *InodeRange) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[69]
+	mi := &file_govfs_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6526,7 +6606,7 @@ func (x *InodeRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InodeRange.ProtoReflect.Descriptor instead.
 func (*InodeRange) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{69}
+	return file_govfs_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *InodeRange) GetStart() uint64 {
@@ -6566,7 +6646,7 @@ type GroupLoad struct {
 
 func (x *GroupLoad) Reset() {
 	*x = GroupLoad{}
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6578,7 +6658,7 @@ func (x *GroupLoad) String() string {
 func (*GroupLoad) ProtoMessage() {}
 
 func (x *GroupLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[70]
+	mi := &file_govfs_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6591,7 +6671,7 @@ func (x *GroupLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupLoad.ProtoReflect.Descriptor instead.
 func (*GroupLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{70}
+	return file_govfs_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GroupLoad) GetGroup() uint64 {
@@ -6640,7 +6720,7 @@ type MetaHeartbeatRequest struct {
 
 func (x *MetaHeartbeatRequest) Reset() {
 	*x = MetaHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6652,7 +6732,7 @@ func (x *MetaHeartbeatRequest) String() string {
 func (*MetaHeartbeatRequest) ProtoMessage() {}
 
 func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[71]
+	mi := &file_govfs_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6665,7 +6745,7 @@ func (x *MetaHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{71}
+	return file_govfs_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *MetaHeartbeatRequest) GetClusterId() string {
@@ -6714,7 +6794,7 @@ type MetaHeartbeatResponse struct {
 
 func (x *MetaHeartbeatResponse) Reset() {
 	*x = MetaHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6726,7 +6806,7 @@ func (x *MetaHeartbeatResponse) String() string {
 func (*MetaHeartbeatResponse) ProtoMessage() {}
 
 func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[72]
+	mi := &file_govfs_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6739,7 +6819,7 @@ func (x *MetaHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*MetaHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{72}
+	return file_govfs_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MetaHeartbeatResponse) GetStatus() *Status {
@@ -6775,7 +6855,7 @@ type NodeLoad struct {
 
 func (x *NodeLoad) Reset() {
 	*x = NodeLoad{}
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6787,7 +6867,7 @@ func (x *NodeLoad) String() string {
 func (*NodeLoad) ProtoMessage() {}
 
 func (x *NodeLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[73]
+	mi := &file_govfs_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6800,7 +6880,7 @@ func (x *NodeLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeLoad.ProtoReflect.Descriptor instead.
 func (*NodeLoad) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{73}
+	return file_govfs_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *NodeLoad) GetNodeId() uint64 {
@@ -6853,7 +6933,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6865,7 +6945,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[74]
+	mi := &file_govfs_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6878,7 +6958,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{74}
+	return file_govfs_proto_rawDescGZIP(), []int{75}
 }
 
 type GroupStatus struct {
@@ -6899,7 +6979,7 @@ type GroupStatus struct {
 
 func (x *GroupStatus) Reset() {
 	*x = GroupStatus{}
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6911,7 +6991,7 @@ func (x *GroupStatus) String() string {
 func (*GroupStatus) ProtoMessage() {}
 
 func (x *GroupStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[75]
+	mi := &file_govfs_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6924,7 +7004,7 @@ func (x *GroupStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupStatus.ProtoReflect.Descriptor instead.
 func (*GroupStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{75}
+	return file_govfs_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GroupStatus) GetGroup() uint64 {
@@ -7018,7 +7098,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7030,7 +7110,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[76]
+	mi := &file_govfs_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7043,7 +7123,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{76}
+	return file_govfs_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *StatusResponse) GetStatus() *Status {
@@ -7137,7 +7217,7 @@ type NodeEvent struct {
 
 func (x *NodeEvent) Reset() {
 	*x = NodeEvent{}
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7149,7 +7229,7 @@ func (x *NodeEvent) String() string {
 func (*NodeEvent) ProtoMessage() {}
 
 func (x *NodeEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[77]
+	mi := &file_govfs_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7162,7 +7242,7 @@ func (x *NodeEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeEvent.ProtoReflect.Descriptor instead.
 func (*NodeEvent) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{77}
+	return file_govfs_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *NodeEvent) GetAtNs() int64 {
@@ -7214,7 +7294,7 @@ type ChunkHeartbeatRequest struct {
 
 func (x *ChunkHeartbeatRequest) Reset() {
 	*x = ChunkHeartbeatRequest{}
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7226,7 +7306,7 @@ func (x *ChunkHeartbeatRequest) String() string {
 func (*ChunkHeartbeatRequest) ProtoMessage() {}
 
 func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[78]
+	mi := &file_govfs_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7239,7 +7319,7 @@ func (x *ChunkHeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{78}
+	return file_govfs_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ChunkHeartbeatRequest) GetClusterId() string {
@@ -7315,7 +7395,7 @@ type ChunkHeartbeatResponse struct {
 
 func (x *ChunkHeartbeatResponse) Reset() {
 	*x = ChunkHeartbeatResponse{}
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7327,7 +7407,7 @@ func (x *ChunkHeartbeatResponse) String() string {
 func (*ChunkHeartbeatResponse) ProtoMessage() {}
 
 func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[79]
+	mi := &file_govfs_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7340,7 +7420,7 @@ func (x *ChunkHeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkHeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*ChunkHeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{79}
+	return file_govfs_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ChunkHeartbeatResponse) GetStatus() *Status {
@@ -7399,7 +7479,7 @@ type ChunkServerStatus struct {
 
 func (x *ChunkServerStatus) Reset() {
 	*x = ChunkServerStatus{}
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7411,7 +7491,7 @@ func (x *ChunkServerStatus) String() string {
 func (*ChunkServerStatus) ProtoMessage() {}
 
 func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[80]
+	mi := &file_govfs_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7424,7 +7504,7 @@ func (x *ChunkServerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkServerStatus.ProtoReflect.Descriptor instead.
 func (*ChunkServerStatus) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{80}
+	return file_govfs_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ChunkServerStatus) GetServer() *ChunkServer {
@@ -7575,7 +7655,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7587,7 +7667,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[81]
+	mi := &file_govfs_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7600,7 +7680,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{81}
+	return file_govfs_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *LeaseRequest) GetClusterId() string {
@@ -7790,7 +7870,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7802,7 +7882,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[82]
+	mi := &file_govfs_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7815,7 +7895,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{82}
+	return file_govfs_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *LeaseGrant) GetId() uint64 {
@@ -7921,7 +8001,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7933,7 +8013,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[83]
+	mi := &file_govfs_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7946,7 +8026,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{83}
+	return file_govfs_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *LeaseResponse) GetStatus() *Status {
@@ -8058,7 +8138,7 @@ type AssignRequest struct {
 
 func (x *AssignRequest) Reset() {
 	*x = AssignRequest{}
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8070,7 +8150,7 @@ func (x *AssignRequest) String() string {
 func (*AssignRequest) ProtoMessage() {}
 
 func (x *AssignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[84]
+	mi := &file_govfs_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8083,7 +8163,7 @@ func (x *AssignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignRequest.ProtoReflect.Descriptor instead.
 func (*AssignRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{84}
+	return file_govfs_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *AssignRequest) GetClusterId() string {
@@ -8173,7 +8253,7 @@ type AssignResponse struct {
 
 func (x *AssignResponse) Reset() {
 	*x = AssignResponse{}
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8185,7 +8265,7 @@ func (x *AssignResponse) String() string {
 func (*AssignResponse) ProtoMessage() {}
 
 func (x *AssignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[85]
+	mi := &file_govfs_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8198,7 +8278,7 @@ func (x *AssignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignResponse.ProtoReflect.Descriptor instead.
 func (*AssignResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{85}
+	return file_govfs_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *AssignResponse) GetStatus() *Status {
@@ -8233,7 +8313,7 @@ type MoveReplicasRequest struct {
 
 func (x *MoveReplicasRequest) Reset() {
 	*x = MoveReplicasRequest{}
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8245,7 +8325,7 @@ func (x *MoveReplicasRequest) String() string {
 func (*MoveReplicasRequest) ProtoMessage() {}
 
 func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[86]
+	mi := &file_govfs_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8258,7 +8338,7 @@ func (x *MoveReplicasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasRequest.ProtoReflect.Descriptor instead.
 func (*MoveReplicasRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{86}
+	return file_govfs_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *MoveReplicasRequest) GetClusterId() string {
@@ -8309,7 +8389,7 @@ type MoveReplicasResponse struct {
 
 func (x *MoveReplicasResponse) Reset() {
 	*x = MoveReplicasResponse{}
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8321,7 +8401,7 @@ func (x *MoveReplicasResponse) String() string {
 func (*MoveReplicasResponse) ProtoMessage() {}
 
 func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[87]
+	mi := &file_govfs_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8334,7 +8414,7 @@ func (x *MoveReplicasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReplicasResponse.ProtoReflect.Descriptor instead.
 func (*MoveReplicasResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{87}
+	return file_govfs_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *MoveReplicasResponse) GetStatus() *Status {
@@ -8371,7 +8451,7 @@ type ReplicaMove struct {
 
 func (x *ReplicaMove) Reset() {
 	*x = ReplicaMove{}
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8383,7 +8463,7 @@ func (x *ReplicaMove) String() string {
 func (*ReplicaMove) ProtoMessage() {}
 
 func (x *ReplicaMove) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[88]
+	mi := &file_govfs_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8396,7 +8476,7 @@ func (x *ReplicaMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaMove.ProtoReflect.Descriptor instead.
 func (*ReplicaMove) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{88}
+	return file_govfs_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ReplicaMove) GetMinistry() uint64 {
@@ -8439,7 +8519,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8451,7 +8531,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[89]
+	mi := &file_govfs_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8464,7 +8544,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{89}
+	return file_govfs_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -8500,7 +8580,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8512,7 +8592,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[90]
+	mi := &file_govfs_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8525,7 +8605,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{90}
+	return file_govfs_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *JoinResponse) GetStatus() *Status {
@@ -8564,7 +8644,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8576,7 +8656,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[91]
+	mi := &file_govfs_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8589,7 +8669,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{91}
+	return file_govfs_proto_rawDescGZIP(), []int{92}
 }
 
 type PingResponse struct {
@@ -8600,7 +8680,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8612,7 +8692,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[92]
+	mi := &file_govfs_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8625,7 +8705,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{92}
+	return file_govfs_proto_rawDescGZIP(), []int{93}
 }
 
 // RaftBatch carries raftpb.Message values (etcd raft's own encoding) from
@@ -8642,7 +8722,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8654,7 +8734,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[93]
+	mi := &file_govfs_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8667,7 +8747,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{93}
+	return file_govfs_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RaftBatch) GetClusterId() string {
@@ -8709,7 +8789,7 @@ type RaftMessage struct {
 
 func (x *RaftMessage) Reset() {
 	*x = RaftMessage{}
-	mi := &file_govfs_proto_msgTypes[94]
+	mi := &file_govfs_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8721,7 +8801,7 @@ func (x *RaftMessage) String() string {
 func (*RaftMessage) ProtoMessage() {}
 
 func (x *RaftMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[94]
+	mi := &file_govfs_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8734,7 +8814,7 @@ func (x *RaftMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessage.ProtoReflect.Descriptor instead.
 func (*RaftMessage) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{94}
+	return file_govfs_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RaftMessage) GetGroup() uint64 {
@@ -8763,7 +8843,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_govfs_proto_msgTypes[95]
+	mi := &file_govfs_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8775,7 +8855,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[95]
+	mi := &file_govfs_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8788,7 +8868,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{95}
+	return file_govfs_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RaftAck) GetStatus() *Status {
@@ -8823,7 +8903,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_govfs_proto_msgTypes[96]
+	mi := &file_govfs_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8835,7 +8915,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[96]
+	mi := &file_govfs_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8848,7 +8928,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{96}
+	return file_govfs_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *SnapshotChunk) GetClusterId() string {
@@ -8910,7 +8990,7 @@ type KV struct {
 
 func (x *KV) Reset() {
 	*x = KV{}
-	mi := &file_govfs_proto_msgTypes[97]
+	mi := &file_govfs_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8922,7 +9002,7 @@ func (x *KV) String() string {
 func (*KV) ProtoMessage() {}
 
 func (x *KV) ProtoReflect() protoreflect.Message {
-	mi := &file_govfs_proto_msgTypes[97]
+	mi := &file_govfs_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8935,7 +9015,7 @@ func (x *KV) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KV.ProtoReflect.Descriptor instead.
 func (*KV) Descriptor() ([]byte, []int) {
-	return file_govfs_proto_rawDescGZIP(), []int{97}
+	return file_govfs_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KV) GetKey() []byte {
@@ -9276,14 +9356,15 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
 	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\x04R\x06target\"\xa9\x01\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"\xcf\x01\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\x04R\x05group\x12%\n" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
-	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\"\xac\x01\n" +
+	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\x12$\n" +
+	"\x0elease_new_dirs\x18\x06 \x03(\x04R\fleaseNewDirs\"\xac\x01\n" +
 	"\fNewFileLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12$\n" +
@@ -9291,7 +9372,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\tno_chunks\x18\x04 \x01(\bR\bnoChunks\x12\x16\n" +
 	"\x06inline\x18\x05 \x01(\bR\x06inline\x12\x1f\n" +
 	"\vinline_data\x18\x06 \x01(\fR\n" +
-	"inlineData\"\xb5\x02\n" +
+	"inlineData\"\xf4\x02\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
@@ -9301,7 +9382,11 @@ const file_govfs_proto_rawDesc = "" +
 	"\fchunk_tokens\x18\x05 \x03(\fR\vchunkTokens\x12@\n" +
 	"\x0fnew_file_leases\x18\x06 \x03(\v2\x18.govfs.wire.NewFileLeaseR\rnewFileLeases\x12 \n" +
 	"\flease_ttl_ms\x18\a \x01(\x04R\n" +
-	"leaseTtlMs\"\xdf\x05\n" +
+	"leaseTtlMs\x12=\n" +
+	"\x0enew_dir_leases\x18\b \x03(\v2\x17.govfs.wire.NewDirLeaseR\fnewDirLeases\"/\n" +
+	"\vNewDirLease\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
+	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xdf\x05\n" +
 	"\vReadRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9722,7 +9807,7 @@ func file_govfs_proto_rawDescGZIP() []byte {
 }
 
 var file_govfs_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
+var file_govfs_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_govfs_proto_goTypes = []any{
 	(Code)(0),                      // 0: govfs.wire.Code
 	(FileType)(0),                  // 1: govfs.wire.FileType
@@ -9784,52 +9869,53 @@ var file_govfs_proto_goTypes = []any{
 	(*MutateRequest)(nil),          // 57: govfs.wire.MutateRequest
 	(*NewFileLease)(nil),           // 58: govfs.wire.NewFileLease
 	(*MutateResponse)(nil),         // 59: govfs.wire.MutateResponse
-	(*ReadRequest)(nil),            // 60: govfs.wire.ReadRequest
-	(*WriteInlineOp)(nil),          // 61: govfs.wire.WriteInlineOp
-	(*DropInlineOp)(nil),           // 62: govfs.wire.DropInlineOp
-	(*GetChunksReq)(nil),           // 63: govfs.wire.GetChunksReq
-	(*LookupReq)(nil),              // 64: govfs.wire.LookupReq
-	(*GetAttrReq)(nil),             // 65: govfs.wire.GetAttrReq
-	(*ReaddirReq)(nil),             // 66: govfs.wire.ReaddirReq
-	(*GetXattrReq)(nil),            // 67: govfs.wire.GetXattrReq
-	(*ListXattrReq)(nil),           // 68: govfs.wire.ListXattrReq
-	(*ReadlinkReq)(nil),            // 69: govfs.wire.ReadlinkReq
-	(*ChunkTableReq)(nil),          // 70: govfs.wire.ChunkTableReq
-	(*ExportKeysReq)(nil),          // 71: govfs.wire.ExportKeysReq
-	(*DirEntry)(nil),               // 72: govfs.wire.DirEntry
-	(*ReadResponse)(nil),           // 73: govfs.wire.ReadResponse
-	(*ClusterInfoRequest)(nil),     // 74: govfs.wire.ClusterInfoRequest
-	(*ClusterInfoResponse)(nil),    // 75: govfs.wire.ClusterInfoResponse
-	(*InodeRange)(nil),             // 76: govfs.wire.InodeRange
-	(*GroupLoad)(nil),              // 77: govfs.wire.GroupLoad
-	(*MetaHeartbeatRequest)(nil),   // 78: govfs.wire.MetaHeartbeatRequest
-	(*MetaHeartbeatResponse)(nil),  // 79: govfs.wire.MetaHeartbeatResponse
-	(*NodeLoad)(nil),               // 80: govfs.wire.NodeLoad
-	(*StatusRequest)(nil),          // 81: govfs.wire.StatusRequest
-	(*GroupStatus)(nil),            // 82: govfs.wire.GroupStatus
-	(*StatusResponse)(nil),         // 83: govfs.wire.StatusResponse
-	(*NodeEvent)(nil),              // 84: govfs.wire.NodeEvent
-	(*ChunkHeartbeatRequest)(nil),  // 85: govfs.wire.ChunkHeartbeatRequest
-	(*ChunkHeartbeatResponse)(nil), // 86: govfs.wire.ChunkHeartbeatResponse
-	(*ChunkServerStatus)(nil),      // 87: govfs.wire.ChunkServerStatus
-	(*LeaseRequest)(nil),           // 88: govfs.wire.LeaseRequest
-	(*LeaseGrant)(nil),             // 89: govfs.wire.LeaseGrant
-	(*LeaseResponse)(nil),          // 90: govfs.wire.LeaseResponse
-	(*AssignRequest)(nil),          // 91: govfs.wire.AssignRequest
-	(*AssignResponse)(nil),         // 92: govfs.wire.AssignResponse
-	(*MoveReplicasRequest)(nil),    // 93: govfs.wire.MoveReplicasRequest
-	(*MoveReplicasResponse)(nil),   // 94: govfs.wire.MoveReplicasResponse
-	(*ReplicaMove)(nil),            // 95: govfs.wire.ReplicaMove
-	(*JoinRequest)(nil),            // 96: govfs.wire.JoinRequest
-	(*JoinResponse)(nil),           // 97: govfs.wire.JoinResponse
-	(*PingRequest)(nil),            // 98: govfs.wire.PingRequest
-	(*PingResponse)(nil),           // 99: govfs.wire.PingResponse
-	(*RaftBatch)(nil),              // 100: govfs.wire.RaftBatch
-	(*RaftMessage)(nil),            // 101: govfs.wire.RaftMessage
-	(*RaftAck)(nil),                // 102: govfs.wire.RaftAck
-	(*SnapshotChunk)(nil),          // 103: govfs.wire.SnapshotChunk
-	(*KV)(nil),                     // 104: govfs.wire.KV
-	nil,                            // 105: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	(*NewDirLease)(nil),            // 60: govfs.wire.NewDirLease
+	(*ReadRequest)(nil),            // 61: govfs.wire.ReadRequest
+	(*WriteInlineOp)(nil),          // 62: govfs.wire.WriteInlineOp
+	(*DropInlineOp)(nil),           // 63: govfs.wire.DropInlineOp
+	(*GetChunksReq)(nil),           // 64: govfs.wire.GetChunksReq
+	(*LookupReq)(nil),              // 65: govfs.wire.LookupReq
+	(*GetAttrReq)(nil),             // 66: govfs.wire.GetAttrReq
+	(*ReaddirReq)(nil),             // 67: govfs.wire.ReaddirReq
+	(*GetXattrReq)(nil),            // 68: govfs.wire.GetXattrReq
+	(*ListXattrReq)(nil),           // 69: govfs.wire.ListXattrReq
+	(*ReadlinkReq)(nil),            // 70: govfs.wire.ReadlinkReq
+	(*ChunkTableReq)(nil),          // 71: govfs.wire.ChunkTableReq
+	(*ExportKeysReq)(nil),          // 72: govfs.wire.ExportKeysReq
+	(*DirEntry)(nil),               // 73: govfs.wire.DirEntry
+	(*ReadResponse)(nil),           // 74: govfs.wire.ReadResponse
+	(*ClusterInfoRequest)(nil),     // 75: govfs.wire.ClusterInfoRequest
+	(*ClusterInfoResponse)(nil),    // 76: govfs.wire.ClusterInfoResponse
+	(*InodeRange)(nil),             // 77: govfs.wire.InodeRange
+	(*GroupLoad)(nil),              // 78: govfs.wire.GroupLoad
+	(*MetaHeartbeatRequest)(nil),   // 79: govfs.wire.MetaHeartbeatRequest
+	(*MetaHeartbeatResponse)(nil),  // 80: govfs.wire.MetaHeartbeatResponse
+	(*NodeLoad)(nil),               // 81: govfs.wire.NodeLoad
+	(*StatusRequest)(nil),          // 82: govfs.wire.StatusRequest
+	(*GroupStatus)(nil),            // 83: govfs.wire.GroupStatus
+	(*StatusResponse)(nil),         // 84: govfs.wire.StatusResponse
+	(*NodeEvent)(nil),              // 85: govfs.wire.NodeEvent
+	(*ChunkHeartbeatRequest)(nil),  // 86: govfs.wire.ChunkHeartbeatRequest
+	(*ChunkHeartbeatResponse)(nil), // 87: govfs.wire.ChunkHeartbeatResponse
+	(*ChunkServerStatus)(nil),      // 88: govfs.wire.ChunkServerStatus
+	(*LeaseRequest)(nil),           // 89: govfs.wire.LeaseRequest
+	(*LeaseGrant)(nil),             // 90: govfs.wire.LeaseGrant
+	(*LeaseResponse)(nil),          // 91: govfs.wire.LeaseResponse
+	(*AssignRequest)(nil),          // 92: govfs.wire.AssignRequest
+	(*AssignResponse)(nil),         // 93: govfs.wire.AssignResponse
+	(*MoveReplicasRequest)(nil),    // 94: govfs.wire.MoveReplicasRequest
+	(*MoveReplicasResponse)(nil),   // 95: govfs.wire.MoveReplicasResponse
+	(*ReplicaMove)(nil),            // 96: govfs.wire.ReplicaMove
+	(*JoinRequest)(nil),            // 97: govfs.wire.JoinRequest
+	(*JoinResponse)(nil),           // 98: govfs.wire.JoinResponse
+	(*PingRequest)(nil),            // 99: govfs.wire.PingRequest
+	(*PingResponse)(nil),           // 100: govfs.wire.PingResponse
+	(*RaftBatch)(nil),              // 101: govfs.wire.RaftBatch
+	(*RaftMessage)(nil),            // 102: govfs.wire.RaftMessage
+	(*RaftAck)(nil),                // 103: govfs.wire.RaftAck
+	(*SnapshotChunk)(nil),          // 104: govfs.wire.SnapshotChunk
+	(*KV)(nil),                     // 105: govfs.wire.KV
+	nil,                            // 106: govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
 }
 var file_govfs_proto_depIdxs = []int32{
 	0,   // 0: govfs.wire.Status.code:type_name -> govfs.wire.Code
@@ -9848,8 +9934,8 @@ var file_govfs_proto_depIdxs = []int32{
 	27,  // 13: govfs.wire.Command.grant_inodes:type_name -> govfs.wire.GrantInodesOp
 	28,  // 14: govfs.wire.Command.init_ministry:type_name -> govfs.wire.InitMinistryOp
 	26,  // 15: govfs.wire.Command.set_chunk:type_name -> govfs.wire.SetChunkOp
-	61,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
-	62,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
+	62,  // 16: govfs.wire.Command.write_inline:type_name -> govfs.wire.WriteInlineOp
+	63,  // 17: govfs.wire.Command.drop_inline:type_name -> govfs.wire.DropInlineOp
 	15,  // 18: govfs.wire.Command.reserve_inodes:type_name -> govfs.wire.ReserveInodesOp
 	18,  // 19: govfs.wire.Command.batch:type_name -> govfs.wire.BatchOp
 	16,  // 20: govfs.wire.Command.mark_dir_lease:type_name -> govfs.wire.MarkDirLeaseOp
@@ -9888,109 +9974,110 @@ var file_govfs_proto_depIdxs = []int32{
 	43,  // 53: govfs.wire.Ministry.subtrees:type_name -> govfs.wire.Subtree
 	3,   // 54: govfs.wire.Move.state:type_name -> govfs.wire.MoveState
 	3,   // 55: govfs.wire.MoveStateOp.state:type_name -> govfs.wire.MoveState
-	104, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
-	72,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
+	105, // 56: govfs.wire.ImportSubtreeOp.kvs:type_name -> govfs.wire.KV
+	73,  // 57: govfs.wire.FreezeEntriesOp.entries:type_name -> govfs.wire.DirEntry
 	13,  // 58: govfs.wire.MutateRequest.cmd:type_name -> govfs.wire.Command
 	8,   // 59: govfs.wire.NewFileLease.attr:type_name -> govfs.wire.Attr
 	7,   // 60: govfs.wire.MutateResponse.status:type_name -> govfs.wire.Status
 	40,  // 61: govfs.wire.MutateResponse.result:type_name -> govfs.wire.Result
 	58,  // 62: govfs.wire.MutateResponse.new_file_leases:type_name -> govfs.wire.NewFileLease
-	4,   // 63: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
-	12,  // 64: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
-	64,  // 65: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
-	65,  // 66: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
-	66,  // 67: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
-	67,  // 68: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
-	68,  // 69: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
-	69,  // 70: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
-	63,  // 71: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
-	71,  // 72: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
-	70,  // 73: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
-	25,  // 74: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
-	1,   // 75: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
-	8,   // 76: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
-	7,   // 77: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
-	8,   // 78: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
-	72,  // 79: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
-	25,  // 80: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
-	104, // 81: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
-	7,   // 82: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
-	41,  // 83: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
-	42,  // 84: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
-	33,  // 85: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	31,  // 86: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
-	44,  // 87: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
-	80,  // 88: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
-	76,  // 89: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
-	37,  // 90: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
-	77,  // 91: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 92: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
-	77,  // 93: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
-	7,   // 94: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
-	82,  // 95: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
-	41,  // 96: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
-	87,  // 97: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
-	33,  // 98: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
-	84,  // 99: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
-	7,   // 100: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
-	33,  // 101: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
-	105, // 102: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
-	37,  // 103: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
-	31,  // 104: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
-	6,   // 105: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
-	5,   // 106: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
-	89,  // 107: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
-	88,  // 108: govfs.wire.LeaseRequest.acquires:type_name -> govfs.wire.LeaseRequest
-	5,   // 109: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
-	7,   // 110: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
-	89,  // 111: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
-	89,  // 112: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
-	73,  // 113: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
-	90,  // 114: govfs.wire.LeaseResponse.acquired:type_name -> govfs.wire.LeaseResponse
-	11,  // 115: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 116: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
-	44,  // 117: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
-	7,   // 118: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
-	95,  // 119: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
-	11,  // 120: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
-	7,   // 121: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
-	41,  // 122: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
-	101, // 123: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
-	7,   // 124: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
-	104, // 125: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
-	57,  // 126: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
-	60,  // 127: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
-	74,  // 128: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
-	81,  // 129: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
-	85,  // 130: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
-	88,  // 131: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
-	98,  // 132: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
-	91,  // 133: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
-	93,  // 134: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
-	96,  // 135: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
-	78,  // 136: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
-	100, // 137: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
-	100, // 138: govfs.wire.Raft.Stream:input_type -> govfs.wire.RaftBatch
-	103, // 139: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
-	59,  // 140: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
-	73,  // 141: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
-	75,  // 142: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
-	83,  // 143: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
-	86,  // 144: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
-	90,  // 145: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
-	99,  // 146: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
-	92,  // 147: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
-	94,  // 148: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
-	97,  // 149: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
-	79,  // 150: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
-	102, // 151: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
-	102, // 152: govfs.wire.Raft.Stream:output_type -> govfs.wire.RaftAck
-	102, // 153: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
-	140, // [140:154] is the sub-list for method output_type
-	126, // [126:140] is the sub-list for method input_type
-	126, // [126:126] is the sub-list for extension type_name
-	126, // [126:126] is the sub-list for extension extendee
-	0,   // [0:126] is the sub-list for field type_name
+	60,  // 63: govfs.wire.MutateResponse.new_dir_leases:type_name -> govfs.wire.NewDirLease
+	4,   // 64: govfs.wire.ReadRequest.consistency:type_name -> govfs.wire.ReadConsistency
+	12,  // 65: govfs.wire.ReadRequest.caller:type_name -> govfs.wire.Cred
+	65,  // 66: govfs.wire.ReadRequest.lookup:type_name -> govfs.wire.LookupReq
+	66,  // 67: govfs.wire.ReadRequest.get_attr:type_name -> govfs.wire.GetAttrReq
+	67,  // 68: govfs.wire.ReadRequest.readdir:type_name -> govfs.wire.ReaddirReq
+	68,  // 69: govfs.wire.ReadRequest.get_xattr:type_name -> govfs.wire.GetXattrReq
+	69,  // 70: govfs.wire.ReadRequest.list_xattr:type_name -> govfs.wire.ListXattrReq
+	70,  // 71: govfs.wire.ReadRequest.readlink:type_name -> govfs.wire.ReadlinkReq
+	64,  // 72: govfs.wire.ReadRequest.get_chunks:type_name -> govfs.wire.GetChunksReq
+	72,  // 73: govfs.wire.ReadRequest.export_keys:type_name -> govfs.wire.ExportKeysReq
+	71,  // 74: govfs.wire.ReadRequest.chunk_table:type_name -> govfs.wire.ChunkTableReq
+	25,  // 75: govfs.wire.DropInlineOp.chunk:type_name -> govfs.wire.ChunkRef
+	1,   // 76: govfs.wire.DirEntry.type:type_name -> govfs.wire.FileType
+	8,   // 77: govfs.wire.DirEntry.attr:type_name -> govfs.wire.Attr
+	7,   // 78: govfs.wire.ReadResponse.status:type_name -> govfs.wire.Status
+	8,   // 79: govfs.wire.ReadResponse.attr:type_name -> govfs.wire.Attr
+	73,  // 80: govfs.wire.ReadResponse.entries:type_name -> govfs.wire.DirEntry
+	25,  // 81: govfs.wire.ReadResponse.chunks:type_name -> govfs.wire.ChunkRef
+	105, // 82: govfs.wire.ReadResponse.kvs:type_name -> govfs.wire.KV
+	7,   // 83: govfs.wire.ClusterInfoResponse.status:type_name -> govfs.wire.Status
+	41,  // 84: govfs.wire.ClusterInfoResponse.members:type_name -> govfs.wire.Member
+	42,  // 85: govfs.wire.ClusterInfoResponse.ministries:type_name -> govfs.wire.Ministry
+	33,  // 86: govfs.wire.ClusterInfoResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	31,  // 87: govfs.wire.ClusterInfoResponse.chunk_servers:type_name -> govfs.wire.ChunkServer
+	44,  // 88: govfs.wire.ClusterInfoResponse.moves:type_name -> govfs.wire.Move
+	81,  // 89: govfs.wire.ClusterInfoResponse.node_loads:type_name -> govfs.wire.NodeLoad
+	77,  // 90: govfs.wire.ClusterInfoResponse.inode_ranges:type_name -> govfs.wire.InodeRange
+	37,  // 91: govfs.wire.ClusterInfoResponse.token_keys:type_name -> govfs.wire.TokenKey
+	78,  // 92: govfs.wire.MetaHeartbeatRequest.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 93: govfs.wire.MetaHeartbeatResponse.status:type_name -> govfs.wire.Status
+	78,  // 94: govfs.wire.NodeLoad.groups:type_name -> govfs.wire.GroupLoad
+	7,   // 95: govfs.wire.StatusResponse.status:type_name -> govfs.wire.Status
+	83,  // 96: govfs.wire.StatusResponse.groups:type_name -> govfs.wire.GroupStatus
+	41,  // 97: govfs.wire.StatusResponse.members:type_name -> govfs.wire.Member
+	88,  // 98: govfs.wire.StatusResponse.chunk_servers:type_name -> govfs.wire.ChunkServerStatus
+	33,  // 99: govfs.wire.StatusResponse.replica_groups:type_name -> govfs.wire.ReplicaGroup
+	85,  // 100: govfs.wire.StatusResponse.events:type_name -> govfs.wire.NodeEvent
+	7,   // 101: govfs.wire.ChunkHeartbeatResponse.status:type_name -> govfs.wire.Status
+	33,  // 102: govfs.wire.ChunkHeartbeatResponse.groups:type_name -> govfs.wire.ReplicaGroup
+	106, // 103: govfs.wire.ChunkHeartbeatResponse.member_addrs:type_name -> govfs.wire.ChunkHeartbeatResponse.MemberAddrsEntry
+	37,  // 104: govfs.wire.ChunkHeartbeatResponse.token_keys:type_name -> govfs.wire.TokenKey
+	31,  // 105: govfs.wire.ChunkServerStatus.server:type_name -> govfs.wire.ChunkServer
+	6,   // 106: govfs.wire.LeaseRequest.op:type_name -> govfs.wire.LeaseOp
+	5,   // 107: govfs.wire.LeaseRequest.mode:type_name -> govfs.wire.LeaseMode
+	90,  // 108: govfs.wire.LeaseRequest.reclaim:type_name -> govfs.wire.LeaseGrant
+	89,  // 109: govfs.wire.LeaseRequest.acquires:type_name -> govfs.wire.LeaseRequest
+	5,   // 110: govfs.wire.LeaseGrant.mode:type_name -> govfs.wire.LeaseMode
+	7,   // 111: govfs.wire.LeaseResponse.status:type_name -> govfs.wire.Status
+	90,  // 112: govfs.wire.LeaseResponse.lease:type_name -> govfs.wire.LeaseGrant
+	90,  // 113: govfs.wire.LeaseResponse.conflict:type_name -> govfs.wire.LeaseGrant
+	74,  // 114: govfs.wire.LeaseResponse.opened:type_name -> govfs.wire.ReadResponse
+	91,  // 115: govfs.wire.LeaseResponse.acquired:type_name -> govfs.wire.LeaseResponse
+	11,  // 116: govfs.wire.AssignRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 117: govfs.wire.AssignResponse.status:type_name -> govfs.wire.Status
+	44,  // 118: govfs.wire.AssignResponse.move:type_name -> govfs.wire.Move
+	7,   // 119: govfs.wire.MoveReplicasResponse.status:type_name -> govfs.wire.Status
+	96,  // 120: govfs.wire.MoveReplicasResponse.moves:type_name -> govfs.wire.ReplicaMove
+	11,  // 121: govfs.wire.JoinRequest.req:type_name -> govfs.wire.RequestID
+	7,   // 122: govfs.wire.JoinResponse.status:type_name -> govfs.wire.Status
+	41,  // 123: govfs.wire.JoinResponse.members:type_name -> govfs.wire.Member
+	102, // 124: govfs.wire.RaftBatch.msgs:type_name -> govfs.wire.RaftMessage
+	7,   // 125: govfs.wire.RaftAck.status:type_name -> govfs.wire.Status
+	105, // 126: govfs.wire.SnapshotChunk.kvs:type_name -> govfs.wire.KV
+	57,  // 127: govfs.wire.Meta.Mutate:input_type -> govfs.wire.MutateRequest
+	61,  // 128: govfs.wire.Meta.Read:input_type -> govfs.wire.ReadRequest
+	75,  // 129: govfs.wire.Meta.ClusterInfo:input_type -> govfs.wire.ClusterInfoRequest
+	82,  // 130: govfs.wire.Meta.Status:input_type -> govfs.wire.StatusRequest
+	86,  // 131: govfs.wire.Meta.ChunkHeartbeat:input_type -> govfs.wire.ChunkHeartbeatRequest
+	89,  // 132: govfs.wire.Meta.Lease:input_type -> govfs.wire.LeaseRequest
+	99,  // 133: govfs.wire.Meta.Ping:input_type -> govfs.wire.PingRequest
+	92,  // 134: govfs.wire.Meta.Assign:input_type -> govfs.wire.AssignRequest
+	94,  // 135: govfs.wire.Meta.MoveReplicas:input_type -> govfs.wire.MoveReplicasRequest
+	97,  // 136: govfs.wire.Meta.Join:input_type -> govfs.wire.JoinRequest
+	79,  // 137: govfs.wire.Meta.MetaHeartbeat:input_type -> govfs.wire.MetaHeartbeatRequest
+	101, // 138: govfs.wire.Raft.Send:input_type -> govfs.wire.RaftBatch
+	101, // 139: govfs.wire.Raft.Stream:input_type -> govfs.wire.RaftBatch
+	104, // 140: govfs.wire.Raft.SendSnapshot:input_type -> govfs.wire.SnapshotChunk
+	59,  // 141: govfs.wire.Meta.Mutate:output_type -> govfs.wire.MutateResponse
+	74,  // 142: govfs.wire.Meta.Read:output_type -> govfs.wire.ReadResponse
+	76,  // 143: govfs.wire.Meta.ClusterInfo:output_type -> govfs.wire.ClusterInfoResponse
+	84,  // 144: govfs.wire.Meta.Status:output_type -> govfs.wire.StatusResponse
+	87,  // 145: govfs.wire.Meta.ChunkHeartbeat:output_type -> govfs.wire.ChunkHeartbeatResponse
+	91,  // 146: govfs.wire.Meta.Lease:output_type -> govfs.wire.LeaseResponse
+	100, // 147: govfs.wire.Meta.Ping:output_type -> govfs.wire.PingResponse
+	93,  // 148: govfs.wire.Meta.Assign:output_type -> govfs.wire.AssignResponse
+	95,  // 149: govfs.wire.Meta.MoveReplicas:output_type -> govfs.wire.MoveReplicasResponse
+	98,  // 150: govfs.wire.Meta.Join:output_type -> govfs.wire.JoinResponse
+	80,  // 151: govfs.wire.Meta.MetaHeartbeat:output_type -> govfs.wire.MetaHeartbeatResponse
+	103, // 152: govfs.wire.Raft.Send:output_type -> govfs.wire.RaftAck
+	103, // 153: govfs.wire.Raft.Stream:output_type -> govfs.wire.RaftAck
+	103, // 154: govfs.wire.Raft.SendSnapshot:output_type -> govfs.wire.RaftAck
+	141, // [141:155] is the sub-list for method output_type
+	127, // [127:141] is the sub-list for method input_type
+	127, // [127:127] is the sub-list for extension type_name
+	127, // [127:127] is the sub-list for extension extendee
+	0,   // [0:127] is the sub-list for field type_name
 }
 
 func init() { file_govfs_proto_init() }
@@ -10036,7 +10123,7 @@ func file_govfs_proto_init() {
 		(*Command_AddTokenKey)(nil),
 		(*Command_BindNodeCert)(nil),
 	}
-	file_govfs_proto_msgTypes[53].OneofWrappers = []any{
+	file_govfs_proto_msgTypes[54].OneofWrappers = []any{
 		(*ReadRequest_Lookup)(nil),
 		(*ReadRequest_GetAttr)(nil),
 		(*ReadRequest_Readdir)(nil),
@@ -10053,7 +10140,7 @@ func file_govfs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_govfs_proto_rawDesc), len(file_govfs_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   99,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
