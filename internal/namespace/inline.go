@@ -163,12 +163,3 @@ func resizeInline(t *tx, ino ids.Ino, size uint64) error {
 	}
 	return nil
 }
-
-// dropInlineOf deletes the inline bytes of an inode being removed.
-func dropInlineOf(t *tx, ino ids.Ino) error {
-	_, inline, err := InlineData(t.r, ino)
-	if err == nil && inline {
-		t.del(inlineKey(ino))
-	}
-	return err
-}

@@ -977,12 +977,17 @@ func TestInlineFiles(t *testing.T) {
 	if r := w(f, 0, "x", 4096); syscall.Errno(r.Errno) != syscall.EFBIG {
 		t.Fatalf("inline write to a chunked file = %v", r)
 	}
-	// Unlink removes inline bytes with the inode.
+	// Unlink removes inline bytes with the inode (deleted without being
+	// read), and a leftover chunk record of an inline file too.
 	g := v.mkfile(root, "gone")
 	w(g, 0, "bytes", 4096)
+	v.ok(&wire.Command_SetChunk{SetChunk: &wire.SetChunkOp{Ino: uint64(g), Chunk: &wire.ChunkRef{Index: 0, Handle: 11, Group: 1}}})
 	v.ok(&wire.Command_Unlink{Unlink: &wire.UnlinkOp{Parent: uint64(root), Name: []byte("gone")}})
 	if _, ok, _ := InlineData(v.rw, g); ok {
 		t.Fatal("inline bytes outlive their inode")
+	}
+	if has, err := hasChunks(v.rw, g); err != nil || has {
+		t.Fatalf("chunk records of an unlinked inline file: %v %v", has, err)
 	}
 }
 

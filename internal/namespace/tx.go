@@ -134,9 +134,13 @@ func (t *tx) remove(in *wire.Inode) error {
 	for _, k := range keys {
 		t.del(k)
 	}
-	if err := dropInlineOf(t, ino); err != nil {
-		return err
+	if in.Attr.Type != wire.FileType_REGULAR {
+		return nil // only regular files have inline bytes or chunk records
 	}
+	// Deleted blind: reading the bytes (up to 64 KiB, often from a block
+	// written long before) only to learn whether there were any was 19 %
+	// of the replicas' CPU under 16 processes unlinking 4 KiB files.
+	t.del(inlineKey(ino))
 	return dropChunks(t, ino, 0)
 }
 
