@@ -25,9 +25,11 @@ import (
 // directory, granted in the same handler:
 //
 //   - before the batch is proposed, and only on a directory that does not
-//     exist yet: from the moment the directory exists, another client's
-//     change of it drains the lease (nobody can reach an inode that does
-//     not exist; its number is the creating client's reservation);
+//     exist yet (read before and after the grant), each attempt of the
+//     batch its own lease: from the moment the directory exists, another
+//     client's change of it drains the lease (nobody can reach an inode
+//     that does not exist; its number is the creating client's
+//     reservation);
 //   - only for a create marked for leases (CreateOp.mark_dir_lease), so
 //     that a new minister, which does not know the lease, fences the
 //     directory's entry changes until the holder reclaimed it;
@@ -73,6 +75,43 @@ func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cm
 	if !read || len(dirs) == 0 {
 		return nil
 	}
+	granted := ls.grantNewDirs(g, client, dirs)
+	if len(granted) == 0 {
+		return nil
+	}
+	// Still absent once granted: then the lease is older than the
+	// directory. (Another attempt of the same batch, whose answer was
+	// lost, may have created it between the read above and the grant;
+	// another client could then have changed it unseen by this lease.)
+	var keep []lease.Lease
+	var drop []uint64
+	err := ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		for _, l := range granted {
+			if _, err := namespace.GetAttr(r, l.Ino); errors.Is(err, syscall.ENOENT) {
+				keep = append(keep, l)
+			} else {
+				drop = append(drop, uint64(l.ID))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		keep, drop = nil, nil
+		for _, l := range granted {
+			drop = append(drop, uint64(l.ID))
+		}
+	}
+	ls.giveBackNewDirs(g, client, drop)
+	return keep
+}
+
+// grantNewDirs grants client a write directory lease on each of dirs,
+// unless the table is fenced or client's lease session is not known in
+// this term. Each attempt of a batch gets leases of its own (no token):
+// one attempt that fails gives back only its own, never one that a
+// concurrent retry of the same batch hands out (found in review: with
+// the create's request as token they shared one).
+func (ls *leaseService) grantNewDirs(g ids.GroupID, client lease.ClientID, dirs []createdFile) []lease.Lease {
 	now := ls.n.cfg.Clock.Now()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -85,19 +124,23 @@ func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cm
 	defer gl.endGrantLocked(client)
 	var granted []lease.Lease
 	for _, d := range dirs {
-		// Named by the create's request: a retry of the batch (its
-		// answer lost) on this minister is given the same lease.
-		var token uint64
-		if d.seq != 0 {
-			token = createLeaseToken | d.seq
-		}
-		out, err := gl.table.Acquire(now, lease.Request{Client: client, Ino: d.ino, Mode: lease.Write, Off: 0, End: lease.ToEnd,
-			Dir: true, Token: token}, 0)
+		out, err := gl.table.Acquire(now, lease.Request{Client: client, Ino: d.ino, Mode: lease.Write, Off: 0, End: lease.ToEnd, Dir: true}, 0)
 		if err == nil && out.Granted {
 			granted = append(granted, out.Lease)
 		}
 	}
 	return granted
+}
+
+// giveBackNewDirs releases client's new-directory leases leaseIDs of g
+// that are not handed out.
+func (ls *leaseService) giveBackNewDirs(g ids.GroupID, client lease.ClientID, leaseIDs []uint64) {
+	if len(leaseIDs) == 0 {
+		return
+	}
+	if _, err := ls.release(g, &wire.LeaseRequest{ClientId: uint64(client), Ids: leaseIDs}); err != nil {
+		ls.n.log.Debug("minister: give back new-directory leases not handed out", slog.Uint64("group", uint64(g)), slog.Any("err", err))
+	}
 }
 
 // settleNewDirs answers the leases preGrantNewDirs granted for cmd: those
@@ -122,17 +165,13 @@ func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd 
 			drop = append(drop, uint64(l.ID))
 		}
 	}
-	if len(drop) > 0 {
-		if _, err := ls.release(g, &wire.LeaseRequest{ClientId: uint64(client), Ids: drop}); err != nil {
-			ls.n.log.Debug("minister: give back new-directory leases not handed out", slog.Uint64("group", uint64(g)), slog.Any("err", err))
-		}
-	}
+	ls.giveBackNewDirs(g, client, drop)
 	return out
 }
 
 // markedDirCreates lists the directories of want that cmd (a batch's
 // commands included) creates with mark_dir_lease, by the inode number the
-// create names.
+// create names (with the create's request).
 func markedDirCreates(cmd *wire.Command, want map[ids.Ino]bool) []createdFile {
 	var out []createdFile
 	for _, c := range batchCmds(cmd) {
