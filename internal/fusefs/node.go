@@ -40,6 +40,10 @@ type FS struct {
 	// changes counts this mount's requests that may change something,
 	// as they start and end (changeFS; keptpage.go).
 	changes atomic.Uint64
+	// lookupsLinearUntil (Unix ns): every lookup is linearizable until
+	// then, after a revoke reached a file's node the kernel had forgotten
+	// (leaseRevoked): that node has no parent to mark.
+	lookupsLinearUntil atomic.Int64
 	// leases are the nodes holding a read lease (lease.go).
 	leases leaseSet
 	// listLeases are the directories holding a read lease for their
@@ -465,7 +469,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	var opts []client.ReadOption
 	n.mu.Lock()
-	if time.Now().Before(n.mu.lookupsLinearUntil) {
+	if now := time.Now(); now.Before(n.mu.lookupsLinearUntil) || now.UnixNano() < n.fsys.lookupsLinearUntil.Load() {
 		opts = append(opts, client.Linearizable())
 	}
 	n.mu.Unlock()
