@@ -241,10 +241,9 @@ func (l *Lease) Range() (off, length int64) { return l.off, l.len }
 // directory's lease whose create is on its way waits for the answer
 // (MakeDirDeferred).
 func (l *Lease) Valid() bool {
-	l.waitLanded()
-	now := l.c.cfg.Clock.Now()
-	l.mu.Lock()
+	l.lockLanded()
 	defer l.mu.Unlock()
+	now := l.c.cfg.Clock.Now()
 	return !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
 }
 
@@ -260,8 +259,7 @@ func (l *Lease) Live() bool {
 // Until returns the time the lease is trusted until (as of its last
 // renewal); zero once it ended.
 func (l *Lease) Until() time.Time {
-	l.waitLanded()
-	l.mu.Lock()
+	l.lockLanded()
 	defer l.mu.Unlock()
 	if l.mu.ended || l.mu.revoking {
 		return time.Time{}
@@ -297,13 +295,13 @@ func (l *Lease) land() {
 	}
 }
 
-// waitLanded waits until no answer about l is on its way (takeOff).
-func (l *Lease) waitLanded() {
+// lockLanded locks l.mu once no answer about l is on its way (takeOff).
+func (l *Lease) lockLanded() {
 	l.mu.Lock()
-	ch := l.mu.flight
-	l.mu.Unlock()
-	if ch != nil {
+	for ch := l.mu.flight; ch != nil; ch = l.mu.flight {
+		l.mu.Unlock()
 		<-ch
+		l.mu.Lock()
 	}
 }
 

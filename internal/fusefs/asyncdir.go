@@ -785,8 +785,9 @@ func (n *node) noteDirAttr(a *wire.Attr, gen uint64) {
 }
 
 // newDirLease makes l, the lease that came with n's create
-// (client.MakeDirDeferred: granted before the create is sent, so n is
-// empty but for this mount's changes), n's directory lease with h its
+// (client.MakeDirDeferred: pending until the batch that sends the create
+// brings its grant, made before the directory existed, so n is empty but
+// for this mount's changes), n's directory lease with h its
 // holder, and a, the create's answer, its attributes: n's entry changes
 // are answered here from the first one, with no round trip. Before,
 // cp -a, tar and git filled every new directory with two synchronous

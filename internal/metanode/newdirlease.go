@@ -2,7 +2,6 @@ package metanode
 
 import (
 	"errors"
-	"log/slog"
 	"syscall"
 
 	"github.com/govfs/govfs/internal/engine"
@@ -54,28 +53,28 @@ func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cm
 	for _, ino := range want {
 		wanted[ids.Ino(ino)] = true
 	}
-	dirs := markedDirCreates(cmd, wanted)
-	if len(dirs) == 0 {
-		return nil
-	}
-	read := false
+	var reqs []lease.Request
 	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
 		if frozen, err := namespace.AnyFrozen(r); err != nil || frozen {
 			return err // a move under way: leaseRoute's checks, per directory, are not worth it
 		}
-		absent := dirs[:0]
-		for _, d := range dirs {
-			if _, err := namespace.GetAttr(r, d.ino); errors.Is(err, syscall.ENOENT) {
-				absent = append(absent, d)
+		for _, c := range batchCmds(cmd) {
+			cr := c.GetCreate()
+			if cr == nil || cr.GetType() != wire.FileType_DIRECTORY || !cr.GetMarkDirLease() || !wanted[ids.Ino(cr.GetIno())] {
+				continue
+			}
+			if _, err := namespace.GetAttr(r, ids.Ino(cr.GetIno())); errors.Is(err, syscall.ENOENT) {
+				// No token: each attempt of a batch gets leases of its
+				// own, so an attempt that fails gives back only its own,
+				// never one a concurrent retry hands out (found in
+				// review: with the create's request as token they
+				// shared one).
+				reqs = append(reqs, lease.Request{Client: client, Ino: ids.Ino(cr.GetIno()), Mode: lease.Write, Off: 0, End: lease.ToEnd, Dir: true})
 			}
 		}
-		dirs, read = absent, true
 		return nil
 	})
-	if !read || len(dirs) == 0 {
-		return nil
-	}
-	granted := ls.grantNewDirs(g, client, dirs)
+	granted := ls.tryGrants(g, client, reqs)
 	if len(granted) == 0 {
 		return nil
 	}
@@ -96,51 +95,13 @@ func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cm
 		return nil
 	})
 	if err != nil {
-		keep, drop = nil, nil
+		keep, drop = nil, drop[:0]
 		for _, l := range granted {
 			drop = append(drop, uint64(l.ID))
 		}
 	}
-	ls.giveBackNewDirs(g, client, drop)
+	ls.giveBack(g, client, drop, "new-directory")
 	return keep
-}
-
-// grantNewDirs grants client a write directory lease on each of dirs,
-// unless the table is fenced or client's lease session is not known in
-// this term. Each attempt of a batch gets leases of its own (no token):
-// one attempt that fails gives back only its own, never one that a
-// concurrent retry of the same batch hands out (found in review: with
-// the create's request as token they shared one).
-func (ls *leaseService) grantNewDirs(g ids.GroupID, client lease.ClientID, dirs []createdFile) []lease.Lease {
-	now := ls.n.cfg.Clock.Now()
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	gl, err := ls.syncLocked(g)
-	// Fenced: a new minister; what its predecessor committed may not all
-	// be applied here yet, so "absent" is not proven.
-	if err != nil || gl.table.Fenced(now) || !gl.beginGrantLocked(client) {
-		return nil
-	}
-	defer gl.endGrantLocked(client)
-	var granted []lease.Lease
-	for _, d := range dirs {
-		out, err := gl.table.Acquire(now, lease.Request{Client: client, Ino: d.ino, Mode: lease.Write, Off: 0, End: lease.ToEnd, Dir: true}, 0)
-		if err == nil && out.Granted {
-			granted = append(granted, out.Lease)
-		}
-	}
-	return granted
-}
-
-// giveBackNewDirs releases client's new-directory leases leaseIDs of g
-// that are not handed out.
-func (ls *leaseService) giveBackNewDirs(g ids.GroupID, client lease.ClientID, leaseIDs []uint64) {
-	if len(leaseIDs) == 0 {
-		return
-	}
-	if _, err := ls.release(g, &wire.LeaseRequest{ClientId: uint64(client), Ids: leaseIDs}); err != nil {
-		ls.n.log.Debug("minister: give back new-directory leases not handed out", slog.Uint64("group", uint64(g)), slog.Any("err", err))
-	}
 }
 
 // settleNewDirs answers the leases preGrantNewDirs granted for cmd: those
@@ -152,8 +113,8 @@ func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd 
 	}
 	made := map[ids.Ino]bool{}
 	if applied {
-		for _, d := range createdDirs(cmd, res) {
-			made[d] = true
+		for _, d := range createdOfType(cmd, res, wire.FileType_DIRECTORY) {
+			made[d.ino] = true
 		}
 	}
 	var out []*wire.NewDirLease
@@ -165,43 +126,7 @@ func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd 
 			drop = append(drop, uint64(l.ID))
 		}
 	}
-	ls.giveBackNewDirs(g, client, drop)
-	return out
-}
-
-// markedDirCreates lists the directories of want that cmd (a batch's
-// commands included) creates with mark_dir_lease, by the inode number the
-// create names (with the create's request).
-func markedDirCreates(cmd *wire.Command, want map[ids.Ino]bool) []createdFile {
-	var out []createdFile
-	for _, c := range batchCmds(cmd) {
-		cr := c.GetCreate()
-		if cr != nil && cr.GetType() == wire.FileType_DIRECTORY && cr.GetMarkDirLease() && want[ids.Ino(cr.GetIno())] {
-			out = append(out, createdFile{ids.Ino(cr.GetIno()), c.GetReq().GetSeq()})
-		}
-	}
-	return out
-}
-
-// createdDirs lists the directories cmd created, from its result (a
-// batch's commands included).
-func createdDirs(cmd *wire.Command, res *wire.Result) []ids.Ino {
-	if res.GetErrno() != 0 {
-		return nil
-	}
-	cmds, results := batchCmds(cmd), res.GetResults()
-	if cmd.GetBatch() == nil {
-		results = []*wire.Result{res}
-	}
-	var out []ids.Ino
-	for i, c := range cmds {
-		if i >= len(results) || results[i].GetErrno() != 0 {
-			continue
-		}
-		if cr := c.GetCreate(); cr != nil && cr.GetType() == wire.FileType_DIRECTORY && results[i].GetAttr().GetType() == wire.FileType_DIRECTORY {
-			out = append(out, ids.Ino(results[i].GetAttr().GetIno()))
-		}
-	}
+	ls.giveBack(g, client, drop, "new-directory")
 	return out
 }
 

@@ -63,15 +63,8 @@ func (ls *leaseService) grantNewFiles(g ids.GroupID, client lease.ClientID, cmd 
 	if frozen {
 		return nil, 0 // a move under way: leaseRoute's checks, per file, are not worth it
 	}
-	now := ls.n.cfg.Clock.Now()
-	ls.mu.Lock()
-	gl, err := ls.syncLocked(g)
-	if err != nil || gl.table.Fenced(now) || !gl.beginGrantLocked(client) {
-		ls.mu.Unlock()
-		return nil, 0
-	}
-	var granted []lease.Lease
-	for _, f := range files {
+	reqs := make([]lease.Request, len(files))
+	for i, f := range files {
 		// Named by the create's request: a retry of the batch (its
 		// answer lost) is given the same leases, not a second set
 		// nobody would hold.
@@ -79,14 +72,9 @@ func (ls *leaseService) grantNewFiles(g ids.GroupID, client lease.ClientID, cmd 
 		if f.seq != 0 {
 			token = createLeaseToken | f.seq
 		}
-		out, err := gl.table.Acquire(now, lease.Request{Client: client, Ino: f.ino, Mode: lease.Read, Off: 0, End: lease.ToEnd,
-			Token: token}, 0)
-		if err == nil && out.Granted {
-			granted = append(granted, out.Lease)
-		}
+		reqs[i] = lease.Request{Client: client, Ino: f.ino, Mode: lease.Read, Off: 0, End: lease.ToEnd, Token: token}
 	}
-	gl.endGrantLocked(client)
-	ls.mu.Unlock()
+	granted := ls.tryGrants(g, client, reqs)
 	if len(granted) == 0 {
 		return nil, 0
 	}
@@ -128,12 +116,48 @@ func (ls *leaseService) grantNewFiles(g ids.GroupID, client lease.ClientID, cmd 
 			}
 		}
 	}
-	if len(drop) > 0 {
-		if _, err := ls.release(g, &wire.LeaseRequest{ClientId: uint64(client), Ids: drop}); err != nil {
-			ls.n.log.Debug("minister: give back new-file leases not handed out", slog.Uint64("group", uint64(g)), slog.Any("err", err))
+	ls.giveBack(g, client, drop, "new-file")
+
+	return out, uint64(ls.ttl.Milliseconds())
+}
+
+// tryGrants grants what each of reqs (client's) asks for that the table
+// can grant at once, as tries (wait 0; nothing revoked or queued for
+// them), unless the table is fenced or client's lease session is not
+// known in this term: the leases granted with a create (grantNewFiles,
+// preGrantNewDirs).
+func (ls *leaseService) tryGrants(g ids.GroupID, client lease.ClientID, reqs []lease.Request) []lease.Lease {
+	now := ls.n.cfg.Clock.Now()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	gl, err := ls.syncLocked(g)
+	// Fenced: a new minister, which does not know its predecessor's
+	// leases yet (nor, for preGrantNewDirs, has surely applied all it
+	// committed).
+	if err != nil || gl.table.Fenced(now) || !gl.beginGrantLocked(client) {
+		return nil
+	}
+	defer gl.endGrantLocked(client)
+	var granted []lease.Lease
+	for _, r := range reqs {
+		out, err := gl.table.Acquire(now, r, 0)
+		if err == nil && out.Granted {
+			granted = append(granted, out.Lease)
 		}
 	}
-	return out, uint64(ls.ttl.Milliseconds())
+	return granted
+}
+
+// giveBack releases client's leases leaseIDs of g granted with a create
+// but not handed out (what: which kind, for the log).
+func (ls *leaseService) giveBack(g ids.GroupID, client lease.ClientID, leaseIDs []uint64, what string) {
+	if len(leaseIDs) == 0 {
+		return
+	}
+	if _, err := ls.release(g, &wire.LeaseRequest{ClientId: uint64(client), Ids: leaseIDs}); err != nil {
+		ls.n.log.Debug("minister: give back leases granted with a create, not handed out", slog.String("kind", what),
+			slog.Uint64("group", uint64(g)), slog.Any("err", err))
+	}
 }
 
 func containsLease(ls []*wire.NewFileLease, id uint64) bool {
@@ -158,25 +182,27 @@ type createdFile struct {
 // createdFiles lists the regular files cmd created, from its result (a
 // batch's commands included).
 func createdFiles(cmd *wire.Command, res *wire.Result) []createdFile {
+	return createdOfType(cmd, res, wire.FileType_REGULAR)
+}
+
+// createdOfType lists the inodes of type typ that cmd created, from its
+// result (a batch's commands included; batches do not nest).
+func createdOfType(cmd *wire.Command, res *wire.Result, typ wire.FileType) []createdFile {
+	if res.GetErrno() != 0 {
+		return nil
+	}
+	cmds, results := []*wire.Command{cmd}, []*wire.Result{res}
+	if b := cmd.GetBatch(); b != nil {
+		cmds, results = b.GetCmds(), res.GetResults()
+	}
 	var out []createdFile
-	var walk func(c *wire.Command, r *wire.Result)
-	walk = func(c *wire.Command, r *wire.Result) {
-		if r.GetErrno() != 0 {
-			return
+	for i, c := range cmds {
+		if i >= len(results) || results[i].GetErrno() != 0 {
+			continue
 		}
-		if b := c.GetBatch(); b != nil {
-			subs := r.GetResults()
-			for i, sc := range b.GetCmds() {
-				if i < len(subs) {
-					walk(sc, subs[i])
-				}
-			}
-			return
-		}
-		if cr := c.GetCreate(); cr != nil && cr.GetType() == wire.FileType_REGULAR && r.GetAttr().GetType() == wire.FileType_REGULAR {
-			out = append(out, createdFile{ids.Ino(r.GetAttr().GetIno()), c.GetReq().GetSeq()})
+		if cr := c.GetCreate(); cr != nil && cr.GetType() == typ && results[i].GetAttr().GetType() == typ {
+			out = append(out, createdFile{ids.Ino(results[i].GetAttr().GetIno()), c.GetReq().GetSeq()})
 		}
 	}
-	walk(cmd, res)
 	return out
 }

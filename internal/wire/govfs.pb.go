@@ -1659,7 +1659,8 @@ type CreateOp struct {
 	// the ministry has seen the create, with the inode number it will get.
 	Ino uint64 `protobuf:"varint,9,opt,name=ino,proto3" json:"ino,omitempty"`
 	// DIRECTORY: the creator was granted the new directory's write
-	// directory lease before the directory existed (LeaseRequest.new_dir);
+	// directory lease before the directory existed (LeaseRequest.new_dir,
+	// or MutateRequest.lease_new_dirs with this very command);
 	// the create marks it as MarkDirLeaseOp would, in the same command, so
 	// a new minister knows the directory may be leased. Metadata nodes of
 	// one cluster must run the same version (an older one ignores the
@@ -7635,7 +7636,9 @@ type LeaseRequest struct {
 	// directory does not exist yet, granted without a MarkDirLeaseOp (its
 	// create marks it) and answered with LeaseResponse.absent: nobody can
 	// have put anything in it, and whoever does once it exists drains the
-	// lease first. Otherwise an ordinary directory lease request.
+	// lease first. Otherwise an ordinary directory lease request. (The
+	// mount asks for its new directories' leases with their batch instead:
+	// MutateRequest.lease_new_dirs.)
 	NewDir bool `protobuf:"varint,20,opt,name=new_dir,json=newDir,proto3" json:"new_dir,omitempty"`
 	// ACQUIRE of a whole-file read lease: the entry the client found the
 	// file under (directory entry_parent, name entry_name). Answered with
