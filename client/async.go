@@ -78,6 +78,11 @@ type deferredOp struct {
 	// (MakeDirDeferred), pending until the batch that sends the create
 	// brings its grant (MutateRequest.lease_new_dirs).
 	newDir *Lease
+	// buffered: the buffered write lease this op was answered under
+	// (writebehind.go); retired, when set, runs once the op is answered
+	// and no longer counted as queued.
+	buffered *Lease
+	retired  func()
 }
 
 type deferredQueue struct {
@@ -816,6 +821,11 @@ func (c *Client) sendDeferred() {
 			}
 			c.failStale(stale)
 			c.retireOps(run)
+			for _, op := range run {
+				if op.retired != nil {
+					op.retired()
+				}
+			}
 			c.dropNewFileLeases(leased) // the done functions took theirs
 		}
 	}
@@ -908,16 +918,14 @@ const maxBatch = 1024
 // file's inline bytes (up to 64 KiB with --inline-max) would be 64 MiB.
 const maxBatchBytes = 4 << 20
 
-func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, []ids.Ino, error) {
+// sendBatchOnce is sendBatch's request: a lostLeasesError when buffered
+// leases of run were not held (nothing was applied). The caller finishes
+// the commands' seqs (an op sent again must not be finished before).
+func (c *Client) sendBatchOnce(ctx context.Context, run []*deferredOp) ([]*wire.Result, []ids.Ino, error) {
 	cmds := make([]*wire.Command, len(run))
 	for i, op := range run {
 		cmds[i] = op.cmd
 	}
-	defer func() {
-		for _, op := range run {
-			c.finish(op.cmd.GetReq().GetSeq())
-		}
-	}()
 	for _, op := range run {
 		if !op.sendBy.IsZero() {
 			// Records of chunks written before them: give up while the
@@ -941,8 +949,11 @@ func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Resu
 	}
 	defer func() { asked() }()
 	sent := c.cfg.Clock.Now()
-	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, leaseNew, leaseDirs...)
+	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, mutateExtra{leaseNew: leaseNew, leaseDirs: leaseDirs, buffered: bufferedLeasesOf(run)})
 	c.settleNewDirLeases(run, run[0].group, g, full, epoch, sent)
+	if lost := full.GetLostLeases(); len(lost) > 0 && err != nil {
+		return nil, nil, &lostLeasesError{ids: lost, err: err}
+	}
 	var leased []ids.Ino
 	if len(full.GetNewFileLeases()) > 0 {
 		if g == run[0].group {

@@ -117,6 +117,10 @@ type Client struct {
 	// leaseToken numbers this Client's lease acquisitions (LeaseRequest
 	// token: a retried acquire gets its first grant back).
 	leaseToken atomic.Uint64
+	// changing tracks the synchronous changes of each inode on their
+	// way (writebehind.go); behindWrites counts the writes queued behind.
+	changing     inoChanges
+	behindWrites atomic.Uint64
 	// deferred queues metadata changes sent later in batches (async.go).
 	deferred deferredQueue
 	// routeStats counts calls and redirects (call.go).

@@ -86,6 +86,17 @@ type File struct {
 		unsettled bool
 		// inlineWrites counts writeInline calls under way.
 		inlineWrites int
+		// behindLease, when set (WriteBehind), returns the read lease
+		// small inline writes may be queued under (writebehind.go);
+		// noBehind: its upgrade was refused (or the file is not a small
+		// inline one), this File writes through.
+		behindLease func() *Lease
+		noBehind    bool
+		// behindQueued counts this File's writes queued behind and not
+		// retired yet (Settled waits for their answers); onSettled runs
+		// when it falls to 0 (WhenBehindSettled).
+		behindQueued int
+		onSettled    func()
 	}
 }
 
@@ -117,7 +128,7 @@ func (f *File) unsettle() { f.noteChanged(nil) }
 func (f *File) Settled() (a *wire.Attr, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil {
+	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil || f.mu.behindQueued > 0 {
 		return nil, false
 	}
 	return f.mu.settled, true
@@ -130,7 +141,7 @@ func (f *File) Settled() (a *wire.Attr, ok bool) {
 func (f *File) SettledRead() *wire.ReadResponse {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil ||
+	if f.mu.unsettled || f.mu.touched || f.mu.queuedErr != nil || f.mu.settled == nil || f.mu.behindQueued > 0 ||
 		!f.mu.inline || f.mu.chunks == nil || len(f.mu.chunks) > 0 {
 		return nil
 	}

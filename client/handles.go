@@ -60,7 +60,7 @@ func (c *Client) takeHandle(ctx context.Context, route ids.Ino) (uint64, []byte,
 	cmd := c.newCommand(func(cmd *wire.Command) {
 		cmd.Op = &wire.Command_AllocChunkHandles{AllocChunkHandles: &wire.AllocChunkHandlesOp{Count: handlePoolSize}}
 	})
-	res, resp, _, err := c.mutateResp(ctx, ids.PresidentGroup, route, cmd, false, nil)
+	res, resp, _, err := c.mutateResp(ctx, ids.PresidentGroup, route, cmd, false, mutateExtra{})
 	if err != nil {
 		return 0, nil, fmt.Errorf("allocate chunk handles: %w", err)
 	}

@@ -68,7 +68,7 @@ func (f *File) writeInline(ctx context.Context, p []byte, off int64) (bool, erro
 	if limit == 0 || off+int64(len(p)) > limit || f.cachedSize() > limit {
 		return false, nil
 	}
-	if f.writeInlineQueued(p, off, limit) {
+	if f.writeInlineQueued(p, off, limit) || f.writeInlineBehind(ctx, p, off, limit) {
 		return true, nil
 	}
 	f.mu.Lock()

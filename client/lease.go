@@ -130,6 +130,13 @@ type LeaseOptions struct {
 	// holder may answer lookups of the name itself.
 	EntryParent ids.Ino
 	EntryName   string
+	// Buffered (a whole-file LeaseWrite, not a lock or directory lease)
+	// asks for a buffered write lease (write-behind, writebehind.go):
+	// besides conflicting as a write lease, other clients' changes of
+	// the file drain it, and their lease requests recall it, so the
+	// holder may answer its writes and send them later. With Open, the
+	// grant brings the file's open read.
+	Buffered bool
 }
 
 // LeaseConflict describes a lease in the way of a refused AcquireLease.
@@ -169,15 +176,22 @@ type Lease struct {
 	off, len int64
 	onRevoke func(*Lease, bool)
 	// What a new minister needs to take the lease over (reclaim).
-	lock  bool
-	owner uint64
-	dir   bool
+	lock     bool
+	owner    uint64
+	dir      bool
+	buffered bool
 	// opened: the open's read made after the grant (LeaseOptions.Open:
 	// attributes, chunk records, inline bytes), nil when not asked or not
 	// given.
 	opened *wire.ReadResponse
 	// absent: granted on a new directory not created yet (NewDir).
 	absent bool
+	// Write-behind (writebehind.go): behindN counts the writes queued
+	// under the lease, made buffered (upgraded) for them; behind is held
+	// across the upgrade and downgrade requests, so they never cross.
+	behind   sync.Mutex
+	behindN  int
+	upgraded atomic.Bool
 	// entryParent/entryName: the entry the minister found naming the
 	// file right after the grant (LeaseOptions.EntryParent); zero if not
 	// asked or not so.
@@ -341,6 +355,8 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.mu.Unlock()
+	// Writes queued under it (write-behind) are sent before it goes.
+	l.c.sendBehind(l)
 	// Ended first: a grant being added concurrently (addLocked) skips
 	// an ended lease, and one added before is forgotten here, once its
 	// release was answered: until then the keepalive names it as being
@@ -396,6 +412,10 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 	if mode != LeaseRead || opts.Dir || opts.Lock || off != 0 || length != 0 {
 		entryParent = 0
 	}
+	buffered := opts.Buffered
+	if buffered && (mode != LeaseWrite || opts.Dir || opts.Lock || off != 0 || length != 0) {
+		return nil, fmt.Errorf("%w: a buffered lease is a whole-file write lease, not a lock or a directory lease", syscall.EINVAL)
+	}
 	discarded, redirects := 0, 0
 	for {
 		sent := c.cfg.Clock.Now()
@@ -409,8 +429,8 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 		resp, err := c.acquireCall(ctx, group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_ACQUIRE, Ino: uint64(ino),
 			Mode: mode.wire(), Off: uint64(off), Len: uint64(length), WaitMs: uint64(wait / time.Millisecond),
 			Lock: opts.Lock, Owner: opts.Owner, Token: token, Dir: opts.Dir, NewDir: opts.NewDir && opts.Dir && mode == LeaseWrite,
-			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead) != opts.Dir, OpenMaxChunks: openChunks, OpenAttrOnly: opts.OpenAttrOnly,
-			EntryParent: uint64(entryParent), EntryName: []byte(opts.EntryName)}, wait)
+			Open: opts.Open && !opts.Lock && off == 0 && length == 0 && (mode == LeaseRead || buffered) != opts.Dir, OpenMaxChunks: openChunks, OpenAttrOnly: opts.OpenAttrOnly,
+			EntryParent: uint64(entryParent), EntryName: []byte(opts.EntryName), Buffered: buffered}, wait)
 		asked()
 		var redir *redirectedError
 		if errors.As(err, &redir) {
@@ -424,7 +444,7 @@ func (c *Client) acquireLease(ctx context.Context, ino ids.Ino, mode LeaseMode, 
 			g := resp.GetLease()
 			c.leases.lastTTL.Store(int64(ttlOf(resp)))
 			l := &Lease{c: c, group: group, id: g.GetId(), ino: ino, mode: mode, off: off, len: length,
-				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
+				onRevoke: opts.OnRevoke, lock: opts.Lock, owner: opts.Owner, dir: opts.Dir, buffered: buffered, opened: resp.GetOpened(), absent: resp.GetAbsent(), done: make(chan struct{})}
 			if entryParent != 0 && resp.GetEntryCurrent() {
 				l.entryParent, l.entryName = entryParent, opts.EntryName
 			}
@@ -989,8 +1009,13 @@ func (k *leaseKeeper) lookup(g ids.GroupID, id uint64) *Lease {
 
 // grant describes the lease for a new minister's reclaim.
 func (l *Lease) grant() *wire.LeaseGrant {
-	return &wire.LeaseGrant{Id: l.id, Ino: uint64(l.ino), Mode: l.mode.wire(), Off: uint64(l.off), Len: uint64(l.len),
-		Lock: l.lock, Owner: l.owner, Dir: l.dir}
+	g := &wire.LeaseGrant{Id: l.id, Ino: uint64(l.ino), Mode: l.mode.wire(), Off: uint64(l.off), Len: uint64(l.len),
+		Lock: l.lock, Owner: l.owner, Dir: l.dir, Buffered: l.buffered}
+	if l.upgraded.Load() {
+		// A read lease made buffered for writes queued under it.
+		g.Mode, g.Buffered = LeaseWrite.wire(), true
+	}
+	return g
 }
 
 // pollFor returns how long the next keepalive may be held: a third of the
@@ -1047,6 +1072,9 @@ func (c *Client) revoke(l *Lease, lost bool) {
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
+		if !lost {
+			c.sendBehind(l) // writes queued under it first
+		}
 		if l.onRevoke != nil {
 			l.onRevoke(l, lost)
 		}

@@ -335,20 +335,32 @@ func (c *Client) mutate(ctx context.Context, route ids.Ino, cmd *wire.Command) (
 // cluster-map commands).
 func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command) (*wire.Result, error) {
 	// Deferred changes first: this one may depend on them (async.go).
-	res, _, _, err := c.mutateResp(ctx, group, route, cmd, cmd.GetBatch() == nil, nil)
+	res, _, _, err := c.mutateResp(ctx, group, route, cmd, cmd.GetBatch() == nil, mutateExtra{})
 	return res, err
+}
+
+// mutateExtra is what a Mutate asks besides its command: leaseNew names
+// the new files whose leases it asks for (MutateRequest.lease_new_files),
+// leaseDirs the new directories (lease_new_dirs), buffered the buffered
+// write leases its writes were answered under (buffered_leases).
+type mutateExtra struct {
+	leaseNew, leaseDirs, buffered []uint64
 }
 
 // mutateResp is mutateIn returning the whole answer too, and the group
 // that gave it; flush says whether the deferred changes go first (false
 // only for commands that depend on no namespace state, such as a pool of
-// chunk handles); leaseNew names the new files whose leases it asks for
-// (MutateRequest.lease_new_files), leaseDirs the new directories
-// (lease_new_dirs).
-func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool, leaseNew []uint64, leaseDirs ...uint64) (*wire.Result, *wire.MutateResponse, ids.GroupID, error) {
+// chunk handles).
+func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.Ino, cmd *wire.Command, flush bool, extra mutateExtra) (*wire.Result, *wire.MutateResponse, ids.GroupID, error) {
 	defer c.finish(cmd.GetReq().GetSeq())
 	if cred, ok := ctx.Value(callerKey{}).(*wire.Cred); ok && cred != nil && cmd.GetBatch() == nil {
 		cmd.Caller = c.callerFor(ctx)
+	}
+	if cmd.GetBatch() == nil && group != ids.PresidentGroup {
+		// Before the flush: a write queued behind after it is sent
+		// first, one queued before it saw this change coming
+		// (writebehind.go).
+		defer c.changing.start(route)()
 	}
 	if flush {
 		c.flushDeferred(ctx)
@@ -357,11 +369,15 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: leaseNew, LeaseNewDirs: leaseDirs})
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: extra.leaseNew, LeaseNewDirs: extra.leaseDirs, BufferedLeases: extra.buffered})
 		res, full = resp.GetResult(), resp
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
+		if len(full.GetLostLeases()) > 0 {
+			// Which buffered leases refused it (sendBatch).
+			return nil, full, rt.group, err
+		}
 		return nil, nil, rt.group, err
 	}
 	if e := res.GetErrno(); e != 0 {

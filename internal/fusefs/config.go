@@ -46,6 +46,13 @@ type Config struct {
 	// request of their own (newlease.go takeNewLease; on by default).
 	// NewFileLeases then asks only for the files that got none.
 	CreateLeases bool
+	// WriteBehind lets a close of a small file (its bytes inline in the
+	// ministry) return before the write is committed: the write is
+	// queued under a buffered write lease, which every other client's
+	// open or change of the file recalls first (client.File.WriteBehind,
+	// docs/leases.md "Write-behind"). fsync, O_SYNC and O_DSYNC still
+	// wait for the commit. On by default.
+	WriteBehind bool
 	// MaxDirLeases bounds the directory leases the mount holds
 	// (maxDirLeases when 0); beyond it the least recently used are given
 	// back (dirleases.go).
@@ -107,6 +114,7 @@ func DefaultConfig() Config {
 		AsyncDirs:    true,
 		DirCache:     true,
 		CreateLeases: true,
+		WriteBehind:  true,
 		WalkAhead:    true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,

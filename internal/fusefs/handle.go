@@ -259,6 +259,11 @@ func (n *node) syncAll(ctx context.Context) syscall.Errno {
 	if e := n.flushAll(ctx); e != 0 {
 		return e
 	}
+	if n.fsys.c.QueuedFileChanges(n.ino) {
+		// Writes answered at their close (write-behind): sent before a
+		// lock is given back, and their failures reported below.
+		n.fsys.c.FlushDeferred(ctx)
+	}
 	n.mu.Lock()
 	hs := n.handlesLocked()
 	n.mu.Unlock()
@@ -313,20 +318,25 @@ func (h *handle) sync(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (n *node) addHandle(ctx context.Context, f *client.File) *handle {
-	return n.addSettlingHandle(ctx, f, nil, 0)
+func (n *node) addHandle(ctx context.Context, f *client.File, flags uint32) *handle {
+	return n.addSettlingHandle(ctx, f, nil, 0, flags)
 }
 
 // addSettlingHandle is addHandle for a descriptor opened while the node
 // held read lease l with current attributes, its localChanges then base
-// (see handle.settleLease).
-func (n *node) addSettlingHandle(ctx context.Context, f *client.File, l *client.Lease, base uint64) *handle {
+// (see handle.settleLease). flags are the open's.
+func (n *node) addSettlingHandle(ctx context.Context, f *client.File, l *client.Lease, base uint64, flags uint32) *handle {
 	// A mount whose certificate is not trusted with every file (root
 	// squash, chosen uids) reads and writes each file in its opener's
 	// name, so the chunk access tokens follow that user's permissions
 	// (docs/security.md).
 	if cred := n.fsys.userCred(ctx); cred != nil {
 		f.ActAs(cred)
+	}
+	if n.fsys.cfg.WriteBehind && flags&syscall.O_DSYNC == 0 {
+		// O_SYNC includes O_DSYNC: each write of such a descriptor
+		// waits for its commit.
+		f.WriteBehind(n.currentLease)
 	}
 	h := &handle{n: n, f: f, settleBase: base}
 	n.mu.Lock()
@@ -421,7 +431,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 				if held {
 					n.fsys.leasedOpens.Inc()
 				}
-				return n.addSettlingHandle(ctx, f, settle, base), fuseFlags, 0
+				return n.addSettlingHandle(ctx, f, settle, base, flags), fuseFlags, 0
 			}
 		}
 	}
@@ -461,7 +471,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// them, so O_APPEND writes start at the current end.
 		n.NotifyContent(-1, 0)
 	}
-	return n.addSettlingHandle(ctx, f, settle, base), fuseFlags, 0
+	return n.addSettlingHandle(ctx, f, settle, base, flags), fuseFlags, 0
 }
 
 // openTrunc opens a client File of the inode, reading its attributes.
@@ -509,7 +519,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 			return nil, nil, 0, e
 		}
 		ch.setAttr(a, &out.Attr)
-		return in, ch.addHandle(ctx, f), 0, 0
+		return in, ch.addHandle(ctx, f, flags), 0, 0
 	}
 	if e != 0 {
 		return nil, nil, 0, e
@@ -518,7 +528,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
-	h := in.Operations().(*node).addHandle(ctx, f)
+	h := in.Operations().(*node).addHandle(ctx, f, flags)
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		// Until close (at most 100 ms): what the creator sets before
 		// it goes with the create.

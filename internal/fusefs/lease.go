@@ -456,6 +456,11 @@ func (n *node) settleWrites(h *handle) {
 	if h.settleLease == nil || h.writes.Load() == 0 {
 		return
 	}
+	// A write answered at the close (write-behind): settled once its
+	// answer comes, if nothing else happened meanwhile.
+	if !h.f.WhenBehindSettled(func() { n.settleWrites(h) }) {
+		return
+	}
 	a, ok := h.f.Settled()
 	if !ok || n.fsys.c.QueuedFileChanges(n.ino) {
 		return

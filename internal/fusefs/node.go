@@ -135,7 +135,10 @@ func New(cfg Config) (*FS, error) {
 		dirLeases := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "govfs_mount_dir_leases",
 			Help: "Directories in use the mount counts as holding a directory lease (bounded by --max-dir-leases)."},
 			func() float64 { return float64(f.dirLeases.len()) })
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, requests, dirLeases, f.dirLeasesEvicted} {
+		behind := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "govfs_mount_writes_behind_total",
+			Help: "Small files' writes answered at their close and queued under a buffered write lease (--write-behind), committed later in batches."},
+			func() float64 { return float64(f.c.WritesBehind()) })
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, requests, dirLeases, f.dirLeasesEvicted, behind} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}

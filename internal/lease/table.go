@@ -78,6 +78,14 @@ type Request struct {
 	// before the first grant of either, so that entry changes wait for
 	// a new minister's fence (internal/metanode/lease.go).
 	Dir bool
+	// Buffered makes a whole-file write lease (not a lock) a buffered
+	// one: its holder answers closes itself and sends their writes later
+	// (write-behind, docs/leases.md). Besides conflicting as a write
+	// lease, it is drained (DrainReaders) by other clients' changes of
+	// the file, as a read lease is, and a conflicting request revokes it
+	// even when it does not wait (Outcome.Buffered): whoever reads or
+	// changes the file must see those writes first.
+	Buffered bool
 }
 
 // Lease is a granted lease.
@@ -89,6 +97,9 @@ type Lease struct {
 	// Revoked: the minister asked for it back; renewals no longer extend
 	// it.
 	Revoked bool
+	// pins counts the holder's changes being proposed under it (Pin):
+	// it does not expire meanwhile.
+	pins int
 }
 
 // Config sets the table's times and bounds.
@@ -286,6 +297,11 @@ type Outcome struct {
 	// Conflict, when refused because of a lease, is one lease in the way
 	// (the oldest); nil when only intents or the fence are.
 	Conflict *Lease
+	// Buffered, when refused: a buffered lease of another client is in
+	// the way. It was revoked even by a request that does not wait: its
+	// holder sends its writes and gives it back within moments, and the
+	// caller should wait for that rather than read past the writes.
+	Buffered bool
 }
 
 func validate(r Request) error {
@@ -300,6 +316,8 @@ func validate(r Request) error {
 		return fmt.Errorf("%w: inode 0", ErrBadRequest)
 	case r.Dir && (r.Lock || r.Off != 0 || r.End != ToEnd):
 		return fmt.Errorf("%w: a directory lease is a whole-range lease, not a lock", ErrBadRequest)
+	case r.Buffered && (r.Lock || r.Dir || r.Mode != Write || r.Off != 0 || r.End != ToEnd):
+		return fmt.Errorf("%w: a buffered lease is a whole-file write lease, not a lock or a directory lease", ErrBadRequest)
 	}
 	return nil
 }
@@ -396,7 +414,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 		if in == own || (own != nil && in.seq > own.seq && !in.readersOnly) || sameHolder(in.req, req) {
 			continue
 		}
-		if (in.readersOnly && (in.all || (!req.Lock && (req.Mode == Read || req.Dir))) && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
+		if (in.readersOnly && (in.all || (!req.Lock && (req.Mode == Read || req.Dir || req.Buffered))) && overlap(in.req, req)) || (!in.readersOnly && conflicts(in.req, req)) {
 			blocked = true
 			out.RetryAt = earliest(out.RetryAt, in.expires)
 		}
@@ -411,7 +429,8 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 			c := *l
 			out.Conflict = &c
 		}
-		if wait > 0 && !l.Revoked && !l.Lock {
+		out.Buffered = out.Buffered || l.Buffered
+		if (wait > 0 || l.Buffered) && !l.Revoked && !l.Lock {
 			t.markRevoked(l)
 			out.Revoked = append(out.Revoked, *l)
 		}
@@ -501,7 +520,7 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 		}
 	}
 	for _, l := range t.sortedOn(ino) {
-		if l.Client == client || (!all && ((l.Mode != Read && !l.Dir) || l.Lock)) {
+		if l.Client == client || (!all && ((l.Mode != Read && !l.Dir && !l.Buffered) || l.Lock)) {
 			continue
 		}
 		busy = true
@@ -690,6 +709,109 @@ func (t *Table) Release(now time.Time, client ClientID, list []ID) int {
 	return n
 }
 
+// ErrNotUpgradable refuses an Upgrade or Downgrade of a lease that is
+// not the client's, not live, or not of the right kind.
+var ErrNotUpgradable = errors.New("lease: cannot be changed that way")
+
+// Upgrade makes client's whole-file read lease id a buffered write lease
+// (Request.Buffered) in place, keeping its id and expiry: it is trusted
+// no longer than the read lease was, so its leadership confirmation
+// still covers it. Refused (not Granted: Conflict or RetryAt say why;
+// nothing changes) while another client holds a lease on the file, or
+// asks for one, or a change of another client drains it, or the fence
+// is up. Upgrading a buffered lease again grants it as it is.
+func (t *Table) Upgrade(now time.Time, client ClientID, id ID) (Outcome, error) {
+	t.expire(now)
+	l := t.leases[id]
+	switch {
+	case l == nil || l.Client != client:
+		return Outcome{}, fmt.Errorf("%w: lease %d is not held by client %d", ErrNotUpgradable, id, client)
+	case l.Buffered:
+		return Outcome{Granted: true, Lease: *l}, nil
+	case l.Lock || l.Dir || l.Mode != Read || l.Off != 0 || l.End != ToEnd:
+		return Outcome{}, fmt.Errorf("%w: lease %d is not a whole-file read lease", ErrNotUpgradable, id)
+	case l.Revoked:
+		return Outcome{RetryAt: l.Expires}, nil
+	case now.Before(t.fenceUntil):
+		return Outcome{RetryAt: t.fenceUntil}, nil
+	}
+	want := l.Request
+	want.Mode, want.Buffered, want.Token = Write, true, 0
+	var out Outcome
+	for _, in := range t.intents[l.Ino] {
+		if sameHolder(in.req, want) {
+			continue
+		}
+		if in.readersOnly || conflicts(in.req, want) {
+			out.RetryAt = earliest(out.RetryAt, in.expires)
+		}
+	}
+	for _, o := range t.sortedOn(l.Ino) {
+		if o != l && conflicts(o.Request, want) {
+			out.RetryAt = earliest(out.RetryAt, o.Expires)
+			if out.Conflict == nil {
+				c := *o
+				out.Conflict = &c
+			}
+		}
+	}
+	if !out.RetryAt.IsZero() {
+		return out, nil
+	}
+	l.Mode, l.Buffered = Write, true
+	return Outcome{Granted: true, Lease: *l}, nil
+}
+
+// Downgrade makes client's buffered lease id a read lease again (its
+// writes are applied). A read lease is left as it is.
+func (t *Table) Downgrade(now time.Time, client ClientID, id ID) error {
+	t.expire(now)
+	l := t.leases[id]
+	switch {
+	case l == nil || l.Client != client:
+		return fmt.Errorf("%w: lease %d is not held by client %d", ErrNotUpgradable, id, client)
+	case !l.Buffered && l.Mode == Read && !l.Lock && !l.Dir:
+		return nil
+	case !l.Buffered:
+		return fmt.Errorf("%w: lease %d is not a buffered lease", ErrNotUpgradable, id)
+	}
+	l.Mode, l.Buffered = Read, false
+	return nil
+}
+
+// Pin keeps client's leases list from expiring while a change made
+// under them is proposed (MutateRequest.buffered_leases), so that no
+// other client's change of their files, which drains them first, is
+// ordered before it. lost lists those the client does not hold (nothing
+// is pinned then). Unpin once the proposal is answered.
+func (t *Table) Pin(now time.Time, client ClientID, list []ID) (lost []ID) {
+	t.expire(now)
+	for _, id := range list {
+		if l := t.leases[id]; l == nil || l.Client != client {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		return lost
+	}
+	for _, id := range list {
+		t.leases[id].pins++
+	}
+	return nil
+}
+
+// Unpin ends Pin's hold on list.
+func (t *Table) Unpin(list []ID) {
+	for _, id := range list {
+		if l := t.leases[id]; l != nil && l.pins > 0 {
+			l.pins--
+			if l.pins == 0 {
+				t.noteExpiry(l.Expires) // expire looks again, if it is past
+			}
+		}
+	}
+}
+
 // Leases returns the live leases on ino, by id.
 func (t *Table) Leases(now time.Time, ino ids.Ino) []Lease {
 	t.expire(now)
@@ -861,9 +983,9 @@ func (t *Table) expire(now time.Time) {
 		}
 	}
 	for _, l := range t.leases {
-		if !now.Before(l.Expires) {
+		if !now.Before(l.Expires) && l.pins == 0 {
 			t.remove(l)
-		} else {
+		} else if l.pins == 0 {
 			later(l.Expires)
 		}
 	}

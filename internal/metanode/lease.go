@@ -361,6 +361,16 @@ func (s *metaService) Lease(ctx context.Context, req *wire.LeaseRequest) (*wire.
 		resp, err = ls.keepalive(ctx, g, req)
 	case wire.LeaseOp_LEASE_RELEASE:
 		resp, err = ls.release(g, req)
+	case wire.LeaseOp_LEASE_UPGRADE:
+		if st := s.n.checkEpoch(ctx, g, req.GetEpoch()); st != nil {
+			return &wire.LeaseResponse{Status: st}, nil
+		}
+		if st := s.leaseRoute(g, ids.Ino(req.GetIno())); st != nil {
+			return &wire.LeaseResponse{Status: st}, nil
+		}
+		resp, err = ls.upgrade(ctx, g, req)
+	case wire.LeaseOp_LEASE_DOWNGRADE:
+		resp, err = ls.downgrade(g, req)
 	default:
 		return &wire.LeaseResponse{Status: statusOf(wire.Code_INVALID, "unknown lease op %v", req.GetOp())}, nil
 	}
@@ -445,6 +455,10 @@ func (s *metaService) leaseBatch(ctx context.Context, req *wire.LeaseRequest) *w
 		return &wire.LeaseResponse{Status: s.errStatus(g, err)}
 	}
 	out := make([]*wire.LeaseResponse, len(subs))
+	// A try of the batch that meets another client's buffered lease is
+	// not held here: it is answered UNAVAILABLE, and its caller asks
+	// again alone (and waits then).
+	ctx = context.WithValue(ctx, batchTryKey{}, true)
 	var wg sync.WaitGroup
 	// At most leaseBatchWorkers at a time: a batch is one request to
 	// the in-flight limit.
@@ -464,6 +478,102 @@ func (s *metaService) leaseBatch(ctx context.Context, req *wire.LeaseRequest) *w
 	return &wire.LeaseResponse{Status: &wire.Status{}, Acquired: out, TtlMs: uint64(s.n.leases.ttl / time.Millisecond)}
 }
 
+// upgrade answers LEASE_UPGRADE: the client's read lease ids[0] on ino
+// becomes a buffered write lease in place (lease.Table.Upgrade). No
+// leadership confirmation: the lease is trusted no longer than the read
+// lease was, whose grant and renewals were confirmed. With open, the
+// file's open read follows, current for the reason openAfterGrant's is:
+// every other client's change of the file would have revoked the read
+// lease first, and a revoked lease is not upgraded.
+func (ls *leaseService) upgrade(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	if len(req.GetIds()) != 1 || req.GetIno() == 0 {
+		return nil, fmt.Errorf("%w: an upgrade names one lease and its inode", lease.ErrBadRequest)
+	}
+	client, id, ino := lease.ClientID(req.GetClientId()), lease.ID(req.GetIds()[0]), ids.Ino(req.GetIno())
+	ls.mu.Lock()
+	gl, err := ls.syncLocked(g)
+	if err != nil {
+		ls.mu.Unlock()
+		return nil, err
+	}
+	now := ls.n.cfg.Clock.Now()
+	if held := gl.table.Leases(now, ino); !slices.ContainsFunc(held, func(l lease.Lease) bool { return l.ID == id }) {
+		ls.mu.Unlock()
+		return nil, fmt.Errorf("%w: lease %d is not on ino %v", syscall.ENOENT, id, ino)
+	}
+	out, err := gl.table.Upgrade(now, client, id)
+	ls.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", syscall.ENOENT, err)
+	}
+	if !out.Granted {
+		after := max(time.Millisecond, out.RetryAt.Sub(now))
+		return &wire.LeaseResponse{RetryAfterMs: uint64((after + time.Millisecond - 1) / time.Millisecond), Conflict: conflictOf(lease.Request{Client: client}, out.Conflict)},
+			fmt.Errorf("%w: ino %v is leased to, or asked for by, another client", syscall.EAGAIN, ino)
+	}
+	resp := &wire.LeaseResponse{Lease: &wire.LeaseGrant{Id: uint64(id), Ino: uint64(ino), Mode: wire.LeaseMode_LEASE_WRITE, Buffered: true}}
+	if req.GetOpen() {
+		resp.Opened = ls.openAfterGrant(rpc.CallerOf(ctx), g, ino, req.GetOpenMaxChunks(), false)
+	}
+	return resp, nil
+}
+
+// downgrade answers LEASE_DOWNGRADE (lease.Table.Downgrade).
+func (ls *leaseService) downgrade(g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
+	if len(req.GetIds()) != 1 {
+		return nil, fmt.Errorf("%w: a downgrade names one lease", lease.ErrBadRequest)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	gl, err := ls.syncLocked(g)
+	if err != nil {
+		return nil, err
+	}
+	if err := gl.table.Downgrade(ls.n.cfg.Clock.Now(), lease.ClientID(req.GetClientId()), lease.ID(req.GetIds()[0])); err != nil {
+		return nil, fmt.Errorf("%w: %v", syscall.ENOENT, err)
+	}
+	return &wire.LeaseResponse{}, nil
+}
+
+// batchTryKey marks the context of a lease batch's tries (leaseBatch).
+type batchTryKey struct{}
+
+// pinBuffered keeps client's buffered leases list from expiring while a
+// change made under them is proposed (MutateRequest.buffered_leases);
+// lost lists those it does not hold (nothing pinned). Call the returned
+// function once the proposal is answered: applied, the leases become
+// read leases again (their writes are in; the holder knows this from
+// the answer, which saves it a LEASE_DOWNGRADE each).
+func (ls *leaseService) pinBuffered(g ids.GroupID, client lease.ClientID, list []uint64) (unpin func(applied bool), lost []uint64, err error) {
+	held := leaseIDs(list)
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	gl, err := ls.syncLocked(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := ls.n.cfg.Clock.Now()
+	if l := gl.table.Pin(now, client, held); len(l) > 0 {
+		if gl.table.Fenced(now) {
+			// A new minister: the holder may not have reclaimed them
+			// yet (it does at its next keepalive).
+			return nil, nil, fmt.Errorf("%w: buffered write leases %v are not reclaimed yet (a new minister's fence)", multiraft.ErrUnavailable, wireIDs(l))
+		}
+		return nil, wireIDs(l), nil
+	}
+	table := gl.table
+	return func(applied bool) {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		table.Unpin(held)
+		if applied {
+			for _, id := range held {
+				_ = table.Downgrade(ls.n.cfg.Clock.Now(), client, id)
+			}
+		}
+	}, nil, nil
+}
+
 // confirm checks that this node leads g, with a quorum (see the safety
 // note at the top of this file).
 func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
@@ -481,7 +591,7 @@ func (ls *leaseService) confirm(ctx context.Context, g ids.GroupID) error {
 
 func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.LeaseRequest) (*wire.LeaseResponse, error) {
 	r := lease.Request{Client: lease.ClientID(req.GetClientId()), Ino: ids.Ino(req.GetIno()), Mode: leaseMode(req.GetMode()),
-		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner(), Token: req.GetToken(), Dir: req.GetDir()}
+		Off: req.GetOff(), End: lease.RangeEnd(req.GetOff(), req.GetLen()), Lock: req.GetLock(), Owner: req.GetOwner(), Token: req.GetToken(), Dir: req.GetDir(), Buffered: req.GetBuffered()}
 	if err := ls.confirm(ctx, g); err != nil {
 		return nil, err
 	}
@@ -507,6 +617,11 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 	clk := ls.n.cfg.Clock
 	wait := min(time.Duration(req.GetWaitMs())*time.Millisecond, ls.maxWait())
 	end := clk.Now().Add(wait)
+	// bufferedWait: a try that waits for another client's buffered
+	// writes; if they are still not sent when the wait ends, the try is
+	// answered UNAVAILABLE (ask again), not EAGAIN: a caller that went on
+	// without the lease would read past them.
+	bufferedWait := false
 	for {
 		now := clk.Now()
 		ls.mu.Lock()
@@ -531,10 +646,31 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 		if len(out.Revoked) > 0 {
 			gl.broadcastLocked()
 		}
+		// An open's try during a new minister's fence: a holder of the
+		// predecessor's may not have reclaimed its buffered lease yet,
+		// with writes queued under it that the open must see.
+		fencedOpen := !out.Granted && r.Mode == lease.Read && !r.Dir && !r.Lock && gl.table.Fenced(now)
 		ch := gl.changed
 		ls.mu.Unlock()
 		if err != nil {
 			return nil, err
+		}
+		if !out.Granted && (out.Buffered || fencedOpen) && wait == 0 && ctx.Value(batchTryKey{}) != nil {
+			// A batch's try is not held: asked again alone (the
+			// client does so for an UNAVAILABLE sub-answer).
+			return nil, fmt.Errorf("%w: ino %v: another client is sending the writes it buffered (its lease was recalled), or a new minister's fence is up; ask again alone", multiraft.ErrUnavailable, r.Ino)
+		}
+		if !out.Granted && (out.Buffered || fencedOpen) && wait == 0 {
+			// Another client's buffered writes (write-behind) are in
+			// the way even of a try: whoever asks must see them, so
+			// it waits while their holder sends them (the table
+			// revoked its lease), as a waiting request would. So
+			// does an open during a fence, until the predecessor's
+			// leases are reclaimed (the fence ends then).
+			wait = ls.maxWait()
+			end = now.Add(wait)
+			bufferedWait = true
+			continue
 		}
 		if out.Granted {
 			l := out.Lease
@@ -554,7 +690,7 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 			}
 			switch {
 			case !req.GetOpen() || r.Lock:
-			case r.Mode == lease.Read && !r.Dir:
+			case (r.Mode == lease.Read || r.Buffered) && !r.Dir:
 				resp.Opened = ls.openAfterGrant(rpc.CallerOf(ctx), g, r.Ino, req.GetOpenMaxChunks(), req.GetOpenAttrOnly())
 			case r.Mode == lease.Write && r.Dir:
 				resp.Opened = ls.dirAttrAfterGrant(g, r.Ino)
@@ -563,6 +699,9 @@ func (ls *leaseService) acquire(ctx context.Context, g ids.GroupID, req *wire.Le
 				resp.EntryCurrent = ls.entryAfterGrant(g, grantTerm, ids.Ino(req.GetEntryParent()), req.GetEntryName(), r.Ino)
 			}
 			return resp, nil
+		}
+		if (!now.Before(end) || ctx.Err() != nil) && bufferedWait && (out.Buffered || fencedOpen) {
+			return nil, fmt.Errorf("%w: ino %v: another client is sending the writes it buffered (its lease was recalled), or a new minister's fence is up; ask again", multiraft.ErrUnavailable, r.Ino)
 		}
 		if !now.Before(end) || ctx.Err() != nil {
 			after := max(time.Millisecond, out.RetryAt.Sub(now))

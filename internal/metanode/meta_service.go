@@ -271,6 +271,25 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	}
 	ctx, cancel := withDefaultDeadline(ctx)
 	defer cancel()
+	// Writes a client answered under its buffered leases (write-behind)
+	// apply only while it still holds them (MutateRequest.buffered_leases).
+	unpin := func(bool) {}
+	if bl := req.GetBufferedLeases(); len(bl) > 0 && g != ids.PresidentGroup {
+		var lost []uint64
+		var err error
+		unpin, lost, err = s.n.leases.pinBuffered(g, lease.ClientID(clientID), bl)
+		if err != nil {
+			return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
+		}
+		if len(lost) > 0 {
+			msg := fmt.Sprintf("buffered write leases %v are not held (expired, or granted by a previous minister and not reclaimed): the writes queued under them were not applied", lost)
+			return &wire.MutateResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.ESTALE), Message: msg},
+				Result: &wire.Result{Errno: uint32(syscall.ESTALE), Message: msg}, LostLeases: lost}, nil
+		}
+	}
+	// Unpinned on every way out; applied ones become read leases again.
+	applied := false
+	defer func() { unpin(applied) }()
 	// Other clients' read leases on the inode are given back first (lease.go).
 	drained, err := s.n.leases.drainReaders(ctx, g, cmd)
 	if err != nil {
@@ -286,6 +305,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
 	drained(err == nil)
+	applied = err == nil
 	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !movingIn(res), newDirs)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil

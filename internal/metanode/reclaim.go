@@ -228,7 +228,7 @@ func (ls *leaseService) reclaimLocked(g ids.GroupID, gl *groupLeases, req *wire.
 			continue
 		}
 		l := lease.Lease{ID: lease.ID(id), Revoked: releasing[id], Request: lease.Request{Client: client, Ino: ids.Ino(d.GetIno()), Mode: leaseMode(d.GetMode()),
-			Off: d.GetOff(), End: lease.RangeEnd(d.GetOff(), d.GetLen()), Lock: d.GetLock(), Owner: d.GetOwner(), Dir: d.GetDir()}}
+			Off: d.GetOff(), End: lease.RangeEnd(d.GetOff(), d.GetLen()), Lock: d.GetLock(), Owner: d.GetOwner(), Dir: d.GetDir(), Buffered: d.GetBuffered()}}
 		if err := gl.table.Reclaim(now, l); err != nil {
 			ls.n.log.Warn("minister: a lease could not be reclaimed; its holder loses it", slog.Uint64("group", uint64(g)),
 				slog.Uint64("client", uint64(client)), slog.Uint64("lease", id), slog.Any("err", err))

@@ -434,6 +434,16 @@ const (
 	// makes) sends one request, not one each. Each is handled as its own
 	// ACQUIRE with this request's cluster, group, client and epoch.
 	LeaseOp_LEASE_ACQUIRE_BATCH LeaseOp = 3
+	// Make the client's whole-file read lease ids[0] on ino a buffered
+	// write lease (LeaseRequest.buffered) in place: same id, same expiry
+	// (so no leadership confirmation is needed: it is trusted no longer
+	// than it was). Refused with ERRNO EAGAIN, changing nothing, when
+	// another client holds or waits for a lease on the file, or the lease
+	// is revoked. With open, answered with the file's open read.
+	LeaseOp_LEASE_UPGRADE LeaseOp = 4
+	// Make the client's buffered write lease ids[0] a read lease again
+	// (its queued writes are applied).
+	LeaseOp_LEASE_DOWNGRADE LeaseOp = 5
 )
 
 // Enum value maps for LeaseOp.
@@ -443,12 +453,16 @@ var (
 		1: "LEASE_KEEPALIVE",
 		2: "LEASE_RELEASE",
 		3: "LEASE_ACQUIRE_BATCH",
+		4: "LEASE_UPGRADE",
+		5: "LEASE_DOWNGRADE",
 	}
 	LeaseOp_value = map[string]int32{
 		"LEASE_ACQUIRE":       0,
 		"LEASE_KEEPALIVE":     1,
 		"LEASE_RELEASE":       2,
 		"LEASE_ACQUIRE_BATCH": 3,
+		"LEASE_UPGRADE":       4,
+		"LEASE_DOWNGRADE":     5,
 	}
 )
 
@@ -4847,9 +4861,18 @@ type MutateRequest struct {
 	// that cannot be granted (the directory exists already, fence, move,
 	// no lease session yet, the create failed) is left out, and the client
 	// holds no lease on it.
-	LeaseNewDirs  []uint64 `protobuf:"varint,6,rep,packed,name=lease_new_dirs,json=leaseNewDirs,proto3" json:"lease_new_dirs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseNewDirs []uint64 `protobuf:"varint,6,rep,packed,name=lease_new_dirs,json=leaseNewDirs,proto3" json:"lease_new_dirs,omitempty"`
+	// The calling client's buffered write leases (LeaseRequest.buffered)
+	// under which this command's writes were answered to the application
+	// and queued. Each must still be held: while the command is proposed
+	// they are kept from expiring, so no other client's change of the file
+	// is ordered before it once it was drained. One not held any more
+	// (expired while the client was cut off, or granted by a previous
+	// minister and not reclaimed) refuses the whole command, changing
+	// nothing: ERRNO ESTALE with lost_leases in the answer.
+	BufferedLeases []uint64 `protobuf:"varint,7,rep,packed,name=buffered_leases,json=bufferedLeases,proto3" json:"buffered_leases,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MutateRequest) Reset() {
@@ -4920,6 +4943,13 @@ func (x *MutateRequest) GetLeaseNewFiles() []uint64 {
 func (x *MutateRequest) GetLeaseNewDirs() []uint64 {
 	if x != nil {
 		return x.LeaseNewDirs
+	}
+	return nil
+}
+
+func (x *MutateRequest) GetBufferedLeases() []uint64 {
+	if x != nil {
+		return x.BufferedLeases
 	}
 	return nil
 }
@@ -5032,7 +5062,10 @@ type MutateResponse struct {
 	NewFileLeases []*NewFileLease `protobuf:"bytes,6,rep,name=new_file_leases,json=newFileLeases,proto3" json:"new_file_leases,omitempty"`
 	LeaseTtlMs    uint64          `protobuf:"varint,7,opt,name=lease_ttl_ms,json=leaseTtlMs,proto3" json:"lease_ttl_ms,omitempty"`
 	// MutateRequest.lease_new_dirs: the leases granted (with lease_ttl_ms).
-	NewDirLeases  []*NewDirLease `protobuf:"bytes,8,rep,name=new_dir_leases,json=newDirLeases,proto3" json:"new_dir_leases,omitempty"`
+	NewDirLeases []*NewDirLease `protobuf:"bytes,8,rep,name=new_dir_leases,json=newDirLeases,proto3" json:"new_dir_leases,omitempty"`
+	// MutateRequest.buffered_leases that are not held: the command was not
+	// proposed.
+	LostLeases    []uint64 `protobuf:"varint,9,rep,packed,name=lost_leases,json=lostLeases,proto3" json:"lost_leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5119,6 +5152,13 @@ func (x *MutateResponse) GetLeaseTtlMs() uint64 {
 func (x *MutateResponse) GetNewDirLeases() []*NewDirLease {
 	if x != nil {
 		return x.NewDirLeases
+	}
+	return nil
+}
+
+func (x *MutateResponse) GetLostLeases() []uint64 {
+	if x != nil {
+		return x.LostLeases
 	}
 	return nil
 }
@@ -7651,7 +7691,16 @@ type LeaseRequest struct {
 	EntryName   []byte `protobuf:"bytes,22,opt,name=entry_name,json=entryName,proto3" json:"entry_name,omitempty"`
 	// ACQUIRE_BATCH: the ACQUIREs (at most 256; their cluster_id, group,
 	// client_id and epoch are this request's).
-	Acquires      []*LeaseRequest `protobuf:"bytes,23,rep,name=acquires,proto3" json:"acquires,omitempty"`
+	Acquires []*LeaseRequest `protobuf:"bytes,23,rep,name=acquires,proto3" json:"acquires,omitempty"`
+	// ACQUIRE of a whole-file write lease that is not a lock: a *buffered*
+	// one (write-behind, docs/leases.md). The holder may answer closes of
+	// the file itself and send their writes later (MutateRequest.
+	// buffered_leases); so, besides conflicting as a write lease, it is
+	// drained by other clients' changes of the file as a read lease is, and
+	// an ACQUIRE that meets it, even one that does not wait, revokes it and
+	// waits until the holder has sent its writes and given it back. With
+	// open, answered with the file's open read (LeaseResponse.opened).
+	Buffered      bool `protobuf:"varint,25,opt,name=buffered,proto3" json:"buffered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7854,6 +7903,13 @@ func (x *LeaseRequest) GetAcquires() []*LeaseRequest {
 	return nil
 }
 
+func (x *LeaseRequest) GetBuffered() bool {
+	if x != nil {
+		return x.Buffered
+	}
+	return false
+}
+
 type LeaseGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7866,7 +7922,9 @@ type LeaseGrant struct {
 	// Whether another client holds it (in a conflict report).
 	OtherClient bool `protobuf:"varint,8,opt,name=other_client,json=otherClient,proto3" json:"other_client,omitempty"`
 	// A directory lease (in a reclaim).
-	Dir           bool `protobuf:"varint,9,opt,name=dir,proto3" json:"dir,omitempty"`
+	Dir bool `protobuf:"varint,9,opt,name=dir,proto3" json:"dir,omitempty"`
+	// A buffered write lease (in a reclaim; LeaseRequest.buffered).
+	Buffered      bool `protobuf:"varint,10,opt,name=buffered,proto3" json:"buffered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7960,6 +8018,13 @@ func (x *LeaseGrant) GetOtherClient() bool {
 func (x *LeaseGrant) GetDir() bool {
 	if x != nil {
 		return x.Dir
+	}
+	return false
+}
+
+func (x *LeaseGrant) GetBuffered() bool {
+	if x != nil {
+		return x.Buffered
 	}
 	return false
 }
@@ -9359,7 +9424,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
 	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\x04R\x06target\"\xcf\x01\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"\xf8\x01\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9367,7 +9432,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x03cmd\x18\x03 \x01(\v2\x13.govfs.wire.CommandR\x03cmd\x12\x14\n" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
 	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\x12$\n" +
-	"\x0elease_new_dirs\x18\x06 \x03(\x04R\fleaseNewDirs\"\xac\x01\n" +
+	"\x0elease_new_dirs\x18\x06 \x03(\x04R\fleaseNewDirs\x12'\n" +
+	"\x0fbuffered_leases\x18\a \x03(\x04R\x0ebufferedLeases\"\xac\x01\n" +
 	"\fNewFileLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12$\n" +
@@ -9375,7 +9441,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\tno_chunks\x18\x04 \x01(\bR\bnoChunks\x12\x16\n" +
 	"\x06inline\x18\x05 \x01(\bR\x06inline\x12\x1f\n" +
 	"\vinline_data\x18\x06 \x01(\fR\n" +
-	"inlineData\"\xf4\x02\n" +
+	"inlineData\"\x95\x03\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
@@ -9386,7 +9452,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x0fnew_file_leases\x18\x06 \x03(\v2\x18.govfs.wire.NewFileLeaseR\rnewFileLeases\x12 \n" +
 	"\flease_ttl_ms\x18\a \x01(\x04R\n" +
 	"leaseTtlMs\x12=\n" +
-	"\x0enew_dir_leases\x18\b \x03(\v2\x17.govfs.wire.NewDirLeaseR\fnewDirLeases\"/\n" +
+	"\x0enew_dir_leases\x18\b \x03(\v2\x17.govfs.wire.NewDirLeaseR\fnewDirLeases\x12\x1f\n" +
+	"\vlost_leases\x18\t \x03(\x04R\n" +
+	"lostLeases\"/\n" +
 	"\vNewDirLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xdf\x05\n" +
@@ -9603,7 +9671,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x06chunks\x18\x06 \x01(\x04R\x06chunks\x12&\n" +
 	"\x0fbytes_in_flight\x18\a \x01(\x03R\rbytesInFlight\x12'\n" +
 	"\x10read_bytes_per_s\x18\b \x01(\x03R\rreadBytesPerS\x12)\n" +
-	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xbc\x05\n" +
+	"\x11write_bytes_per_s\x18\t \x01(\x03R\x0ewriteBytesPerS\"\xd8\x05\n" +
 	"\fLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9631,7 +9699,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\fentry_parent\x18\x15 \x01(\x04R\ventryParent\x12\x1d\n" +
 	"\n" +
 	"entry_name\x18\x16 \x01(\fR\tentryName\x124\n" +
-	"\bacquires\x18\x17 \x03(\v2\x18.govfs.wire.LeaseRequestR\bacquires\"\xdc\x01\n" +
+	"\bacquires\x18\x17 \x03(\v2\x18.govfs.wire.LeaseRequestR\bacquires\x12\x1a\n" +
+	"\bbuffered\x18\x19 \x01(\bR\bbuffered\"\xf8\x01\n" +
 	"\n" +
 	"LeaseGrant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
@@ -9642,7 +9711,9 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04lock\x18\x06 \x01(\bR\x04lock\x12\x14\n" +
 	"\x05owner\x18\a \x01(\x04R\x05owner\x12!\n" +
 	"\fother_client\x18\b \x01(\bR\votherClient\x12\x10\n" +
-	"\x03dir\x18\t \x01(\bR\x03dir\"\xc6\x03\n" +
+	"\x03dir\x18\t \x01(\bR\x03dir\x12\x1a\n" +
+	"\bbuffered\x18\n" +
+	" \x01(\bR\bbuffered\"\xc6\x03\n" +
 	"\rLeaseResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12,\n" +
 	"\x05lease\x18\x02 \x01(\v2\x16.govfs.wire.LeaseGrantR\x05lease\x12\x15\n" +
@@ -9774,12 +9845,14 @@ const file_govfs_proto_rawDesc = "" +
 	"LEASE_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
 	"LEASE_READ\x10\x01\x12\x0f\n" +
-	"\vLEASE_WRITE\x10\x02*]\n" +
+	"\vLEASE_WRITE\x10\x02*\x85\x01\n" +
 	"\aLeaseOp\x12\x11\n" +
 	"\rLEASE_ACQUIRE\x10\x00\x12\x13\n" +
 	"\x0fLEASE_KEEPALIVE\x10\x01\x12\x11\n" +
 	"\rLEASE_RELEASE\x10\x02\x12\x17\n" +
-	"\x13LEASE_ACQUIRE_BATCH\x10\x032\x8a\x06\n" +
+	"\x13LEASE_ACQUIRE_BATCH\x10\x03\x12\x11\n" +
+	"\rLEASE_UPGRADE\x10\x04\x12\x13\n" +
+	"\x0fLEASE_DOWNGRADE\x10\x052\x8a\x06\n" +
 	"\x04Meta\x12?\n" +
 	"\x06Mutate\x12\x19.govfs.wire.MutateRequest\x1a\x1a.govfs.wire.MutateResponse\x129\n" +
 	"\x04Read\x12\x17.govfs.wire.ReadRequest\x1a\x18.govfs.wire.ReadResponse\x12N\n" +
