@@ -950,10 +950,12 @@ func (c *Client) sendBatchOnce(ctx context.Context, run []*deferredOp) ([]*wire.
 	defer func() { asked() }()
 	sent := c.cfg.Clock.Now()
 	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, mutateExtra{leaseNew: leaseNew, leaseDirs: leaseDirs, buffered: bufferedLeasesOf(run)})
-	c.settleNewDirLeases(run, run[0].group, g, full, epoch, sent)
 	if lost := full.GetLostLeases(); len(lost) > 0 && err != nil {
+		// Refused before anything was granted or applied: the new
+		// directories' leases stay pending for the batch sent again.
 		return nil, nil, &lostLeasesError{ids: lost, err: err}
 	}
+	c.settleNewDirLeases(run, run[0].group, g, full, epoch, sent)
 	var leased []ids.Ino
 	if len(full.GetNewFileLeases()) > 0 {
 		if g == run[0].group {

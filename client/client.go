@@ -121,6 +121,9 @@ type Client struct {
 	// way (writebehind.go); behindWrites counts the writes queued behind.
 	changing     inoChanges
 	behindWrites atomic.Uint64
+	// behindHeldForTest, set by a test before any write, runs between a
+	// write's upgrade and its queueing (writebehind.go).
+	behindHeldForTest func()
 	// deferred queues metadata changes sent later in batches (async.go).
 	deferred deferredQueue
 	// routeStats counts calls and redirects (call.go).

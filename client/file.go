@@ -286,9 +286,13 @@ func (f *File) Sync(ctx context.Context) error {
 	queuedErr := f.mu.queuedErr
 	f.mu.queuedErr = nil
 	f.mu.Unlock()
+	if err := f.c.takeBehindFailure(f.ino); err != nil && queuedErr == nil {
+		// Of a write this Client answered at an earlier close.
+		queuedErr = err
+	}
 	if queuedErr != nil {
 		f.unsettle()
-		return opErr("sync", f.path, fmt.Errorf("%w: a write queued behind the file's create failed: %w", syscall.EIO, queuedErr))
+		return opErr("sync", f.path, fmt.Errorf("%w: a queued write of the file (behind its create, or answered at a close) failed: %w", syscall.EIO, queuedErr))
 	}
 	if !touched {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
@@ -40,6 +41,28 @@ import (
 // loses what it had not written back. Reads by other clients without a
 // lease (a stat answered by a clerk, a listing's attributes) may show the
 // previous contents until the queue is sent, within milliseconds.
+
+// noteBehindFailure keeps the first failure of a write queued behind on
+// ino until a Sync of the file takes it.
+func (c *Client) noteBehindFailure(ino ids.Ino, err error) {
+	c.changing.mu.Lock()
+	defer c.changing.mu.Unlock()
+	if c.changing.failed == nil {
+		c.changing.failed = map[ids.Ino]error{}
+	}
+	if _, ok := c.changing.failed[ino]; !ok {
+		c.changing.failed[ino] = err
+	}
+}
+
+// takeBehindFailure returns and forgets the failure kept for ino.
+func (c *Client) takeBehindFailure(ino ids.Ino) error {
+	c.changing.mu.Lock()
+	defer c.changing.mu.Unlock()
+	err := c.changing.failed[ino]
+	delete(c.changing.failed, ino)
+	return err
+}
 
 // WritesBehind counts the writes queued behind so far (WriteBehind).
 func (c *Client) WritesBehind() uint64 { return c.behindWrites.Load() }
@@ -81,6 +104,9 @@ func (f *File) writeInlineBehind(ctx context.Context, p []byte, off, limit int64
 		return false
 	}
 	opened, err := l.holdBehind(ctx)
+	if hook := f.c.behindHeldForTest; hook != nil && err == nil {
+		hook()
+	}
 	if err != nil {
 		f.c.changing.endRead(f.ino, nil)
 		// Another client reads or writes the file too (or the lease is
@@ -135,6 +161,9 @@ func (f *File) writeInlineBehind(ctx context.Context, p []byte, off, limit int64
 					f.noteChanged(res.GetAttr())
 				} else {
 					f.queuedDone(res, err)
+					// The File may be closed by now: the file's
+					// next Sync on this Client reports it.
+					f.c.noteBehindFailure(f.ino, err)
 				}
 				// Answered: the batch was applied, and the ministry
 				// made the lease a read lease again.
@@ -188,6 +217,9 @@ func (f *File) WhenBehindSettled(then func()) bool {
 type inoChanges struct {
 	mu sync.Mutex
 	m  map[ids.Ino]*inoCount
+	// failed: the first failure of a write queued behind, per inode,
+	// until a Sync of the file reports it (noteBehindFailure).
+	failed map[ids.Ino]error
 }
 
 // inoCount: onWay changes on their way; watching reads of what the file
@@ -279,12 +311,27 @@ func (l *Lease) holdBehind(ctx context.Context) (*wire.ReadResponse, error) {
 	if l.upgraded.Load() {
 		return nil, fmt.Errorf("%w: lease %d is buffered already", syscall.EAGAIN, l.id)
 	}
+	k := l.c.keeper()
+	k.mu.Lock()
+	epoch := k.mu.reclaims[l.group]
+	k.mu.Unlock()
 	resp, err := l.c.leaseCall(ctx, l.group, &wire.LeaseRequest{Op: wire.LeaseOp_LEASE_UPGRADE, Ino: uint64(l.ino), Ids: []uint64{l.id},
 		Open: true, OpenMaxChunks: openChunks}, 0)
 	if err != nil {
 		return nil, err
 	}
+	// Buffered from now on in what a reclaim describes (grant), unless
+	// one described the lease since the request left: the minister
+	// that answered may be gone, and the new one may hold the lease as
+	// a read lease, granting others past the write (found in review).
+	k.mu.Lock()
+	same := k.mu.reclaims[l.group] == epoch
 	l.upgraded.Store(true)
+	k.mu.Unlock()
+	if !same {
+		l.downgradeLocked()
+		return nil, fmt.Errorf("%w: the minister of %v changed during the upgrade", syscall.EAGAIN, l.group)
+	}
 	l.behindN++
 	if !l.Valid() {
 		// Revoked or lost while it was asked for: the revoke may have
@@ -354,7 +401,18 @@ func (c *Client) sendBehind(l *Lease) {
 	}
 	ctx, cancel := c.keeper().stopContext(c.cfg.OpTimeout)
 	defer cancel()
-	c.flushDeferred(ctx)
+	// Until every write held under it is answered: one may be between
+	// its upgrade and the queue (found in review), which a flush of
+	// what is queued now would miss.
+	for l.behindPending() && ctx.Err() == nil {
+		c.flushDeferred(ctx)
+		if l.behindPending() {
+			select {
+			case <-ctx.Done():
+			case <-c.cfg.Clock.After(time.Millisecond):
+			}
+		}
+	}
 }
 
 // bufferedLeasesOf lists the buffered leases run's writes were answered

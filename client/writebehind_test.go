@@ -166,3 +166,83 @@ func TestWriteBehindLostLeaseIsNotApplied(t *testing.T) {
 		t.Fatalf("the other write of the batch: %q", got)
 	}
 }
+
+// TestWriteBehindFailureReportedAfterClose: a write answered at a close
+// whose lease was lost is reported by the next Sync of the file on the
+// same Client, by another File (the first one is closed).
+func TestWriteBehindFailureReportedAfterClose(t *testing.T) {
+	cl := leaseCluster(t)
+	a := leaseClient(t, cl.Addrs())
+	ctx := t.Context()
+	ino := leaseFile(t, a, "f")
+	release := holdSender(t, a)
+	f := behindFile(t, a, ino)
+	if _, err := f.WriteAt(ctx, []byte("lost"), 0); err != nil {
+		t.Fatal(err)
+	}
+	l := queuedUnder(a, ino)
+	if l == nil {
+		t.Fatal("not queued behind")
+	}
+	if err := a.release(ctx, l.group, l.id); err != nil {
+		t.Fatal(err)
+	}
+	// Closed before the write is answered (Close does not wait for it).
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	a.FlushDeferred(ctx)
+	g, _, err := a.OpenIno(ctx, ino, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Sync(ctx); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("sync of the file after a lost write answered at its close: %v, want EIO", err)
+	}
+	if err := g.Sync(ctx); err != nil {
+		t.Fatalf("the failure is reported twice: %v", err)
+	}
+}
+
+// TestWriteBehindRecallBeforeQueued: another client's open that recalls
+// the lease between its upgrade and the write's queueing still waits for
+// the write (found in review: the holder flushed what was queued then,
+// and gave the lease back before the write was in the queue).
+func TestWriteBehindRecallBeforeQueued(t *testing.T) {
+	cl := leaseCluster(t)
+	a, b := leaseClient(t, cl.Addrs()), leaseClient(t, cl.Addrs())
+	ctx := t.Context()
+	ino := leaseFile(t, a, "f")
+	var l *Lease
+	granted := make(chan struct{})
+	a.behindHeldForTest = func() {
+		go func() {
+			defer close(granted)
+			var err error
+			if l, err = b.AcquireLease(ctx, ino, LeaseRead, 0, 0, LeaseOptions{Open: true}); err != nil {
+				t.Error(err)
+			}
+		}()
+		select {
+		case <-granted:
+			t.Error("another client's open was granted before the write answered at the close was queued")
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	f := behindFile(t, a, ino)
+	if _, err := f.WriteAt(ctx, []byte("queued late"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-granted
+	if l == nil {
+		t.FailNow()
+	}
+	if got := l.opened.GetInlineData(); string(got) != "queued late" {
+		t.Fatalf("the open that recalled the lease reads %q", got)
+	}
+}

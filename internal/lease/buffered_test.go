@@ -70,13 +70,13 @@ func TestBufferedLease(t *testing.T) {
 func TestPinKeepsLeaseFromExpiring(t *testing.T) {
 	tb, clk := newTable(t)
 	b := mustGrant(t, tb, clk.Now(), buffered(1, 7), 0)
-	if lost := tb.Pin(clk.Now(), 2, []ID{b.ID}); !slices.Equal(lost, []ID{b.ID}) {
+	if lost := tb.Pin(clk.Now(), 2, []ID{b.ID}, 0); !slices.Equal(lost, []ID{b.ID}) {
 		t.Fatalf("another client pinned lease %d: lost %v", b.ID, lost)
 	}
-	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID, b.ID + 100}); !slices.Equal(lost, []ID{b.ID + 100}) {
+	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID, b.ID + 100}, 0); !slices.Equal(lost, []ID{b.ID + 100}) {
 		t.Fatalf("pin of an unknown lease: lost %v", lost)
 	}
-	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID}); lost != nil {
+	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID}, 0); lost != nil {
 		t.Fatalf("pin of a held lease: lost %v", lost)
 	}
 	clk.Advance(2 * ttl)
@@ -89,7 +89,7 @@ func TestPinKeepsLeaseFromExpiring(t *testing.T) {
 	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, time.Second, true); busy {
 		t.Fatal("an unpinned lease past its expiry is still held")
 	}
-	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID}); len(lost) != 1 {
+	if lost := tb.Pin(clk.Now(), 1, []ID{b.ID}, 0); len(lost) != 1 {
 		t.Fatalf("pin of an expired lease: lost %v", lost)
 	}
 }
@@ -110,7 +110,7 @@ func TestUpgradeAndDowngrade(t *testing.T) {
 	if o := mustRefuse(t, tb, clk.Now(), req(2, 7, Read, 0, 0), 0); !o.Buffered {
 		t.Fatalf("a try after the upgrade: %+v", o)
 	}
-	if err := tb.Downgrade(clk.Now(), 1, r.ID); err != nil {
+	if err := tb.Downgrade(clk.Now(), 1, r.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if l := tb.Leases(clk.Now(), 7); len(l) != 1 || l[0].Buffered || l[0].Mode != Read {
@@ -138,5 +138,45 @@ func TestUpgradeAndDowngrade(t *testing.T) {
 	}
 	if tb.Leases(clk.Now(), 10)[0].Buffered || tb.Leases(clk.Now(), 8)[0].Buffered {
 		t.Fatal("a refused upgrade changed the lease")
+	}
+}
+
+// TestPinOnlyBuffered: a read lease is not pinned (its holder's queued
+// write would land where another client may read past it), except by a
+// retry of the batch whose apply downgraded it; a lease released while
+// pinned goes once unpinned.
+func TestPinOnlyBuffered(t *testing.T) {
+	tb, clk := newTable(t)
+	r := mustGrant(t, tb, clk.Now(), req(1, 7, Read, 0, 0), 0)
+	if lost := tb.Pin(clk.Now(), 1, []ID{r.ID}, 5); len(lost) != 1 {
+		t.Fatalf("a read lease was pinned: lost %v", lost)
+	}
+	if out, err := tb.Upgrade(clk.Now(), 1, r.ID); err != nil || !out.Granted {
+		t.Fatal(out, err)
+	}
+	if lost := tb.Pin(clk.Now(), 1, []ID{r.ID}, 5); lost != nil {
+		t.Fatalf("pin of the upgraded lease: lost %v", lost)
+	}
+	tb.Unpin([]ID{r.ID})
+	if err := tb.Downgrade(clk.Now(), 1, r.ID, 5); err != nil {
+		t.Fatal(err)
+	}
+	if lost := tb.Pin(clk.Now(), 1, []ID{r.ID}, 5); lost != nil {
+		t.Fatalf("a retry of the batch that downgraded it: lost %v", lost)
+	}
+	if lost := tb.Pin(clk.Now(), 1, []ID{r.ID}, 6); len(lost) != 1 {
+		t.Fatalf("another batch pinned a read lease: lost %v", lost)
+	}
+	// Released while pinned: still held (a change of another client
+	// waits) until unpinned.
+	if n := tb.Release(clk.Now(), 1, []ID{r.ID}); n != 1 {
+		t.Fatalf("release: %d", n)
+	}
+	if busy, at, _ := tb.DrainReaders(clk.Now(), 2, 7, time.Second, false); !busy || !at.After(clk.Now()) {
+		t.Fatalf("a lease released while pinned: busy %v, retry at %v (now %v)", busy, at, clk.Now())
+	}
+	tb.Unpin([]ID{r.ID})
+	if busy, _, _ := tb.DrainReaders(clk.Now(), 2, 7, time.Second, true); busy {
+		t.Fatal("a lease released while pinned is still held once unpinned")
 	}
 }

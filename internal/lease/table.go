@@ -98,8 +98,25 @@ type Lease struct {
 	// it.
 	Revoked bool
 	// pins counts the holder's changes being proposed under it (Pin):
-	// it does not expire meanwhile.
-	pins int
+	// it does not expire meanwhile (a release meanwhile only makes it
+	// expire once unpinned). downgradedBy is the seq of the first
+	// command of the batch whose apply made it a read lease again
+	// (Downgrade): that batch's retry may still pin it.
+	pins         int
+	downgradedBy uint64
+}
+
+// pinnedPoll is how soon a caller waiting for a pinned lease that is
+// past its expiry looks again (it ends when its change is answered).
+const pinnedPoll = 5 * time.Millisecond
+
+// ends is when l may be gone: its expiry, or a moment from now for a
+// pinned lease past it.
+func (l *Lease) ends(now time.Time) time.Time {
+	if l.pins > 0 && !now.Before(l.Expires) {
+		return now.Add(pinnedPoll)
+	}
+	return l.Expires
 }
 
 // Config sets the table's times and bounds.
@@ -424,7 +441,7 @@ func (t *Table) Acquire(now time.Time, req Request, wait time.Duration) (Outcome
 			continue
 		}
 		blocked = true
-		out.RetryAt = earliest(out.RetryAt, l.Expires)
+		out.RetryAt = earliest(out.RetryAt, l.ends(now))
 		if out.Conflict == nil {
 			c := *l
 			out.Conflict = &c
@@ -524,7 +541,7 @@ func (t *Table) drain(now time.Time, client ClientID, ino ids.Ino, wait time.Dur
 			continue
 		}
 		busy = true
-		retryAt = earliest(retryAt, l.Expires)
+		retryAt = earliest(retryAt, l.ends(now))
 		if !l.Revoked && !l.Lock {
 			t.markRevoked(l)
 			revoked = append(revoked, *l)
@@ -561,7 +578,7 @@ func (t *Table) StillHeld(now time.Time, list []ID) (busy bool, retryAt time.Tim
 	for _, id := range list {
 		if l := t.leases[id]; l != nil {
 			busy = true
-			retryAt = earliest(retryAt, l.Expires)
+			retryAt = earliest(retryAt, l.ends(now))
 		}
 	}
 	return busy, retryAt
@@ -702,6 +719,13 @@ func (t *Table) Release(now time.Time, client ClientID, list []ID) int {
 	n := 0
 	for _, id := range list {
 		if l := t.leases[id]; l != nil && l.Client == client {
+			if l.pins > 0 {
+				// A change under it is being proposed: it goes once
+				// that is answered (Unpin), not before.
+				l.Expires = now
+				n++
+				continue
+			}
 			t.remove(l)
 			n++
 		}
@@ -726,12 +750,12 @@ func (t *Table) Upgrade(now time.Time, client ClientID, id ID) (Outcome, error) 
 	switch {
 	case l == nil || l.Client != client:
 		return Outcome{}, fmt.Errorf("%w: lease %d is not held by client %d", ErrNotUpgradable, id, client)
+	case l.Revoked:
+		return Outcome{RetryAt: l.Expires}, nil
 	case l.Buffered:
 		return Outcome{Granted: true, Lease: *l}, nil
 	case l.Lock || l.Dir || l.Mode != Read || l.Off != 0 || l.End != ToEnd:
 		return Outcome{}, fmt.Errorf("%w: lease %d is not a whole-file read lease", ErrNotUpgradable, id)
-	case l.Revoked:
-		return Outcome{RetryAt: l.Expires}, nil
 	case now.Before(t.fenceUntil):
 		return Outcome{RetryAt: t.fenceUntil}, nil
 	}
@@ -748,7 +772,7 @@ func (t *Table) Upgrade(now time.Time, client ClientID, id ID) (Outcome, error) 
 	}
 	for _, o := range t.sortedOn(l.Ino) {
 		if o != l && conflicts(o.Request, want) {
-			out.RetryAt = earliest(out.RetryAt, o.Expires)
+			out.RetryAt = earliest(out.RetryAt, o.ends(now))
 			if out.Conflict == nil {
 				c := *o
 				out.Conflict = &c
@@ -758,13 +782,15 @@ func (t *Table) Upgrade(now time.Time, client ClientID, id ID) (Outcome, error) 
 	if !out.RetryAt.IsZero() {
 		return out, nil
 	}
-	l.Mode, l.Buffered = Write, true
+	l.Mode, l.Buffered, l.downgradedBy = Write, true, 0
 	return Outcome{Granted: true, Lease: *l}, nil
 }
 
 // Downgrade makes client's buffered lease id a read lease again (its
-// writes are applied). A read lease is left as it is.
-func (t *Table) Downgrade(now time.Time, client ClientID, id ID) error {
+// writes are applied). A read lease is left as it is. by, when not 0, is
+// the seq of the first command of the batch whose apply downgrades it
+// (see Pin).
+func (t *Table) Downgrade(now time.Time, client ClientID, id ID, by uint64) error {
 	t.expire(now)
 	l := t.leases[id]
 	switch {
@@ -775,19 +801,21 @@ func (t *Table) Downgrade(now time.Time, client ClientID, id ID) error {
 	case !l.Buffered:
 		return fmt.Errorf("%w: lease %d is not a buffered lease", ErrNotUpgradable, id)
 	}
-	l.Mode, l.Buffered = Read, false
+	l.Mode, l.Buffered, l.downgradedBy = Read, false, by
 	return nil
 }
 
-// Pin keeps client's leases list from expiring while a change made
-// under them is proposed (MutateRequest.buffered_leases), so that no
-// other client's change of their files, which drains them first, is
-// ordered before it. lost lists those the client does not hold (nothing
-// is pinned then). Unpin once the proposal is answered.
-func (t *Table) Pin(now time.Time, client ClientID, list []ID) (lost []ID) {
+// Pin keeps client's buffered leases list from expiring while a change
+// made under them is proposed (MutateRequest.buffered_leases), so that
+// no other client's change of their files, which drains them first, is
+// ordered before it. lost lists those the client does not hold as
+// buffered leases (nothing is pinned then); seq, the first command's of
+// the batch, lets a retry of the batch whose apply downgraded a lease
+// pin it still. Unpin once the proposal is answered.
+func (t *Table) Pin(now time.Time, client ClientID, list []ID, seq uint64) (lost []ID) {
 	t.expire(now)
 	for _, id := range list {
-		if l := t.leases[id]; l == nil || l.Client != client {
+		if l := t.leases[id]; l == nil || l.Client != client || !(l.Buffered || (seq != 0 && l.downgradedBy == seq)) {
 			lost = append(lost, id)
 		}
 	}

@@ -529,7 +529,7 @@ func (ls *leaseService) downgrade(g ids.GroupID, req *wire.LeaseRequest) (*wire.
 	if err != nil {
 		return nil, err
 	}
-	if err := gl.table.Downgrade(ls.n.cfg.Clock.Now(), lease.ClientID(req.GetClientId()), lease.ID(req.GetIds()[0])); err != nil {
+	if err := gl.table.Downgrade(ls.n.cfg.Clock.Now(), lease.ClientID(req.GetClientId()), lease.ID(req.GetIds()[0]), 0); err != nil {
 		return nil, fmt.Errorf("%w: %v", syscall.ENOENT, err)
 	}
 	return &wire.LeaseResponse{}, nil
@@ -544,7 +544,7 @@ type batchTryKey struct{}
 // function once the proposal is answered: applied, the leases become
 // read leases again (their writes are in; the holder knows this from
 // the answer, which saves it a LEASE_DOWNGRADE each).
-func (ls *leaseService) pinBuffered(g ids.GroupID, client lease.ClientID, list []uint64) (unpin func(applied bool), lost []uint64, err error) {
+func (ls *leaseService) pinBuffered(g ids.GroupID, client lease.ClientID, list []uint64, seq uint64) (unpin func(applied bool), lost []uint64, err error) {
 	held := leaseIDs(list)
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -553,7 +553,7 @@ func (ls *leaseService) pinBuffered(g ids.GroupID, client lease.ClientID, list [
 		return nil, nil, err
 	}
 	now := ls.n.cfg.Clock.Now()
-	if l := gl.table.Pin(now, client, held); len(l) > 0 {
+	if l := gl.table.Pin(now, client, held, seq); len(l) > 0 {
 		if gl.table.Fenced(now) {
 			// A new minister: the holder may not have reclaimed them
 			// yet (it does at its next keepalive).
@@ -568,8 +568,13 @@ func (ls *leaseService) pinBuffered(g ids.GroupID, client lease.ClientID, list [
 		table.Unpin(held)
 		if applied {
 			for _, id := range held {
-				_ = table.Downgrade(ls.n.cfg.Clock.Now(), client, id)
+				_ = table.Downgrade(ls.n.cfg.Clock.Now(), client, id, seq)
 			}
+		}
+		// Whoever waits for these leases (a drain, a request) looks
+		// again: they may be gone or read leases now.
+		if gl := ls.mu.groups[g]; gl != nil && gl.table == table {
+			gl.broadcastLocked()
 		}
 	}, nil, nil
 }

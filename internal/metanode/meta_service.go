@@ -275,11 +275,20 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	// apply only while it still holds them (MutateRequest.buffered_leases).
 	unpin := func(bool) {}
 	if bl := req.GetBufferedLeases(); len(bl) > 0 && g != ids.PresidentGroup {
+		first := cmd
+		if subs := cmd.GetBatch().GetCmds(); len(subs) > 0 {
+			first = subs[0]
+		}
 		var lost []uint64
 		var err error
-		unpin, lost, err = s.n.leases.pinBuffered(g, lease.ClientID(clientID), bl)
+		unpin, lost, err = s.n.leases.pinBuffered(g, lease.ClientID(clientID), bl, first.GetReq().GetSeq())
 		if err != nil {
 			return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
+		}
+		if len(lost) > 0 && s.answered(g, first.GetReq()) {
+			// A retry of a batch applied already (its answer was
+			// lost): answered from what the ministry remembers.
+			lost, unpin = nil, func(bool) {}
 		}
 		if len(lost) > 0 {
 			msg := fmt.Sprintf("buffered write leases %v are not held (expired, or granted by a previous minister and not reclaimed): the writes queued under them were not applied", lost)
@@ -771,4 +780,16 @@ func movingMessage(res *wire.Result) string {
 		}
 	}
 	return ""
+}
+
+// answered says whether request req was applied by group g and its
+// answer is still kept: a retry proposed again gets that answer.
+func (s *metaService) answered(g ids.GroupID, req *wire.RequestID) bool {
+	var ok bool
+	err := s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		var err error
+		ok, err = namespace.Answered(r, req)
+		return err
+	})
+	return err == nil && ok
 }

@@ -214,6 +214,19 @@ func storeClient(rw engine.ReadWriter, client uint64, rec clientRecord) error {
 	return nil
 }
 
+// Answered says whether request req was applied here and its answer is
+// still kept (a retry of it would be answered from it).
+func Answered(r engine.Reader, req *wire.RequestID) (bool, error) {
+	if req.GetClientId() == 0 {
+		return false, nil
+	}
+	v, err := r.Get(resultKey(req.GetClientId(), req.GetSeq()))
+	if err != nil {
+		return false, fmt.Errorf("namespace: get result %d/%d: %w", req.GetClientId(), req.GetSeq(), err)
+	}
+	return v != nil, nil
+}
+
 // dedupBegin records the client as active and returns the stored result
 // (done = true) when the request was applied before or is older than what
 // the client said it has seen answered.
