@@ -634,6 +634,11 @@ func MountGovFS(ctx context.Context, bin string, addrs []string, tlsDir, parent 
 	}
 	cmd := exec.Command(bin, append(append([]string{"mount", "--meta", strings.Join(addrs, ",")}, sec...), dir)...)
 	cmd.Stdout, cmd.Stderr = logTo, logTo
+	// Its own session, as a FUSE daemon's (mfsmount's is): the kernel's
+	// autogroup scheduling shares CPU between sessions, and the mount
+	// would otherwise share one with the benchmark's load
+	// (testcluster.procAttr).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		os.Remove(dir)
 		return nil, err

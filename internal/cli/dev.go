@@ -87,7 +87,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "\nIn another shell:\n  export GOVFS_META=%s\n%s\n  %s fs ls /\n  %s admin status\n\nA process that dies is started again after %v (kill one to watch the cluster cope). Ctrl-C stops the cluster; run again on the same --dir to get it back.\n",
 		meta, tlsLine, self, self, devRestartAfter)
 	if *mountDir != "" {
-		unmount, err := devMount(ctx, *mountDir, c.Addrs(), c.ClientTLSDir(), filepath.Join(abs, "mount.log"), stdout, stderr)
+		unmount, err := devMount(ctx, bin, *mountDir, c.Addrs(), c.ClientTLSDir(), filepath.Join(abs, "mount.log"), stdout, stderr)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}

@@ -9,8 +9,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,7 +22,6 @@ import (
 	"github.com/govfs/govfs/client"
 	"github.com/govfs/govfs/internal/fusefs"
 	"github.com/govfs/govfs/internal/rpc"
-	"github.com/govfs/govfs/internal/wire"
 )
 
 const mountUsage = `Usage: govfs mount [flags] MOUNTPOINT
@@ -202,14 +203,23 @@ func runUmount(_ context.Context, args []string, _, stderr io.Writer) error {
 	return fusefs.Unmount(dir, *lazy)
 }
 
-// devMount mounts the dev cluster on dir in this process (govfs dev
-// --mount) and returns the function that unmounts it.
-func devMount(ctx context.Context, dir string, addrs []string, tlsDir, logPath string, stdout, stderr io.Writer) (func(), error) {
+// devMount mounts the dev cluster on dir with a `govfs mount` process of
+// its own (bin), in its own session, as a user would, logging to logPath,
+// and returns the function that unmounts it and stops that process. Why
+// not in dev's own process, as it was until session 24: in the session
+// of the cluster's processes the kernel's autogroup scheduling gave the
+// mount and the whole cluster one CPU share against the load (cp -a of
+// /usr/include 14-17 s, against 10-11 s from a mount in its own session;
+// testcluster.procAttr).
+func devMount(ctx context.Context, bin, dir string, addrs []string, tlsDir, logPath string, stdout, stderr io.Writer) (func(), error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("mount: %w", err)
+	}
+	if err := fusefs.CheckMountPoint(abs, false); err != nil {
 		return nil, fmt.Errorf("mount: %w", err)
 	}
 	// The mount logs beside the cluster's nodes (outages and recoveries
@@ -218,44 +228,79 @@ func devMount(ctx context.Context, dir string, addrs []string, tlsDir, logPath s
 	if err != nil {
 		return nil, fmt.Errorf("mount: log: %w", err)
 	}
-	log, err := newLogger(logf, "info")
-	if err != nil {
-		logf.Close()
-		return nil, err
+	args := []string{"mount", "--meta", strings.Join(addrs, ",")}
+	if tlsDir != "" {
+		args = append(args, "--tls", tlsDir)
+	} else {
+		args = append(args, "--insecure")
 	}
-	ccfg := client.DefaultConfig()
-	ccfg.Logger = log.With("component", "client")
-	ccfg.MetaAddrs = addrs
-	ccfg.TLSDir = tlsDir
-	ccfg.Cred = &wire.Cred{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
-	cl, err := client.New(ctx, ccfg)
-	if err != nil {
+	cmd := exec.Command(bin, append(args, abs)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Gone with dev, should dev be killed (its mount point then needs
+	// 'govfs umount --lazy', as any killed mount's). Its own session, as
+	// the cluster's processes (testcluster.procAttr: autogroup CPU
+	// shares); a Ctrl-C of dev reaches it through dev's unmount.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return nil, dialError("mount", err)
+		return nil, fmt.Errorf("mount: start %s: %w", bin, err)
 	}
-	cfg := fusefs.DefaultConfig()
-	cfg.Client, cfg.Logger = cl, log
-	cfg.FsName = "govfs:" + cl.ClusterID()
-	cfg.DirectMount = os.Geteuid() == 0
-	m, err := fusefs.Mount(ctx, abs, cfg)
-	if err != nil {
-		cl.Close()
-		logf.Close()
-		return nil, err
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	deadline := time.NewTimer(30 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !fusefs.IsMounted(abs) {
+		select {
+		case err := <-exited:
+			logf.Close()
+			b, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("mount: the mount process exited (%v); its log %s ends:\n%s", err, logPath, tailString(b, 2000))
+		case <-deadline.C:
+			_ = cmd.Process.Kill()
+			<-exited
+			logf.Close()
+			return nil, fmt.Errorf("mount: %s was not mounted within 30 s (log %s)", abs, logPath)
+		case <-ctx.Done():
+			_ = cmd.Process.Kill()
+			<-exited
+			logf.Close()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
 	}
-	fmt.Fprintf(stdout, "  mounted on %s (FUSE; unmounted when dev stops; log %s)\n", abs, logPath)
+	fmt.Fprintf(stdout, "  mounted on %s (FUSE, govfs mount pid %d; unmounted when dev stops; log %s)\n", abs, cmd.Process.Pid, logPath)
 	return func() {
+		defer logf.Close()
 		// A shell sitting in the mount keeps it busy: say who, rather
 		// than wait in silence.
 		if h := fusefs.Holders(abs); len(h) > 0 {
 			fmt.Fprintf(stderr, "dev: %s is in use by %s: detaching it now; dev stops once they close their files or leave it\n", abs, strings.Join(h, ", "))
 		}
-		if err := m.Unmount(); err != nil {
-			fmt.Fprintf(stderr, "dev: %v\n", err)
+		// SIGTERM: the mount process unmounts (waiting up to a minute
+		// for open files) and exits.
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(75 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+			if fusefs.IsMounted(abs) {
+				if err := fusefs.Unmount(abs, true); err != nil {
+					fmt.Fprintf(stderr, "dev: %v\n", err)
+				}
+			}
 		}
-		cl.Close()
-		logf.Close()
 	}, nil
+}
+
+// tailString is the last n bytes of b.
+func tailString(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
 }
 
 // serveMountMetrics serves the mount's /metrics on addr; stop ends it.
