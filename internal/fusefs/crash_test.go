@@ -69,8 +69,15 @@ func startMount(t *testing.T, c *testcluster.ProcCluster, dir string, extra ...s
 			t.Logf("mount log (pid %d):\n%s", m.pid, tail(b, 3000))
 		}
 	})
+	// Until the process says it is mounted, not only the kernel: before
+	// that, go-fuse's poll hack holds a file of the mount open in the
+	// mount process itself, and a SIGKILL then leaves that process
+	// flushing the file to itself, for ever (CI, session 24: the test
+	// waited 18 minutes for the killed process, and the test binary's
+	// own exit flushed a file of the mount; the connection had to be
+	// aborted by hand).
 	deadline := time.Now().Add(20 * time.Second)
-	for !mounted(dir) {
+	for !mounted(dir) || !strings.Contains(readLog(t, logPath), " mounted on ") {
 		select {
 		case <-m.exited:
 			b, _ := os.ReadFile(logPath)

@@ -139,7 +139,9 @@ func mountProc(t *testing.T, c *testcluster.ProcCluster, extra ...string) string
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
-	for !mounted(dir) {
+	// Until the process says so too (see startMount: go-fuse's poll
+	// hack).
+	for !mounted(dir) || !strings.Contains(readLog(t, logPath), " mounted on ") {
 		select {
 		case err := <-exited:
 			b, _ := os.ReadFile(logPath)
