@@ -261,11 +261,27 @@ func (q *deferredQueue) nudge() {
 
 // sendableLocked says how many operations at the head of the queue the
 // sender may take now, and, when none, how long to wait at most: the
-// queue stops before a write's place not filled yet and before a create
-// that is held.
+// queue stops before a write's place not filled yet, before the create
+// of a file with such a place (below), and before a create that is held.
 func (q *deferredQueue) sendableLocked(now time.Time) (int, time.Duration) {
-	for i, op := range q.pending {
+	// The files whose writes' places are not filled yet. Their creates
+	// wait too, even for a flush and past a hold's end: a create
+	// applied without the records behind it shows the file, found by
+	// another client's lookup with no recall, empty (CI's
+	// TestMountAsyncDirs read 0 bytes of a 64 KiB file closed on
+	// another mount, when the chunk write took longer than
+	// maxCreateHold). A place is filled within newWriteTime.
+	var unfilled map[ids.Ino]bool
+	for _, op := range q.pending {
 		if op.slot && !op.filled {
+			if unfilled == nil {
+				unfilled = map[ids.Ino]bool{}
+			}
+			unfilled[op.changes] = true
+		}
+	}
+	for i, op := range q.pending {
+		if (op.slot && !op.filled) || (op.creates != 0 && unfilled[op.creates]) {
 			// Even for a flush: what goes there is not known yet (the
 			// write fills it when its bytes are out, or gives up).
 			if i == 0 {
@@ -406,13 +422,15 @@ func (c *Client) makeNodeDeferred(ctx context.Context, parent ids.Ino, name stri
 }
 
 // creating says whether regular file ino was made by MakeNodeDeferred
-// and its create is not answered yet. Until it is, no other client can
-// have seen the file: it reaches it only through the directory, whose
-// lease is recalled from this client first, and the recall sends this
-// queue. So changes of the file itself may queue behind its create, in
-// the same batch, instead of waiting for it and costing a commit each
-// (cp -a: the data of a small file, then fchown, fchmod and utimens):
-// SetattrDeferred, and a File's inline writes.
+// and its create is not answered yet. Until it is applied, no other
+// client can have seen the file: it reaches it only through the
+// directory, whose lease is recalled from this client first, and the
+// recall sends this queue. So changes of the file itself may queue
+// behind its create, in the same batch, instead of waiting for it and
+// costing a commit each (cp -a: the data of a small file, then fchown,
+// fchmod and utimens): SetattrDeferred, and a File's writes. Its bytes
+// only while the create itself waits in the queue (deferFileCmd,
+// startNew), so that they go in its batch.
 func (c *Client) creating(ino ids.Ino) bool {
 	creating, _ := c.fileQueue(ino)
 	return creating
@@ -442,12 +460,32 @@ func (c *Client) queuedFor(ino ids.Ino) (creating, changing, dirOps bool) {
 // deferFileCmd queues cmd, a change of regular file ino, behind ino's
 // queued create if that is not answered yet (creating); false: it was
 // not queued, send it the usual way.
-func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, done DeferredDone) bool {
+//
+// data (a write's bytes) is queued only while the create itself is not
+// taken by the sender yet, so that it goes in the create's batch: a
+// create applied alone shows the file to others' lookups, and an open
+// then would read it without these bytes (close-to-open). A change of
+// attributes may follow the create in a later batch (others' stats may
+// show the old ones for that moment, as docs/fuse.md says).
+func (c *Client) deferFileCmd(ino ids.Ino, cmd *wire.Command, what string, data bool, done DeferredDone) bool {
 	// Checked under the queue's lock, so that once the create is
 	// answered and no change is queued, none can be queued any more
 	// (QueuedFileChanges stays false).
 	return c.enqueueIf(&deferredOp{group: c.owner(ino), route: ino, cmd: cmd, what: what, done: done, changes: ino},
-		func(q *deferredQueue) bool { _, ok := q.creating[ino]; return ok })
+		func(q *deferredQueue) bool {
+			if data {
+				return q.createPendingLocked(ino)
+			}
+			_, ok := q.creating[ino]
+			return ok
+		})
+}
+
+// createPendingLocked says whether ino's create is queued and not taken
+// by the sender yet.
+func (q *deferredQueue) createPendingLocked(ino ids.Ino) bool {
+	t, ok := q.creating[ino]
+	return ok && t > q.takenTo
 }
 
 // QueuedFileChanges says whether the create of regular file ino, or a
@@ -492,7 +530,7 @@ func (c *Client) SetattrDeferred(ctx context.Context, ino ids.Ino, op *wire.Seta
 	}
 	cmd := c.setattrCmd(ino, op)
 	cmd.Caller = c.callerFor(ctx)
-	if !c.deferFileCmd(ino, cmd, "setattr "+inoPath(uint64(ino)), done) {
+	if !c.deferFileCmd(ino, cmd, "setattr "+inoPath(uint64(ino)), false, done) {
 		c.finish(cmd.GetReq().GetSeq())
 		return 0, false
 	}
@@ -791,6 +829,7 @@ func (c *Client) sendDeferred() {
 			for n < len(ops) && n > 1 && ops[n].ticket == ops[n-1].ticket {
 				n--
 			}
+			n = keepCreatesWithChanges(ops, n)
 			run := ops[:n]
 			ops = ops[n:]
 			send, stale := c.splitStale(run)
@@ -829,6 +868,31 @@ func (c *Client) sendDeferred() {
 			c.dropNewFileLeases(leased) // the done functions took theirs
 		}
 	}
+}
+
+// keepCreatesWithChanges returns where a run of ops cut at n ends so that
+// no file's create is sent in a batch before changes of the file taken
+// with it (for sendableLocked's reason): before the first such create,
+// unless that is the run's first op.
+func keepCreatesWithChanges(ops []*deferredOp, n int) int {
+	if n >= len(ops) {
+		return n
+	}
+	var later map[ids.Ino]bool
+	for _, op := range ops[n:] {
+		if op.changes != 0 {
+			if later == nil {
+				later = map[ids.Ino]bool{}
+			}
+			later[op.changes] = true
+		}
+	}
+	for i := 1; i < n && later != nil; i++ {
+		if ops[i].creates != 0 && later[ops[i].creates] {
+			return i
+		}
+	}
+	return n
 }
 
 // retireOps counts run, just answered (in queue order), as done: flushes

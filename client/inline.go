@@ -145,7 +145,7 @@ func (f *File) writeInlineQueued(p []byte, off, limit int64) bool {
 		cmd.Op = &wire.Command_WriteInline{WriteInline: &wire.WriteInlineOp{Ino: uint64(f.ino), Offset: uint64(off),
 			Data: data, MaxInline: uint64(limit)}}
 	})
-	if !f.c.deferFileCmd(f.ino, cmd, "write "+f.path, f.queuedDone) {
+	if !f.c.deferFileCmd(f.ino, cmd, "write "+f.path, true, f.queuedDone) {
 		f.c.finish(cmd.GetReq().GetSeq())
 		return false
 	}

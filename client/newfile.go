@@ -135,13 +135,12 @@ func (f *File) WriteNewAsync(ctx context.Context, p []byte, off int64, done Defe
 type newWrite struct {
 	slot *deferredOp
 	cs   int64
-	held bool // the create is held (holdCreate)
 }
 
 // startNew queues the place of the write's records behind the file's
-// create, whose answers go to done, and holds the create if the sender
-// has not taken it yet (holdCreate: the records can join its batch).
-// ok false: the create is answered: write the usual way.
+// create, whose answers go to done, and holds the create (holdCreate:
+// the records join its batch). ok false: the create is taken by the
+// sender already, or answered: write the usual way.
 func (f *File) startNew(ctx context.Context, size int64, done DeferredDone) (*newWrite, bool, error) {
 	if size > maxNewWrite || !f.c.creating(f.ino) {
 		// Every other request waits for this write (newWriteTime); and
@@ -159,20 +158,25 @@ func (f *File) startNew(ctx context.Context, size int64, done DeferredDone) (*ne
 	if err != nil {
 		return nil, false, err
 	}
-	queued, held := f.c.holdCreate(f.ino)
-	if !queued {
+	// Only while the create itself waits in the queue: its batch then
+	// carries the records (sendableLocked keeps it back until they are
+	// there). Records queued behind a create on its way would follow it
+	// in a later batch, and meanwhile another client could find the
+	// file and open it without these bytes (close-to-open broken): such
+	// a write goes the usual way, after the create's answer.
+	if _, held := f.c.holdCreate(f.ino); !held {
 		return nil, false, nil
 	}
 	slot := &deferredOp{group: f.c.owner(f.ino), route: f.ino, what: "write " + f.path, done: done, changes: f.ino,
 		sendBy: f.c.cfg.Clock.Now().Add(newFileRecordWindow), slot: true}
-	if !f.c.enqueueAllIf([]*deferredOp{slot}, func(q *deferredQueue) bool { _, ok := q.creating[f.ino]; return ok }) {
-		if held {
-			f.c.releaseCreate(f.ino)
-		}
+	// Checked again under the queue's lock: a flush lets the sender
+	// take a held create.
+	if !f.c.enqueueAllIf([]*deferredOp{slot}, func(q *deferredQueue) bool { return q.createPendingLocked(f.ino) }) {
+		f.c.releaseCreate(f.ino)
 		return nil, false, nil
 	}
 	f.unsettle() // answered in the queue
-	return &newWrite{slot: slot, cs: cs, held: held}, true, nil
+	return &newWrite{slot: slot, cs: cs}, true, nil
 }
 
 // finishNew writes the bytes into chunks of the file's own (from the
@@ -191,9 +195,7 @@ func (f *File) finishNew(ctx context.Context, w *newWrite, p []byte, off int64, 
 			failed = err
 		}
 		f.c.fillSlot(w.slot, cmds, failed)
-		if w.held {
-			f.c.releaseCreate(f.ino)
-		}
+		f.c.releaseCreate(f.ino)
 	}()
 	// Nothing on this path may wait for the queue (a token renewal
 	// would): the queue waits for this write's place to be filled.

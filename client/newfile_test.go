@@ -164,10 +164,14 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 	}
 }
 
-// TestNewFileBytesRecordedAfterTheCreate: when the create leaves while
-// the bytes are on their way (a flush does not wait for them), their
-// records follow it in their place, and nothing is lost.
-func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
+// TestNewFileCreateWaitsForItsBytes: a file's create is not sent while
+// the bytes written behind it are on their way, even for a flush and
+// past maxCreateHold: applied alone, it would show the file to another
+// client's lookup, and that client's open would read it empty (CI's
+// TestMountAsyncDirs, a 64 KiB file closed on another mount). Once the
+// bytes are out, the create and their records go together, and nothing
+// is lost.
+func TestNewFileCreateWaitsForItsBytes(t *testing.T) {
 	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
 	dir := newFileSetup(t, c)
@@ -176,14 +180,19 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 	release := holdSender(t, c)
 	a, f := newQueuedFile(t, c, dir, "g", nil)
 	ino := ids.Ino(a.GetIno())
-	flushed := false
+	flushed := make(chan struct{})
+	var sentEarly bool
 	c.deferred.afterNewFileStoreForTest = func() {
 		release()
-		// A flush sends the create without waiting for the bytes (the
-		// flush itself then waits for their records).
-		go c.FlushDeferred(ctx)
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !flushed; time.Sleep(time.Millisecond) {
-			flushed = !c.creating(ino)
+		go func() {
+			defer close(flushed)
+			c.FlushDeferred(ctx)
+		}()
+		for deadline := time.Now().Add(3 * maxCreateHold); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if !c.creating(ino) {
+				sentEarly = true
+				return
+			}
 		}
 	}
 	want := randBytes(rand.New(rand.NewPCG(7, 8)), fileTestChunk+10)
@@ -191,15 +200,64 @@ func TestNewFileBytesRecordedAfterTheCreate(t *testing.T) {
 		t.Fatalf("write: %d, %v", n, err)
 	}
 	c.deferred.afterNewFileStoreForTest = nil
-	if !flushed {
-		t.Fatal("the create was still queued 10 s after a flush began (or the write did not go past the queue)")
+	if sentEarly {
+		t.Fatal("the create was answered while the bytes behind it were still on their way")
+	}
+	select {
+	case <-flushed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flush did not end 10 s after the bytes were out")
+	}
+	if c.creating(ino) {
+		t.Fatal("the create is still queued after a flush")
+	}
+	if got := readAllOf(t, other, ino); !bytes.Equal(got, want) {
+		t.Fatalf("another client reads %d bytes, equal %v; want the %d written", len(got), bytes.Equal(got, want), len(want))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNewFileDataAfterCreateTaken: once the sender took a file's create,
+// its bytes are no longer queued behind it (they would follow it in a
+// later batch, and another client could open the file empty between):
+// they go the usual way, after the create's answer.
+func TestNewFileDataAfterCreateTaken(t *testing.T) {
+	c, other := dataClient(t), dataClient(t)
+	ctx := t.Context()
+	dir := newFileSetup(t, c)
+	release := holdSender(t, c)
+	a, f := newQueuedFile(t, c, dir, "h", nil)
+	ino := ids.Ino(a.GetIno())
+	// As the sender does when it takes the create (its batch is then
+	// on its way).
+	c.deferred.mu.Lock()
+	c.deferred.takenTo = c.deferred.creating[ino]
+	c.deferred.mu.Unlock()
+	if c.deferred.createPendingLocked(ino) {
+		t.Fatal("a taken create counts as pending")
+	}
+	if w := f.WriteNewAsync(ctx, make([]byte, 100<<10), 0, nil); w != nil {
+		t.Fatal("a new file's bytes were queued behind a create the sender had taken")
+	}
+	if f.writeInlineQueued([]byte("x"), 0, 4096) {
+		t.Fatal("a new file's inline bytes were queued behind a create the sender had taken")
+	}
+	c.deferred.mu.Lock()
+	c.deferred.takenTo = 0
+	c.deferred.mu.Unlock()
+	release()
+	want := []byte("written the usual way")
+	if n, err := f.WriteAt(ctx, want, 0); err != nil || n != len(want) {
+		t.Fatalf("write: %d, %v", n, err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	c.FlushDeferred(ctx)
 	if got := readAllOf(t, other, ino); !bytes.Equal(got, want) {
-		t.Fatalf("another client reads %d bytes, equal %v; want the %d written", len(got), bytes.Equal(got, want), len(want))
+		t.Fatalf("another client reads %q, want %q", got, want)
 	}
 }
 
