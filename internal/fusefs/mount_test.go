@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	binenc "encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -239,6 +241,72 @@ func TestMount(t *testing.T) {
 		must(t, syscall.Statfs(mnt, &sfs))
 		if sfs.Blocks == 0 || sfs.Bsize == 0 {
 			t.Fatalf("statfs: %+v", sfs)
+		}
+	})
+
+	t.Run("acl", func(t *testing.T) {
+		// An access ACL equal to the mode bits is a chmod (acl.go);
+		// anything else is refused and changes nothing.
+		must(t, os.Mkdir(p("acl"), 0o755))
+		f := p("acl/f")
+		must(t, os.WriteFile(f, []byte("x"), 0o600))
+		acl := func(version uint32, ents ...[3]uint32) []byte {
+			b := binenc.LittleEndian.AppendUint32(nil, version)
+			for _, e := range ents {
+				b = binenc.LittleEndian.AppendUint16(b, uint16(e[0]))
+				b = binenc.LittleEndian.AppendUint16(b, uint16(e[1]))
+				b = binenc.LittleEndian.AppendUint32(b, e[2])
+			}
+			return b
+		}
+		const none = ^uint32(0)
+		perm := func() os.FileMode {
+			st, err := os.Stat(f)
+			must(t, err)
+			return st.Mode() & (os.ModePerm | os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
+		}
+		must(t, unix.Setxattr(f, "system.posix_acl_access", acl(2, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 4, none}), 0))
+		if got := perm(); got != 0o754 {
+			t.Fatalf("after a minimal ACL of 0754: mode %v", got)
+		}
+		must(t, syscall.Chmod(f, 0o4700))
+		must(t, unix.Setxattr(f, "system.posix_acl_access", acl(2, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 5, none}), 0))
+		if got := perm(); got != 0o755|os.ModeSetuid {
+			t.Fatalf("a minimal ACL on a setuid file: mode %v, want the setuid bit kept", got)
+		}
+		named := acl(2, [3]uint32{1, 7, none}, [3]uint32{2, 7, 1000}, [3]uint32{4, 5, none}, [3]uint32{0x10, 7, none}, [3]uint32{0x20, 0, none})
+		wantErrno(t, "an ACL naming a user", unix.Setxattr(f, "system.posix_acl_access", named, 0), syscall.EOPNOTSUPP)
+		for name, bad := range map[string][]byte{
+			"version 1":       acl(1, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 4, none}),
+			"no other entry":  acl(2, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}),
+			"truncated":       acl(2, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 4, none})[:20],
+			"permission bits": acl(2, [3]uint32{1, 8, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 4, none}),
+		} {
+			if err := unix.Setxattr(f, "system.posix_acl_access", bad, 0); err == nil {
+				t.Fatalf("a malformed ACL (%s) was taken", name)
+			}
+		}
+		if got := perm(); got != 0o755|os.ModeSetuid {
+			t.Fatalf("refused ACLs changed the mode to %v", got)
+		}
+		wantErrno(t, "a default ACL", unix.Setxattr(p("acl"), "system.posix_acl_default", acl(2, [3]uint32{1, 7, none}, [3]uint32{4, 5, none}, [3]uint32{0x20, 5, none}), 0), syscall.EOPNOTSUPP)
+		_, err := unix.Getxattr(f, "system.posix_acl_access", make([]byte, 64))
+		wantErrno(t, "read the access ACL", err, syscall.ENODATA)
+		// cp -a sets permissions with such an ACL (coreutils 9): the
+		// copies keep their modes, in a directory this mount made.
+		src := t.TempDir()
+		for i, m := range []os.FileMode{0o751, 0o640, 0o604} {
+			name := filepath.Join(src, "m"+strconv.Itoa(i))
+			must(t, os.WriteFile(name, []byte("mode"), 0o600))
+			must(t, os.Chmod(name, m))
+		}
+		if out, err := exec.Command("cp", "-a", src, p("acl/copy")).CombinedOutput(); err != nil {
+			t.Fatalf("cp -a: %v: %s", err, out)
+		}
+		for i, m := range []os.FileMode{0o751, 0o640, 0o604} {
+			if st, err := os.Stat(p("acl/copy/m" + strconv.Itoa(i))); err != nil || st.Mode().Perm() != m {
+				t.Fatalf("cp -a of a file of mode %v: %v, %v", m, st.Mode(), err)
+			}
 		}
 	})
 

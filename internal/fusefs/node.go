@@ -1366,8 +1366,9 @@ func (n *node) truncate(ctx context.Context, h *handle, size int64) (*wire.Attr,
 
 // ---- extended attributes ----
 
-// xattrAllowed refuses the system.* namespace (POSIX ACLs are not
-// supported; the kernel would not apply stored ones).
+// xattrAllowed refuses the system.* namespace (POSIX ACLs beyond the
+// mode bits are not supported; the kernel would not apply stored ones):
+// see setACLAccess for the one kind of ACL that is.
 func xattrAllowed(name string) bool { return !strings.HasPrefix(name, "system.") }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -1385,6 +1386,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == aclAccessXattr {
+		return n.setACLAccess(ctx, data, flags)
+	}
 	if !xattrAllowed(attr) {
 		return syscall.EOPNOTSUPP
 	}
