@@ -261,45 +261,77 @@ func (q *deferredQueue) nudge() {
 
 // sendableLocked says how many operations at the head of the queue the
 // sender may take now, and, when none, how long to wait at most: the
-// queue stops before a write's place not filled yet, before the create
-// of a file with such a place (below), and before a create that is held.
+// queue stops before a write's place not filled yet, before a create
+// that is held, and before the create of any file with a change past
+// the stop (wholeCut).
 func (q *deferredQueue) sendableLocked(now time.Time) (int, time.Duration) {
-	// The files whose writes' places are not filled yet. Their creates
-	// wait too, even for a flush and past a hold's end: a create
-	// applied without the records behind it shows the file, found by
-	// another client's lookup with no recall, empty (CI's
-	// TestMountAsyncDirs read 0 bytes of a 64 KiB file closed on
-	// another mount, when the chunk write took longer than
-	// maxCreateHold). A place is filled within newWriteTime.
-	var unfilled map[ids.Ino]bool
-	for _, op := range q.pending {
-		if op.slot && !op.filled {
-			if unfilled == nil {
-				unfilled = map[ids.Ino]bool{}
-			}
-			unfilled[op.changes] = true
-		}
-	}
+	stop, wait := len(q.pending), time.Duration(0)
 	for i, op := range q.pending {
-		if (op.slot && !op.filled) || (op.creates != 0 && unfilled[op.creates]) {
+		if op.slot && !op.filled {
 			// Even for a flush: what goes there is not known yet (the
 			// write fills it when its bytes are out, or gives up).
-			if i == 0 {
-				return 0, time.Second
-			}
-			return i, 0
+			stop, wait = i, time.Second
+			break
 		}
 		if op.creates == 0 || q.urgent > 0 {
 			continue
 		}
 		if h := q.holds[op.creates]; h != nil && now.Before(h.until) {
-			if i == 0 {
-				return 0, h.until.Sub(now)
-			}
-			return i, 0
+			stop, wait = i, h.until.Sub(now)
+			break
 		}
 	}
-	return len(q.pending), 0
+	if stop == len(q.pending) {
+		return stop, 0
+	}
+	// A file's create does not leave ahead of its changes queued past
+	// the stop, even for a flush and past a hold's end: applied alone,
+	// it shows the file to another client's lookup (no recall needed
+	// then), and that client's open reads it without them (CI's
+	// TestMountAsyncDirs read 0 bytes of a 64 KiB file closed on another
+	// mount, when the chunk write took longer than maxCreateHold). The
+	// stop ends within newWriteTime (a write's place) or maxCreateHold.
+	if n := wholeCut(q.pending, stop); n > 0 {
+		return n, 0
+	}
+	return 0, wait
+}
+
+// wholeCut returns the largest n ≤ cut such that no file created in
+// ops[:n] has a change (deferredOp.changes) in ops[n:]: a batch cut there
+// carries every create with all of its file's changes taken with it. 0
+// when only an empty run would.
+func wholeCut(ops []*deferredOp, cut int) int {
+	if cut >= len(ops) {
+		return cut
+	}
+	// last: each file's last change in the queue.
+	var last map[ids.Ino]int
+	for i, op := range ops {
+		if op.changes != 0 {
+			if last == nil {
+				last = map[ids.Ino]int{}
+			}
+			last[op.changes] = i
+		}
+	}
+	if last == nil {
+		return cut
+	}
+	// A cut before index n is whole when every create before it has its
+	// last change before it too: reach is the furthest such change.
+	best, reach := 0, -1
+	for n := 1; n <= cut; n++ {
+		if op := ops[n-1]; op.creates != 0 {
+			if l, ok := last[op.creates]; ok && l > reach {
+				reach = l
+			}
+		}
+		if reach < n {
+			best = n
+		}
+	}
+	return best
 }
 
 // flushWaiter is a flush waiting until doneTo reaches ticket.
@@ -870,27 +902,14 @@ func (c *Client) sendDeferred() {
 	}
 }
 
-// keepCreatesWithChanges returns where a run of ops cut at n ends so that
-// no file's create is sent in a batch before changes of the file taken
-// with it (for sendableLocked's reason): before the first such create,
-// unless that is the run's first op.
+// keepCreatesWithChanges returns where a run of ops cut at n (by size)
+// ends so that no file's create is sent in a batch before changes of the
+// file taken with it (for sendableLocked's reason): the largest whole cut
+// (wholeCut), or n when only an empty run would be (a create with more
+// than a batch of operations between it and its changes).
 func keepCreatesWithChanges(ops []*deferredOp, n int) int {
-	if n >= len(ops) {
-		return n
-	}
-	var later map[ids.Ino]bool
-	for _, op := range ops[n:] {
-		if op.changes != 0 {
-			if later == nil {
-				later = map[ids.Ino]bool{}
-			}
-			later[op.changes] = true
-		}
-	}
-	for i := 1; i < n && later != nil; i++ {
-		if ops[i].creates != 0 && later[ops[i].creates] {
-			return i
-		}
+	if c := wholeCut(ops, n); c > 0 {
+		return c
 	}
 	return n
 }

@@ -478,3 +478,45 @@ func TestQueuedBatchBytesBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateNotSentAheadOfItsBytes: the sender takes no create whose
+// file has a change queued past where it stops, whatever stops it (found
+// in review: X's create left alone while Y's chunk write, queued between
+// it and X's bytes, held the rest back).
+func TestCreateNotSentAheadOfItsBytes(t *testing.T) {
+	const x, y, w = ids.Ino(10), ids.Ino(11), ids.Ino(12)
+	create := func(ino ids.Ino) *deferredOp { return &deferredOp{creates: ino} }
+	change := func(ino ids.Ino) *deferredOp { return &deferredOp{changes: ino} }
+	slot := func(ino ids.Ino, filled bool) *deferredOp {
+		return &deferredOp{changes: ino, slot: true, filled: filled}
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		name  string
+		queue []*deferredOp
+		holds map[ids.Ino]*createHold
+		want  int
+	}{
+		{"another file's write stops the queue", []*deferredOp{create(x), create(y), slot(y, false), change(x)}, nil, 0},
+		{"its own write", []*deferredOp{create(w), change(w), create(x), slot(x, false)}, nil, 2},
+		{"another file's held create", []*deferredOp{create(x), create(y), change(x)},
+			map[ids.Ino]*createHold{y: {n: 1, until: now.Add(time.Minute)}}, 0},
+		{"a filled write goes with its create", []*deferredOp{create(x), slot(x, true), create(y), slot(y, false)}, nil, 2},
+		{"nothing stops it", []*deferredOp{create(x), create(y), slot(y, true), change(x)}, nil, 4},
+	} {
+		q := &deferredQueue{pending: tc.queue, holds: tc.holds}
+		if n, _ := q.sendableLocked(now); n != tc.want {
+			t.Errorf("%s: the sender may take %d, want %d", tc.name, n, tc.want)
+		}
+	}
+	// A batch cut by size keeps each create with its changes when it
+	// can, and cuts where it must when it cannot.
+	ops := []*deferredOp{create(w), change(w), create(x), change(y), change(x)}
+	if n := keepCreatesWithChanges(ops, 4); n != 2 {
+		t.Errorf("cut at 4: %d, want 2 (x's create with its change)", n)
+	}
+	ops = []*deferredOp{create(w), create(x), change(w), change(x)}
+	if n := keepCreatesWithChanges(ops, 3); n != 3 {
+		t.Errorf("no whole cut below 4: %d, want the size cut, 3", n)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 )
 
 // POSIX ACLs equal to the mode bits. GovFS stores no ACLs, but an
@@ -91,10 +90,9 @@ func (n *node) setACLAccess(ctx context.Context, data []byte, flags uint32) sysc
 	if !ok {
 		return syscall.EOPNOTSUPP
 	}
-	if flags&unix.XATTR_REPLACE != 0 {
-		// There is never an ACL to replace (none is kept).
-		return syscall.ENODATA
-	}
+	// XATTR_CREATE and XATTR_REPLACE are ignored, as ext4 ignores them
+	// for ACLs (and kernels since 6.2 pass neither).
+	_ = flags
 	var cur fuse.AttrOut
 	if e := n.Getattr(ctx, nil, &cur); e != 0 {
 		return e
