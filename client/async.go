@@ -101,8 +101,10 @@ type deferredQueue struct {
 	doneTo     uint64
 	waiters    []flushWaiter
 	// creating maps a regular file whose queued create is not answered
-	// yet to that create's ticket (Client.creating).
-	creating map[ids.Ino]uint64
+	// yet to that create's ticket (Client.creating), createdAt to when
+	// it was queued (newBytesWindow).
+	creating  map[ids.Ino]uint64
+	createdAt map[ids.Ino]time.Time
 	// changing counts the unanswered queued changes of each file
 	// (deferFileCmd).
 	changing map[ids.Ino]int
@@ -153,9 +155,18 @@ type createHold struct {
 	until time.Time
 }
 
-// maxCreateHold bounds how long a file's create waits for its bytes
-// (holdCreate); past it the bytes are recorded after the create.
+// maxCreateHold bounds how long a held create (holdCreate) keeps the
+// queue back for changes of its file still to come.
 const maxCreateHold = 100 * time.Millisecond
+
+// newBytesWindow bounds how long after its create was queued a file's
+// bytes may still be queued behind it (holdCreate): the create waits for
+// every write so queued (sendableLocked), so a program writing a new file
+// without pause would otherwise keep it back for as long as it writes,
+// and the records of its first chunks past their newFileRecordWindow.
+// Later writes go the usual way, after the create's answer; so the
+// create waits at most this and a write's newWriteTime.
+const newBytesWindow = 10 * time.Second
 
 // holdCreate says whether ino's create is queued or on its way and not
 // answered yet (queued), and if it has not been taken by the sender yet,
@@ -172,7 +183,7 @@ func (c *Client) holdCreate(ino ids.Ino) (queued, held bool) {
 	if !ok {
 		return false, false
 	}
-	if t <= q.takenTo {
+	if t <= q.takenTo || c.cfg.Clock.Now().Sub(q.createdAt[ino]) > newBytesWindow {
 		return true, false
 	}
 	if q.holds == nil {
@@ -744,6 +755,7 @@ func (c *Client) enqueueIf(op *deferredOp, cond func(q *deferredQueue) bool) boo
 // enqueueAllIf queues ops, together and in order, if cond says so.
 func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) bool) bool {
 	q := &c.deferred
+	now := c.cfg.Clock.Now()
 	q.outstanding.Add(int64(len(ops)))
 	q.mu.Lock()
 	if cond != nil && !cond(q) {
@@ -758,8 +770,10 @@ func (c *Client) enqueueAllIf(ops []*deferredOp, cond func(q *deferredQueue) boo
 		if op.creates != 0 {
 			if q.creating == nil {
 				q.creating = map[ids.Ino]uint64{}
+				q.createdAt = map[ids.Ino]time.Time{}
 			}
 			q.creating[op.creates] = op.ticket
+			q.createdAt[op.creates] = now
 		}
 		for _, d := range op.dirs {
 			if q.dirOps == nil {
@@ -929,6 +943,7 @@ func (c *Client) retireOps(run []*deferredOp) {
 		}
 		if op.creates != 0 && q.creating[op.creates] == op.ticket {
 			delete(q.creating, op.creates)
+			delete(q.createdAt, op.creates)
 			if q.changing[op.creates] == 0 {
 				delete(q.newChunks, op.creates)
 			}

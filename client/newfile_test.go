@@ -222,7 +222,8 @@ func TestNewFileCreateWaitsForItsBytes(t *testing.T) {
 // TestNewFileDataAfterCreateTaken: once the sender took a file's create,
 // its bytes are no longer queued behind it (they would follow it in a
 // later batch, and another client could open the file empty between):
-// they go the usual way, after the create's answer.
+// they go the usual way, after the create's answer. So do they once the
+// create has been queued for longer than newBytesWindow.
 func TestNewFileDataAfterCreateTaken(t *testing.T) {
 	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
@@ -246,6 +247,16 @@ func TestNewFileDataAfterCreateTaken(t *testing.T) {
 	}
 	c.deferred.mu.Lock()
 	c.deferred.takenTo = 0
+	queuedAt := c.deferred.createdAt[ino]
+	// Queued longer ago than newBytesWindow: a program still writing
+	// must not keep the create back (its bytes go the usual way).
+	c.deferred.createdAt[ino] = queuedAt.Add(-2 * newBytesWindow)
+	c.deferred.mu.Unlock()
+	if w := f.WriteNewAsync(ctx, make([]byte, 100<<10), 0, nil); w != nil {
+		t.Fatal("a new file's bytes were queued behind a create queued longer than newBytesWindow ago")
+	}
+	c.deferred.mu.Lock()
+	c.deferred.createdAt[ino] = queuedAt
 	c.deferred.mu.Unlock()
 	release()
 	want := []byte("written the usual way")
