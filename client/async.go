@@ -316,27 +316,31 @@ func wholeCut(ops []*deferredOp, cut int) int {
 	if cut >= len(ops) {
 		return cut
 	}
-	// last: each file's last change in the queue.
+	// last: the last change in the queue of each file created before
+	// the cut (usually few: the sender runs this at every wake).
 	var last map[ids.Ino]int
-	for i, op := range ops {
-		if op.changes != 0 {
+	for _, op := range ops[:cut] {
+		if op.creates != 0 {
 			if last == nil {
 				last = map[ids.Ino]int{}
 			}
-			last[op.changes] = i
+			last[op.creates] = -1
 		}
 	}
 	if last == nil {
 		return cut
 	}
+	for i, op := range ops {
+		if _, ok := last[op.changes]; ok {
+			last[op.changes] = i
+		}
+	}
 	// A cut before index n is whole when every create before it has its
 	// last change before it too: reach is the furthest such change.
 	best, reach := 0, -1
 	for n := 1; n <= cut; n++ {
-		if op := ops[n-1]; op.creates != 0 {
-			if l, ok := last[op.creates]; ok && l > reach {
-				reach = l
-			}
+		if op := ops[n-1]; op.creates != 0 && last[op.creates] > reach {
+			reach = last[op.creates]
 		}
 		if reach < n {
 			best = n

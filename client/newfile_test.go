@@ -74,6 +74,18 @@ func newQueuedFile(t *testing.T, c *Client, dir ids.Ino, name string, done Defer
 	return a, f
 }
 
+// heldNewFile sets up a writer c (its sender held until release) and
+// another client, and queues on c the create of a new file name (done
+// hears it), open for writing.
+func heldNewFile(t *testing.T, name string, done DeferredDone) (c, other *Client, release func(), a *wire.Attr, f *File) {
+	t.Helper()
+	c, other = dataClient(t), dataClient(t)
+	dir := newFileSetup(t, c)
+	release = holdSender(t, c)
+	a, f = newQueuedFile(t, c, dir, name, done)
+	return c, other, release, a, f
+}
+
 // readAllOf reads ino through c (a client that did not write it).
 func readAllOf(t *testing.T, c *Client, ino ids.Ino) []byte {
 	t.Helper()
@@ -172,13 +184,10 @@ func TestNewFileBytesQueueBehindCreate(t *testing.T) {
 // bytes are out, the create and their records go together, and nothing
 // is lost.
 func TestNewFileCreateWaitsForItsBytes(t *testing.T) {
-	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
-	dir := newFileSetup(t, c)
 	// The sender is held until the write has started, so that the
 	// create is still pending then (the case to test).
-	release := holdSender(t, c)
-	a, f := newQueuedFile(t, c, dir, "g", nil)
+	c, other, release, a, f := heldNewFile(t, "g", nil)
 	ino := ids.Ino(a.GetIno())
 	flushed := make(chan struct{})
 	var sentEarly bool
@@ -225,18 +234,16 @@ func TestNewFileCreateWaitsForItsBytes(t *testing.T) {
 // they go the usual way, after the create's answer. So do they once the
 // create has been queued for longer than newBytesWindow.
 func TestNewFileDataAfterCreateTaken(t *testing.T) {
-	c, other := dataClient(t), dataClient(t)
 	ctx := t.Context()
-	dir := newFileSetup(t, c)
-	release := holdSender(t, c)
-	a, f := newQueuedFile(t, c, dir, "h", nil)
+	c, other, release, a, f := heldNewFile(t, "h", nil)
 	ino := ids.Ino(a.GetIno())
 	// As the sender does when it takes the create (its batch is then
 	// on its way).
 	c.deferred.mu.Lock()
 	c.deferred.takenTo = c.deferred.creating[ino]
+	pending := c.deferred.createPendingLocked(ino)
 	c.deferred.mu.Unlock()
-	if c.deferred.createPendingLocked(ino) {
+	if pending {
 		t.Fatal("a taken create counts as pending")
 	}
 	if w := f.WriteNewAsync(ctx, make([]byte, 100<<10), 0, nil); w != nil {

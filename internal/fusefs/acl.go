@@ -82,7 +82,9 @@ func aclModeBits(v []byte) (bits uint32, ok bool, errno syscall.Errno) {
 // chmod it is (keeping the setuid, setgid and sticky bits, with chmod's
 // checks: only the owner may, and setgid goes for a caller outside the
 // file's group), and refuses any other (see above).
-func (n *node) setACLAccess(ctx context.Context, data []byte, flags uint32) syscall.Errno {
+// XATTR_CREATE and XATTR_REPLACE do not matter, as for ext4 (kernels
+// since 6.2 pass neither for ACLs).
+func (n *node) setACLAccess(ctx context.Context, data []byte) syscall.Errno {
 	bits, ok, e := aclModeBits(data)
 	if e != 0 {
 		return e
@@ -90,9 +92,6 @@ func (n *node) setACLAccess(ctx context.Context, data []byte, flags uint32) sysc
 	if !ok {
 		return syscall.EOPNOTSUPP
 	}
-	// XATTR_CREATE and XATTR_REPLACE are ignored, as ext4 ignores them
-	// for ACLs (and kernels since 6.2 pass neither).
-	_ = flags
 	var cur fuse.AttrOut
 	if e := n.Getattr(ctx, nil, &cur); e != 0 {
 		return e

@@ -1387,7 +1387,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	if attr == aclAccessXattr {
-		return n.setACLAccess(ctx, data, flags)
+		return n.setACLAccess(ctx, data)
 	}
 	if !xattrAllowed(attr) {
 		return syscall.EOPNOTSUPP
