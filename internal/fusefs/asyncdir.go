@@ -120,6 +120,9 @@ type dirState struct {
 	// firstPage is the listing's first page kept under lease
 	// (keptpage.go), nil if none.
 	firstPage *keptPage
+	// listingAhead, while the first page is being read ahead of a
+	// walker (listahead.go), is closed when it is done; nil otherwise.
+	listingAhead chan struct{}
 	// notedAt: when asyncLocked last counted the lease as used
 	// (dirleases.go).
 	notedAt time.Time

@@ -34,6 +34,11 @@ type Config struct {
 	// directory in the background while a process opens them in the
 	// order it listed them (walkahead.go).
 	WalkAhead bool
+	// ListAhead reads the first page of each subdirectory a listing
+	// hands the kernel in the background, under this mount's directory
+	// lease on it, so a process walking the tree finds it kept
+	// (listahead.go).
+	ListAhead bool
 	// NewFileLeases asks for the read lease of each regular file the
 	// mount created under a directory lease once its create was
 	// applied, so its next open asks the ministry nothing
@@ -116,6 +121,7 @@ func DefaultConfig() Config {
 		CreateLeases: true,
 		WriteBehind:  true,
 		WalkAhead:    true,
+		ListAhead:    true,
 		WriteBuffer:  DefaultWriteBuffer,
 		MaxWrite:     DefaultMaxWrite,
 		FsName:       "govfs",

@@ -43,8 +43,10 @@ type dirHandle struct {
 		next   int // index in page of the next entry
 		cookie []byte
 		eof    bool
-		// last is the entry handed out last (what Lookup is asked for).
-		last *wire.DirEntry
+		// last is the entry handed out last (what Lookup is asked for);
+		// lastAhead the last one considered for reading ahead
+		// (listahead.go).
+		last, lastAhead *wire.DirEntry
 		// keptAge: page is a kept first page this old (keptpage.go), 0
 		// when it was asked for by this handle.
 		keptAge time.Duration
@@ -55,7 +57,7 @@ type dirHandle struct {
 		// when this mount's change count was prefetchChanges, not used
 		// yet (zero otherwise).
 		prefetchAt      time.Time
-		prefetchChanges uint64
+		prefetchChanges pageMark
 	}
 }
 
@@ -143,7 +145,7 @@ func (d *dirHandle) prefetch(ctx context.Context, flags uint32) (ok bool, dir *w
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.mu.prefetchChanges, d.mu.prefetchAt = d.n.fsys.changes.Load(), time.Now()
+	d.mu.prefetchChanges, d.mu.prefetchAt = d.n.fsys.markPage(), time.Now()
 	var a *wire.Attr
 	if errno := d.fetchLocked(ctx, &a); errno != 0 {
 		d.mu.prefetchAt = time.Time{}
@@ -171,7 +173,7 @@ func (d *dirHandle) currentPrefetchLocked() {
 	d.mu.prefetchAt = time.Time{}
 	f := d.n.fsys
 	age := time.Since(at)
-	if f.changes.Load() != d.mu.prefetchChanges || age >= f.cfg.AttrTimeout || f.c.DirQueued(d.n.ino) || f.pageQueued(d.mu.page) {
+	if f.pageChanged(d.mu.prefetchChanges, d.n.ino, d.mu.page) || age >= f.cfg.AttrTimeout || f.c.DirQueued(d.n.ino) || f.pageQueued(d.mu.page) {
 		d.mu.page, d.mu.next, d.mu.cookie, d.mu.eof = nil, 0, nil, false
 		return
 	}
@@ -200,6 +202,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		return &fuse.DirEntry{Name: "..", Ino: ino, Mode: syscall.S_IFDIR, Off: 2}, 0
 	}
 	d.currentPrefetchLocked()
+	d.listAheadLastLocked(ctx)
 	for {
 		if d.mu.next < len(d.mu.page) {
 			e := d.mu.page[d.mu.next]
@@ -246,13 +249,14 @@ func (d *dirHandle) fetchLocked(ctx context.Context, dirAttr **wire.Attr) syscal
 	var p *keptPage
 	var age time.Duration
 	if first && !d.linear && dirAttr == nil {
+		d.n.awaitListAhead(ctx)
 		p, age = d.n.keptFirstPage()
 	}
 	if p != nil {
 		ents, next, eof, d.mu.keptAge = p.ents, p.next, p.eof, max(age, time.Nanosecond)
 		d.n.fsys.keptPages.Inc()
 	} else {
-		changes, at := d.n.fsys.changes.Load(), time.Now()
+		changes, at := d.n.fsys.markPage(), time.Now()
 		var l *client.Lease
 		if first && !d.linear {
 			l = d.n.pageLease()

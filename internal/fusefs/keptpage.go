@@ -1,12 +1,14 @@
 package fusefs
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -26,7 +28,10 @@ import (
 //     buffered writes, lock taken or file lease revoked, which can
 //     leave a file's attributes in the page older than what the
 //     kernel was told; a page asked for while one was under way is not
-//     kept),
+//     kept), except unlinks and rmdirs, which count only against the
+//     pages showing an inode they change (FS.removals: the directory,
+//     whose attributes its parent's page shows, and the name's inode,
+//     whose link count every page naming it shows),
 //   - nothing of the directory or of its entries is queued, and
 //   - the page is younger than the attribute timeout; each entry's
 //     attributes are then handed to the kernel with what is left of that
@@ -40,8 +45,110 @@ type keptPage struct {
 	next    []byte
 	eof     bool
 	lease   *client.Lease
-	changes uint64
+	changes pageMark
 	at      time.Time
+}
+
+// pageMark is where this mount's change counts stood when a page was
+// asked for.
+type pageMark struct {
+	changes, removals uint64
+}
+
+// markPage samples the change counts before a page is asked for.
+func (f *FS) markPage() pageMark {
+	return pageMark{changes: f.changes.Load(), removals: f.removals.now()}
+}
+
+// pageChanged says whether this mount changed something a page of
+// directory dir asked for at m may show.
+func (f *FS) pageChanged(m pageMark, dir ids.Ino, ents []*wire.DirEntry) bool {
+	return f.changes.Load() != m.changes || f.removals.changedSince(m.removals, dir, ents)
+}
+
+// removalLog records, per inode, the count of this mount's unlinks and
+// rmdirs as the last one changing it started or ended: while a process
+// removes a tree, pages of the directories it has not reached yet stay
+// current (listAhead). Bounded: past maxRemovalInodes the record starts
+// over, and every page asked for before is taken as changed.
+type removalLog struct {
+	mu    sync.Mutex
+	seq   uint64
+	floor uint64
+	last  map[ids.Ino]uint64
+}
+
+const maxRemovalInodes = 1 << 16
+
+func (r *removalLog) now() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seq
+}
+
+// mark counts a removal changing inos as it starts or ends.
+func (r *removalLog) mark(inos ...ids.Ino) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	switch {
+	case r.last == nil:
+		r.last = map[ids.Ino]uint64{}
+	case len(r.last) >= maxRemovalInodes:
+		r.last, r.floor = map[ids.Ino]uint64{}, r.seq
+	}
+	for _, ino := range inos {
+		r.last[ino] = r.seq
+	}
+}
+
+// changedSince says whether a removal counted after at changed dir or
+// an inode ents name.
+func (r *removalLog) changedSince(at uint64, dir ids.Ino, ents []*wire.DirEntry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seq == at {
+		return false
+	}
+	if at < r.floor || r.last[dir] > at {
+		return true
+	}
+	for _, e := range ents {
+		if r.last[ids.Ino(e.GetIno())] > at {
+			return true
+		}
+	}
+	return false
+}
+
+// removing counts an unlink or rmdir of name in n as it starts; the
+// function returned counts its end. The inodes changed are n and the
+// name's; when the latter is not known here, the removal counts as
+// any other change (FS.changes).
+func (n *node) removing(name string) func() {
+	ino := n.childIno(name)
+	f := n.fsys
+	if ino == 0 {
+		f.changes.Add(1)
+		return func() { f.changes.Add(1) }
+	}
+	f.removals.mark(n.ino, ino)
+	return func() { f.removals.mark(n.ino, ino) }
+}
+
+// childIno returns the inode number name has in n as this mount knows
+// it (the kernel's entry, or the listing held under n's directory
+// lease), 0 if it knows none.
+func (n *node) childIno(name string) ids.Ino {
+	if in := n.GetChild(name); in != nil {
+		return ids.Ino(in.StableAttr().Ino)
+	}
+	n.dir.mu.Lock()
+	defer n.dir.mu.Unlock()
+	if e, ok := n.dir.names[name]; ok {
+		return e.ino
+	}
+	return 0
 }
 
 // pageLease returns n's directory lease if it is held now (nil if not),
@@ -57,13 +164,13 @@ func (n *node) pageLease() *client.Lease {
 	return d.lease
 }
 
-// keepFirstPage keeps the first page of n asked for at `at`, when
-// FS.changes was changes and n's directory lease was l: only if that
+// keepFirstPage keeps the first page of n asked for at `at`, when the
+// change counts were m and n's directory lease was l: only if that
 // lease is still held (a lease revoked and granted again meanwhile let
 // another client's change in after the page was read) and no change
-// started or ended since.
-func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *client.Lease, changes uint64, at time.Time) {
-	if l == nil || n.fsys.cfg.AttrTimeout <= 0 || n.fsys.changes.Load() != changes {
+// the page may show started or ended since.
+func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *client.Lease, m pageMark, at time.Time) {
+	if l == nil || n.fsys.cfg.AttrTimeout <= 0 || n.fsys.pageChanged(m, n.ino, ents) {
 		return
 	}
 	d := &n.dir
@@ -73,7 +180,7 @@ func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *cl
 		d.firstPage = nil
 		return
 	}
-	d.firstPage = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: changes, at: at}
+	d.firstPage = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: m, at: at}
 }
 
 // keptFirstPage returns n's kept first page if it may be served again
@@ -89,7 +196,7 @@ func (n *node) keptFirstPage() (*keptPage, time.Duration) {
 	}
 	age := time.Since(p.at)
 	f := n.fsys
-	if age >= f.cfg.AttrTimeout || f.changes.Load() != p.changes || f.c.DirQueued(n.ino) || f.pageQueued(p.ents) {
+	if age >= f.cfg.AttrTimeout || f.pageChanged(p.changes, n.ino, p.ents) || f.c.DirQueued(n.ino) || f.pageQueued(p.ents) {
 		return nil, 0
 	}
 	return p, age
@@ -133,15 +240,7 @@ func (c changeFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, o
 	return c.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
-func (c changeFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer c.bump()()
-	return c.RawFileSystem.Unlink(cancel, h, name)
-}
-
-func (c changeFS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
-	defer c.bump()()
-	return c.RawFileSystem.Rmdir(cancel, h, name)
-}
+// Unlink and Rmdir are counted by the node (node.removing), per inode.
 
 func (c changeFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
 	defer c.bump()()

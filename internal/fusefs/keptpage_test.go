@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // TestListingPageKept: a directory this mount holds the directory lease
@@ -89,4 +90,102 @@ func TestListingPageKept(t *testing.T) {
 	if n := list("listing after another client's create", want); n != 0 {
 		t.Fatalf("listing after another client's create served a kept page")
 	}
+}
+
+// TestListAhead: listing a directory reads its subdirectories' first
+// pages in the background (this mount holds their directory leases), so
+// the next listing of each asks the ministry nothing. This mount's
+// unlink in one subdirectory does not end the page kept of another,
+// but does end the pages showing what it changed: the directory's own
+// and its parent's (which shows the directory's attributes). Every
+// listing shows the changes.
+func TestListAhead(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	// A long attribute timeout: a kept page is served only within it,
+	// and this test must not depend on how fast the machine is.
+	a := mountProc(t, c, "--metrics", addr, "--dir-cache=false", "--attr-timeout", "60s")
+	top := filepath.Join(a, "top")
+	must(t, os.Mkdir(top, 0o755))
+	want := map[string][]string{}
+	var subdirs []string
+	for i := range 6 {
+		s := "s" + strconv.Itoa(i)
+		subdirs = append(subdirs, s)
+		must(t, os.Mkdir(filepath.Join(top, s), 0o755))
+		for j := range 5 {
+			name := "f" + strconv.Itoa(j)
+			must(t, os.WriteFile(filepath.Join(top, s, name), []byte(name), 0o644))
+			want[s] = append(want[s], name)
+		}
+	}
+	fsyncDir(t, top)
+	for s := range want {
+		fsyncDir(t, filepath.Join(top, s))
+	}
+
+	const kept, ahead = "govfs_mount_listing_pages_kept_total", "govfs_mount_listing_pages_ahead_total"
+	listTop := func(what string) int {
+		t.Helper()
+		k0 := mountCounter(t, addr, kept)
+		if got := names(t, top); !slices.Equal(got, subdirs) {
+			t.Fatalf("%s: top lists %v, want %v", what, got, subdirs)
+		}
+		return mountCounter(t, addr, kept) - k0
+	}
+	a0 := mountCounter(t, addr, ahead)
+	listTop("first listing")
+	deadline := time.Now().Add(10 * time.Second)
+	for mountCounter(t, addr, ahead)-a0 < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("listing top read %d first pages ahead, want 6 (one per subdirectory)", mountCounter(t, addr, ahead)-a0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	list := func(s string) int {
+		t.Helper()
+		k0 := mountCounter(t, addr, kept)
+		if got := names(t, filepath.Join(top, s)); !slices.Equal(got, want[s]) {
+			t.Fatalf("%s lists %v, want %v", s, got, want[s])
+		}
+		return mountCounter(t, addr, kept) - k0
+	}
+	if n := list("s2"); n != 1 {
+		t.Fatalf("s2, read ahead: %d kept pages served, want 1", n)
+	}
+	remove := func(s, name string) {
+		t.Helper()
+		must(t, os.Remove(filepath.Join(top, s, name)))
+		want[s] = slices.DeleteFunc(want[s], func(n string) bool { return n == name })
+	}
+	// An unlink elsewhere leaves s4's page current.
+	remove("s3", "f1")
+	if n := list("s4"); n != 1 {
+		t.Fatalf("s4 after an unlink in s3: %d kept pages served, want 1", n)
+	}
+	// In the directory itself, it does not.
+	remove("s5", "f2")
+	if n := list("s5"); n != 0 {
+		t.Fatalf("s5 after an unlink in it served a kept page")
+	}
+	list("s3")
+	// Nor top's, which shows s3's attributes (its modification time).
+	listTop("top, again")
+	if n := listTop("top, once more"); n != 1 {
+		t.Fatalf("top listed twice in a row: %d kept pages served, want 1", n)
+	}
+	remove("s3", "f3")
+	if n := listTop("top after an unlink in s3"); n != 0 {
+		t.Fatalf("top after an unlink in its subdirectory s3 served a kept page")
+	}
+	list("s3")
+	// An rmdir of an emptied subdirectory, and top lists the rest.
+	for _, n := range slices.Clone(want["s2"]) {
+		remove("s2", n)
+	}
+	must(t, os.Remove(filepath.Join(top, "s2")))
+	subdirs = slices.DeleteFunc(subdirs, func(n string) bool { return n == "s2" })
+	listTop("top after rmdir s2")
+	list("s0")
 }

@@ -40,6 +40,9 @@ type FS struct {
 	// changes counts this mount's requests that may change something,
 	// as they start and end (changeFS; keptpage.go).
 	changes atomic.Uint64
+	// removals records the inodes this mount's unlinks and rmdirs
+	// change, which do not count in changes (keptpage.go).
+	removals removalLog
 	// lookupsLinearUntil (Unix ns): every lookup is linearizable until
 	// then, after a revoke reached a file's node the kernel had forgotten
 	// (leaseRevoked): that node has no parent to mark.
@@ -77,6 +80,9 @@ type FS struct {
 	// keptPages counts first pages of listings served again
 	// (keptpage.go).
 	keptPages prometheus.Counter
+	// pagesListedAhead counts first pages read ahead of a walker
+	// (listahead.go).
+	pagesListedAhead prometheus.Counter
 	// leasedLookups counts lookups answered under the child's read lease
 	// (leasedLookup); adoptedLeases the read leases a new node took over
 	// from a forgotten one (keptfiles.go).
@@ -112,6 +118,8 @@ func New(cfg Config) (*FS, error) {
 			Help: "Read leases kept past the kernel's forget of a file and taken over by its next node."}),
 		keptPages: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_listing_pages_kept_total",
 			Help: "Listings whose first page was served again to the next opendir within the attribute timeout, under the mount's directory lease, without a request to the ministry."}),
+		pagesListedAhead: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_listing_pages_ahead_total",
+			Help: "First pages of subdirectories' listings read in the background while a listing handed them to the kernel, kept for the opendir of a process walking the tree."}),
 		newFileLeases: prometheus.NewCounter(prometheus.CounterOpts{Name: "govfs_mount_new_file_leases_total",
 			Help: "Read leases the mount took on regular files it created: granted with the batch of queued creates that made them (--create-leases), or asked for once their creates were applied (--new-file-leases)."}),
 		newLeaseSlots: make(chan struct{}, newLeaseInFlight),
@@ -138,7 +146,7 @@ func New(cfg Config) (*FS, error) {
 		behind := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "govfs_mount_writes_behind_total",
 			Help: "Small files' writes answered at their close and queued under a buffered write lease (--write-behind), committed later in batches."},
 			func() float64 { return float64(f.c.WritesBehind()) })
-		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, requests, dirLeases, f.dirLeasesEvicted, behind} {
+		for _, c := range []prometheus.Collector{f.walkStored, f.walkLookups, f.settledWrites, f.newFileLeases, f.leasedLookups, f.adoptedLeases, f.keptPages, f.pagesListedAhead, requests, dirLeases, f.dirLeasesEvicted, behind} {
 			if err := cfg.Metrics.Register(c); err != nil {
 				return nil, fmt.Errorf("fusefs: register metrics: %w", err)
 			}
@@ -788,6 +796,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer n.removing(name)()
 	ctx = n.fsys.asCaller(bg(ctx))
 	var removed *node
 	if e := n.rmdirLocked(ctx, name, &removed); e != 0 {
@@ -874,6 +883,7 @@ func (n *node) rmdirQueued(ctx context.Context, name string, e dirEnt) *node {
 // link left is renamed to a hidden name instead, removed at its last
 // release (see the package doc).
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer n.removing(name)()
 	ctx = n.fsys.asCaller(bg(ctx))
 	n.walkForget(name)
 	// Before and after: a lease granted in between (the walk-ahead)

@@ -305,8 +305,9 @@ func (n *node) waitPrefetch() {
 type walkJob struct {
 	n   *node
 	ctx context.Context
-	// relist: n is a directory to list under its listing lease.
-	relist bool
+	// relist: n is a directory to list under its listing lease;
+	// listAhead: one whose first page to keep (listahead.go).
+	relist, listAhead bool
 }
 
 // walkQueue hands j to the mount's walkInFlight workers (started at the
@@ -318,9 +319,12 @@ func (f *FS) walkQueue(j walkJob) bool {
 		for range walkInFlight {
 			go func() {
 				for j := range f.walkJobs {
-					if j.relist {
+					switch {
+					case j.relist:
 						j.n.relist(j.ctx)
-					} else {
+					case j.listAhead:
+						j.n.listAhead(j.ctx)
+					default:
 						j.n.prefetchLease(j.ctx)
 					}
 				}
