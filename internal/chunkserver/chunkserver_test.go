@@ -410,3 +410,59 @@ func TestUnknownTokenKeyLearntOnDemand(t *testing.T) {
 		t.Fatalf("on-demand heartbeats at %v then %v: want one, then none within %v", asked, again, keyFetchSpacing)
 	}
 }
+
+// TestUnknownGroupLearntOnDemand: a request naming a replica group the
+// server has not heard of yet (a group the president has just formed,
+// before the member's next 2-s heartbeat) makes it ask the president at
+// once, and it knows the group then; a group the president never made
+// stays unknown, and does not make the server ask again at once.
+func TestUnknownGroupLearntOnDemand(t *testing.T) {
+	c := testcluster.NewInProc(t, 3)
+	var servers []*Server
+	for range 3 {
+		s := startServer(t, c.Addrs(), t.TempDir())
+		defer s.Stop()
+		servers = append(servers, s)
+	}
+	var g *wire.ReplicaGroup
+	var s *Server
+	waitFor(t, "a replica group", func() bool {
+		for _, x := range servers {
+			for _, y := range x.groups.all() {
+				g, s = y, x
+			}
+		}
+		return g != nil
+	})
+	// The server forgets its groups: as before the heartbeat that
+	// brought the group.
+	s.groups.set(nil, nil)
+	s.groupFetch.mu.Lock()
+	s.groupFetch.last = time.Time{}
+	s.groupFetch.mu.Unlock()
+	probe := func(group, epoch uint64) *dataproto.Frame {
+		return s.handle(&dataproto.Frame{Type: dataproto.TypeRead, Handle: handle(group, 1), Group: group, Epoch: epoch, Offset: 0})
+	}
+	if r := probe(g.GetId(), g.GetEpoch()); r.Status == dataproto.StatusStaleEpoch {
+		t.Fatalf("read of group %d at epoch %d, which the server had not heard of: %q; want the group learnt", g.GetId(), g.GetEpoch(), r.Payload)
+	}
+	if x, _ := s.groups.get(g.GetId()); x == nil {
+		t.Fatal("the group is not known after the request")
+	}
+	s.groupFetch.mu.Lock()
+	asked := s.groupFetch.last
+	s.groupFetch.mu.Unlock()
+	if asked.IsZero() {
+		t.Fatal("no heartbeat sent for the unknown group")
+	}
+	const madeUp = 999
+	if r := probe(madeUp, 1); r.Status != dataproto.StatusStaleEpoch {
+		t.Fatalf("read of a group nobody made: status %d %q; want it refused", r.Status, r.Payload)
+	}
+	s.groupFetch.mu.Lock()
+	again := s.groupFetch.last
+	s.groupFetch.mu.Unlock()
+	if !again.Equal(asked) && again.Sub(asked) < keyFetchSpacing {
+		t.Fatalf("on-demand heartbeats at %v then %v: want none within %v of the first", asked, again, keyFetchSpacing)
+	}
+}

@@ -219,6 +219,28 @@ func (s *Server) learnKey(tok []byte) bool {
 	return s.tokens.Knows(id)
 }
 
+// learnGroup sends a heartbeat now, for the president's current replica
+// groups, when a request names a group this server does not know, or at
+// a newer epoch than it knows, and returns the group as known then. A
+// group the president has just formed or changed reached its members
+// only with their next 2-s heartbeat, and every request for it was
+// refused until then: a fresh cluster's first file write took 1.4-2.2 s
+// (the client's retries backing off). Spaced as learnKey's heartbeats
+// (a request naming a made-up group cannot make the server hammer the
+// president); concurrent requests wait for the one in flight.
+func (s *Server) learnGroup(id, epoch uint64) (*wire.ReplicaGroup, map[uint64]string) {
+	s.groupFetch.mu.Lock()
+	defer s.groupFetch.mu.Unlock()
+	if g, addrs := s.groups.get(id); g != nil && g.GetEpoch() >= epoch {
+		return g, addrs // a heartbeat brought it while this one waited
+	}
+	if time.Since(s.groupFetch.last) >= keyFetchSpacing {
+		s.heartbeat()
+		s.groupFetch.last = time.Now()
+	}
+	return s.groups.get(id)
+}
+
 func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 	received := time.Now()
 	reply := &dataproto.Frame{Type: replyType(f.Type), RequestID: f.RequestID, Handle: f.Handle, Group: f.Group,
@@ -251,6 +273,9 @@ func (s *Server) handle(f *dataproto.Frame) *dataproto.Frame {
 	// believes in; a stale one is refused so it cannot act on a group that
 	// has changed (members, primary).
 	g, addrs := s.groups.get(f.Group)
+	if g == nil || g.GetEpoch() < f.Epoch {
+		g, addrs = s.learnGroup(f.Group, f.Epoch)
+	}
 	if g == nil {
 		return fail(dataproto.StatusStaleEpoch, "replica group %d is not known to chunk server %d (yet)", f.Group, s.id)
 	}

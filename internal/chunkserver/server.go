@@ -120,6 +120,12 @@ type Server struct {
 		mu   sync.Mutex
 		last time.Time
 	}
+	// groupFetch spaces the heartbeats learnGroup sends on demand, as
+	// keyFetch does learnKey's.
+	groupFetch struct {
+		mu   sync.Mutex
+		last time.Time
+	}
 	// beatMu keeps heartbeats one at a time (the ticker's and learnKey's):
 	// an older answer applied after a newer one would take back a group
 	// change or a key just learnt.
