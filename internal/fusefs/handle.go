@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -284,19 +283,13 @@ func (n *node) syncForTimes(ctx context.Context) syscall.Errno {
 	hs := n.handlesLocked()
 	n.mu.Unlock()
 	for _, h := range hs {
-		t0dbg := time.Now()
 		h.mu.Lock()
-		nb := len(h.mu.buf)
 		started := h.pushNewLocked(ctx) || h.newPushOnlyLocked()
 		h.mu.Unlock()
-		t1dbg := time.Now()
 		if !started {
 			if e := h.push(ctx, false); e != 0 {
 				return e
 			}
-		}
-		if d := time.Since(t0dbg); d > 300*time.Microsecond {
-			println("DEBUGSFT", n.ino, nb, started, t1dbg.Sub(t0dbg).Microseconds(), d.Microseconds())
 		}
 	}
 	for _, h := range hs {

@@ -1306,26 +1306,17 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		// ones and record their mtime first, or the push at close would
 		// set mtime to "now" over them. A new file's, whose records
 		// queue behind its create, go in the background.
-		t0dbg := time.Now()
 		if e := n.syncForTimes(ctx); e != 0 {
 			return e
 		}
-		if d := time.Since(t0dbg); d > 300*time.Microsecond {
-			println("DEBUGSA sft", n.ino, d.Microseconds())
-		}
 	}
-	t1dbg := time.Now()
 	if op.Valid != 0 && a == nil {
 		a = n.setattrQueued(ctx, op)
-	}
-	if d := time.Since(t1dbg); d > 300*time.Microsecond {
-		println("DEBUGSA q", n.ino, d.Microseconds(), a != nil)
 	}
 	if op.Valid != 0 && a == nil {
 		a = n.setattrDirQueued(ctx, op)
 	}
 	if op.Valid != 0 && a == nil {
-		println("DEBUGSA sync", n.ino)
 		gen := n.dirGen()
 		var err error
 		if a, err = n.fsys.c.Setattr(ctx, n.ino, op); err != nil {
