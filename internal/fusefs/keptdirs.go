@@ -110,6 +110,11 @@ type keptDir struct {
 	failed error
 	at     time.Time
 	elem   *list.Element
+	// firstPage is the listing's first page read ahead while kept
+	// (listahead.go), for the node that takes the lease over; ahead:
+	// such a read is on its way.
+	firstPage *keptPage
+	ahead     bool
 }
 
 // keptDirs are the directory leases kept past their nodes' forget, and
@@ -178,6 +183,37 @@ func (s *keptDirs) forget(f *FS, n *node, k *keptDir) (live bool, out []*keptDir
 		s.sweep = time.AfterFunc(keptIdle, f.sweepKept)
 	}
 	return true, out
+}
+
+// startAhead returns ino's kept lease, and marks a first page read
+// ahead on its way, if the directory's lease is kept with its listing,
+// nothing of it failed, it has no current page read ahead and none on
+// its way; nil otherwise.
+func (s *keptDirs) startAhead(ino ids.Ino, fresh time.Duration) *client.Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.m[ino]
+	if k == nil || k.lease == nil || k.names == nil || k.failed != nil || k.ahead ||
+		(k.firstPage != nil && k.firstPage.lease == k.lease && time.Since(k.firstPage.at) < fresh) {
+		return nil
+	}
+	k.ahead = true
+	return k.lease
+}
+
+// endAhead keeps p (nil: none) as ino's first page if its lease is still
+// l, and ends the mark startAhead set.
+func (s *keptDirs) endAhead(ino ids.Ino, l *client.Lease, p *keptPage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.m[ino]
+	if k == nil || k.lease != l {
+		return
+	}
+	k.ahead = false
+	if p != nil {
+		k.firstPage = p
+	}
 }
 
 // remove forgets ino's kept lease if it is l.
@@ -336,6 +372,9 @@ func (n *node) inUseLocked() {
 	d.lease, d.holder = k.lease, k.holder
 	n.fsys.noteDirLease(n)
 	if trusted {
+		if p := k.firstPage; p != nil && p.lease == k.lease {
+			d.firstPage = p
+		}
 		d.names = k.names
 		if k.attr != nil {
 			d.attr, d.attrLease, d.mtimeExact = k.attr, k.lease, k.mtimeExact

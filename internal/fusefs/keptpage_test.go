@@ -189,3 +189,68 @@ func TestListAhead(t *testing.T) {
 	listTop("top after rmdir s2")
 	list("s0")
 }
+
+// TestListAheadTwoLevels: after the kernel forgot a tree this mount made
+// (its directory leases kept past the forget, keptdirs.go), listing the
+// top reads its subdirectories' first pages ahead and theirs too, from
+// the kept leases: a walker going down two levels asks the ministry for
+// none of them, and lists what is there.
+func TestListAheadTwoLevels(t *testing.T) {
+	canMount(t)
+	c := startCluster(t)
+	addr := freeAddr(t)
+	a := mountProc(t, c, "--metrics", addr, "--dir-cache=false", "--attr-timeout", "60s")
+	top := filepath.Join(a, "top")
+	must(t, os.Mkdir(top, 0o755))
+	// Two changes in top first: its directory lease, under which the
+	// subdirectories are made with theirs (only directories this mount
+	// holds the lease of are read ahead).
+	var subdirs []string
+	for _, name := range []string{"a", "b"} {
+		must(t, os.WriteFile(filepath.Join(top, name), nil, 0o644))
+		subdirs = append(subdirs, name)
+	}
+	want := []string{"f0", "f1", "f2"}
+	for i := range 4 {
+		s := "s" + strconv.Itoa(i)
+		subdirs = append(subdirs, s)
+		must(t, os.MkdirAll(filepath.Join(top, s, "t"), 0o755))
+		for _, name := range want {
+			must(t, os.WriteFile(filepath.Join(top, s, "t", name), []byte(name), 0o644))
+		}
+		fsyncDir(t, filepath.Join(top, s, "t"))
+		fsyncDir(t, filepath.Join(top, s))
+	}
+	fsyncDir(t, top)
+	dropKernelCaches(t)
+
+	const kept, ahead = "govfs_mount_listing_pages_kept_total", "govfs_mount_listing_pages_ahead_total"
+	a0 := mountCounter(t, addr, ahead)
+	if got := names(t, top); !slices.Equal(got, subdirs) {
+		t.Fatalf("top lists %v, want %v", got, subdirs)
+	}
+	// Four subdirectories, and each one's t.
+	deadline := time.Now().Add(10 * time.Second)
+	for mountCounter(t, addr, ahead)-a0 < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("listing top read %d first pages ahead, want 8 (two levels of four)", mountCounter(t, addr, ahead)-a0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	k0 := mountCounter(t, addr, kept)
+	if got := names(t, filepath.Join(top, "s2", "t")); !slices.Equal(got, want) {
+		t.Fatalf("s2/t lists %v, want %v", got, want)
+	}
+	if n := mountCounter(t, addr, kept) - k0; n != 1 {
+		t.Fatalf("s2/t, two levels below the listing: %d kept pages served, want 1", n)
+	}
+	// A change there (through a node now) and the page is not served.
+	must(t, os.Remove(filepath.Join(top, "s2", "t", "f1")))
+	k0 = mountCounter(t, addr, kept)
+	if got := names(t, filepath.Join(top, "s2", "t")); !slices.Equal(got, []string{"f0", "f2"}) {
+		t.Fatalf("s2/t after an unlink lists %v", got)
+	}
+	if n := mountCounter(t, addr, kept) - k0; n != 0 {
+		t.Fatal("s2/t after an unlink in it served a kept page")
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/govfs/govfs/client"
+	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/wire"
 )
 
@@ -40,27 +41,39 @@ func (d *dirHandle) listAheadLastLocked(ctx context.Context) {
 		return // not looked up (a plain readdir), or since replaced
 	}
 	if cn, ok := in.Operations().(*node); ok {
-		cn.queueListAhead(ctx)
+		cn.queueListAhead(ctx, 1)
 	}
 }
+
+// listAheadDepth is how many levels below a listing the kernel asked for
+// are read ahead: two, so that a walker that goes down into a small
+// directory right after listing it finds that directory's
+// subdirectories' pages on their way already.
+const listAheadDepth = 2
 
 // queueListAhead asks for n's first page in the background if n is a
 // directory this mount holds the directory lease of, with no current
 // kept page and none on its way; ctx is the listing process's (its
 // name is the one the page is read in, as its own listing would be).
-func (n *node) queueListAhead(ctx context.Context) {
+func (n *node) queueListAhead(ctx context.Context, depth int) {
 	f := n.fsys
 	if !f.cfg.ListAhead || f.cfg.AttrTimeout <= 0 || !n.isDir() {
-		return
-	}
-	if p, age := n.keptFirstPage(); p != nil && age < f.cfg.AttrTimeout/2 {
 		return
 	}
 	d := &n.dir
 	if !d.mu.TryLock() {
 		return // busy: a change or a listing of its own is under way
 	}
+	// First: it takes over a lease kept past an earlier node's forget,
+	// with any page read ahead under it.
 	n.inUseLocked()
+	d.mu.Unlock()
+	if p, age := n.keptFirstPage(); p != nil && age < f.cfg.AttrTimeout/2 {
+		return
+	}
+	if !d.mu.TryLock() {
+		return
+	}
 	ok := d.listingAhead == nil && d.lease != nil && d.lease.Valid() && d.names != nil
 	if ok {
 		d.listingAhead = make(chan struct{})
@@ -69,13 +82,14 @@ func (n *node) queueListAhead(ctx context.Context) {
 	if !ok {
 		return
 	}
-	if !f.walkQueue(walkJob{n: n, ctx: context.WithoutCancel(ctx), listAhead: true}) {
+	if !f.walkQueue(walkJob{n: n, ctx: context.WithoutCancel(ctx), listAhead: true, depth: depth}) {
 		n.listedAhead()
 	}
 }
 
-// listAhead reads and keeps n's first page (queueListAhead).
-func (n *node) listAhead(ctx context.Context) {
+// listAhead reads and keeps n's first page (queueListAhead), and, above
+// listAheadDepth, queues its subdirectories'.
+func (n *node) listAhead(ctx context.Context, depth int) {
 	defer n.listedAhead()
 	f := n.fsys
 	if f.c.DirQueued(n.ino) {
@@ -88,16 +102,74 @@ func (n *node) listAhead(ctx context.Context) {
 	if l == nil {
 		return
 	}
-	_, ents, next, eof, err := f.c.ReaddirFirstPage(bg(ctx), n.ino, dirPage, client.PastDeferred())
-	if err == nil && f.pageQueued(ents) {
-		// Read past the queue, it may miss a change queued of an
-		// entry (dirHandle.readPage): again, after the queue.
-		_, ents, next, eof, err = f.c.ReaddirFirstPage(bg(ctx), n.ino, dirPage)
-	}
+	ents, next, eof, err := f.readAheadPage(ctx, n.ino)
 	if err != nil {
 		return
 	}
 	n.keepFirstPage(ents, next, eof, l, m, at)
+	f.pagesListedAhead.Inc()
+	if depth >= listAheadDepth {
+		return
+	}
+	for _, e := range ents {
+		if e.GetType() != wire.FileType_DIRECTORY {
+			continue
+		}
+		if in := n.GetChild(string(e.GetName())); in != nil {
+			if cn, ok := in.Operations().(*node); ok && in.StableAttr().Ino == e.GetIno() {
+				cn.queueListAhead(ctx, depth+1)
+			}
+			continue
+		}
+		// The kernel forgot it (or never looked it up): its lease may
+		// be kept past its node's forget (keptdirs.go).
+		f.queueListAheadKept(ctx, ids.Ino(e.GetIno()), depth+1)
+	}
+}
+
+// readAheadPage reads directory ino's first page for keeping: past the
+// client's queue, and again after it when something queued changes an
+// entry of the page (dirHandle.readPage).
+func (f *FS) readAheadPage(ctx context.Context, ino ids.Ino) ([]*wire.DirEntry, []byte, bool, error) {
+	_, ents, next, eof, err := f.c.ReaddirFirstPage(bg(ctx), ino, dirPage, client.PastDeferred())
+	if err == nil && f.pageQueued(ents) {
+		_, ents, next, eof, err = f.c.ReaddirFirstPage(bg(ctx), ino, dirPage)
+	}
+	return ents, next, eof, err
+}
+
+// queueListAheadKept asks for the first page of directory ino, which
+// has no node, in the background if its directory lease is kept with
+// its listing (keptdirs.go): the page is kept with the lease, for the
+// node that takes it over when the kernel looks the directory up.
+func (f *FS) queueListAheadKept(ctx context.Context, ino ids.Ino, depth int) {
+	if f.c.DirQueued(ino) {
+		return
+	}
+	l := f.kept.startAhead(ino, f.cfg.AttrTimeout/2)
+	if l == nil {
+		return
+	}
+	f.walkQueue(walkJob{ctx: context.WithoutCancel(ctx), listAhead: true, depth: depth, keptIno: ino, lease: l})
+}
+
+// listAheadKept reads and keeps the first page of directory ino, whose
+// lease l is kept (queueListAheadKept); its subdirectories, which have
+// no node either, are not read ahead. While kept, nothing of the
+// directory changes through this mount without a request counted
+// mount-wide (keptdirs.go), and another client's change revokes l.
+func (f *FS) listAheadKept(ctx context.Context, ino ids.Ino, l *client.Lease) {
+	var p *keptPage
+	defer func() { f.kept.endAhead(ino, l, p) }()
+	if f.c.DirQueued(ino) || !l.Valid() {
+		return
+	}
+	m, at := f.markPage(), time.Now()
+	ents, next, eof, err := f.readAheadPage(ctx, ino)
+	if err != nil || !l.Valid() || f.pageChanged(m, ino, ents) {
+		return
+	}
+	p = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: m, at: at}
 	f.pagesListedAhead.Inc()
 }
 

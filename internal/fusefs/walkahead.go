@@ -306,8 +306,13 @@ type walkJob struct {
 	n   *node
 	ctx context.Context
 	// relist: n is a directory to list under its listing lease;
-	// listAhead: one whose first page to keep (listahead.go).
+	// listAhead: one whose first page to keep (listahead.go), depth
+	// levels below a listing the kernel asked for; keptIno, with n nil:
+	// the directory's lease is kept past its node's forget.
 	relist, listAhead bool
+	depth             int
+	keptIno           ids.Ino
+	lease             *client.Lease
 }
 
 // walkQueue hands j to the mount's walkInFlight workers (started at the
@@ -322,8 +327,10 @@ func (f *FS) walkQueue(j walkJob) bool {
 					switch {
 					case j.relist:
 						j.n.relist(j.ctx)
+					case j.listAhead && j.n == nil:
+						f.listAheadKept(j.ctx, j.keptIno, j.lease)
 					case j.listAhead:
-						j.n.listAhead(j.ctx)
+						j.n.listAhead(j.ctx, j.depth)
 					default:
 						j.n.prefetchLease(j.ctx)
 					}
@@ -335,6 +342,9 @@ func (f *FS) walkQueue(j walkJob) bool {
 	case f.walkJobs <- j:
 		return true
 	default:
+		if j.listAhead && j.n == nil {
+			f.kept.endAhead(j.keptIno, j.lease, nil)
+		}
 		if j.relist {
 			j.n.walk.mu.Lock()
 			j.n.walk.relisting = false
