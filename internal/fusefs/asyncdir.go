@@ -122,7 +122,10 @@ type dirState struct {
 	firstPage *keptPage
 	// listingAhead, while the first page is being read ahead of a
 	// walker (listahead.go), is closed when it is done; nil otherwise.
-	listingAhead chan struct{}
+	// listingStarted: a worker took the read (an opendir waits only
+	// for a read under way, not one queued).
+	listingAhead   chan struct{}
+	listingStarted bool
 	// notedAt: when asyncLocked last counted the lease as used
 	// (dirleases.go).
 	notedAt time.Time

@@ -216,6 +216,15 @@ func (s *keptDirs) endAhead(ino ids.Ino, l *client.Lease, p *keptPage) {
 	}
 }
 
+// dropPage forgets ino's kept first page if it is p.
+func (s *keptDirs) dropPage(ino ids.Ino, p *keptPage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := s.m[ino]; k != nil && k.firstPage == p {
+		k.firstPage = nil
+	}
+}
+
 // remove forgets ino's kept lease if it is l.
 func (s *keptDirs) remove(ino ids.Ino, l *client.Lease) {
 	s.mu.Lock()

@@ -122,6 +122,12 @@ func (r *removalLog) changedSince(at uint64, dir ids.Ino, ents []*wire.DirEntry)
 }
 
 // removing counts an unlink or rmdir of name in n as it starts; the
+// inode marked is the one this mount knows under the name (the kernel's
+// entry first), which may not be the one the ministry removes when
+// another client replaced the name unseen. That is safe because no page
+// showing a file with other links is ever served (FS.queuedFor takes
+// nlink > 1 as queued), and a directory shows only in its parent's page,
+// whose directory is marked too. The
 // function returned counts its end. The inodes changed are n and the
 // name's; when the latter is not known here, the removal counts as
 // any other change (FS.changes).
@@ -169,18 +175,19 @@ func (n *node) pageLease() *client.Lease {
 // lease is still held (a lease revoked and granted again meanwhile let
 // another client's change in after the page was read) and no change
 // the page may show started or ended since.
-func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *client.Lease, m pageMark, at time.Time) {
+func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *client.Lease, m pageMark, at time.Time) *keptPage {
 	if l == nil || n.fsys.cfg.AttrTimeout <= 0 || n.fsys.pageChanged(m, n.ino, ents) {
-		return
+		return nil
 	}
 	d := &n.dir
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lease != l || !l.Valid() || d.names == nil {
 		d.firstPage = nil
-		return
+		return nil
 	}
 	d.firstPage = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: m, at: at}
+	return d.firstPage
 }
 
 // keptFirstPage returns n's kept first page if it may be served again
@@ -188,10 +195,25 @@ func (n *node) keepFirstPage(ents []*wire.DirEntry, next []byte, eof bool, l *cl
 func (n *node) keptFirstPage() (*keptPage, time.Duration) {
 	d := &n.dir
 	d.mu.Lock()
-	p := d.firstPage
-	ok := p != nil && d.lease == p.lease && p.lease.Valid() && d.names != nil
+	p := d.heldPageLocked()
 	d.mu.Unlock()
-	if !ok {
+	return n.currentPage(p)
+}
+
+// heldPageLocked returns the kept first page if it is under the
+// directory lease held now, nil otherwise. d.mu held.
+func (d *dirState) heldPageLocked() *keptPage {
+	p := d.firstPage
+	if p != nil && d.lease == p.lease && p.lease.Valid() && d.names != nil {
+		return p
+	}
+	return nil
+}
+
+// currentPage returns p, held under n's lease, with its age if it may
+// be served now (nil otherwise).
+func (n *node) currentPage(p *keptPage) (*keptPage, time.Duration) {
+	if p == nil {
 		return nil, 0
 	}
 	age := time.Since(p.at)

@@ -1,7 +1,7 @@
 package fusefs
 
-// List-ahead: a process walking a tree (rm -rf, find, du, chmod -R,
-// cp -r out of the mount) lists one directory after another, and each
+// List-ahead: a process walking a tree without opening or changing its
+// files (rm -rf, find, du) lists one directory after another, and each
 // listing's first page was a request to the ministry while the process
 // waited: rm -rf of /usr/include copied onto the mount spent 1 s of its
 // 2.8 s in 900 such fetches of about 1.1 ms, one at a time. When a
@@ -17,6 +17,7 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/govfs/govfs/client"
@@ -67,19 +68,17 @@ func (n *node) queueListAhead(ctx context.Context, depth int) {
 	// First: it takes over a lease kept past an earlier node's forget,
 	// with any page read ahead under it.
 	n.inUseLocked()
-	d.mu.Unlock()
-	if p, age := n.keptFirstPage(); p != nil && age < f.cfg.AttrTimeout/2 {
-		return
-	}
-	if !d.mu.TryLock() {
-		return
-	}
+	held := d.heldPageLocked()
 	ok := d.listingAhead == nil && d.lease != nil && d.lease.Valid() && d.names != nil
 	if ok {
-		d.listingAhead = make(chan struct{})
+		d.listingAhead, d.listingStarted = make(chan struct{}), false
 	}
 	d.mu.Unlock()
 	if !ok {
+		return
+	}
+	if p, age := n.currentPage(held); p != nil && age < f.cfg.AttrTimeout/2 {
+		n.listedAhead()
 		return
 	}
 	if !f.walkQueue(walkJob{n: n, ctx: context.WithoutCancel(ctx), listAhead: true, depth: depth}) {
@@ -90,25 +89,33 @@ func (n *node) queueListAhead(ctx context.Context, depth int) {
 // listAhead reads and keeps n's first page (queueListAhead), and, above
 // listAheadDepth, queues its subdirectories'.
 func (n *node) listAhead(ctx context.Context, depth int) {
-	defer n.listedAhead()
 	f := n.fsys
+	n.dir.mu.Lock()
+	n.dir.listingStarted = true
+	n.dir.mu.Unlock()
 	if f.c.DirQueued(n.ino) {
 		// The page would have to wait for the queue: the listing's
 		// own fetch does that if it comes.
+		n.listedAhead()
 		return
 	}
 	m, at := f.markPage(), time.Now()
 	l := n.pageLease()
 	if l == nil {
+		n.listedAhead()
 		return
 	}
 	ents, next, eof, err := f.readAheadPage(ctx, n.ino)
-	if err != nil {
-		return
+	if err == nil {
+		if p := n.keepFirstPage(ents, next, eof, l, m, at); p != nil {
+			f.aheadPages.add(func() { n.dropPage(p) })
+		}
+		f.pagesListedAhead.Inc()
 	}
-	n.keepFirstPage(ents, next, eof, l, m, at)
-	f.pagesListedAhead.Inc()
-	if depth >= listAheadDepth {
+	// Done before the next level is queued: an opendir waits for this
+	// page only.
+	n.listedAhead()
+	if err != nil || depth >= listAheadDepth {
 		return
 	}
 	for _, e := range ents {
@@ -171,13 +178,48 @@ func (f *FS) listAheadKept(ctx context.Context, ino ids.Ino, l *client.Lease) {
 	}
 	p = &keptPage{ents: ents, next: next, eof: eof, lease: l, changes: m, at: at}
 	f.pagesListedAhead.Inc()
+	f.aheadPages.add(func() { f.kept.dropPage(ino, p) })
+}
+
+// maxAheadPages bounds the pages read ahead that are kept: past it the
+// oldest is dropped if nobody took it (a page may hold 512 entries with
+// their attributes; ls -l of a directory of thousands of subdirectories
+// this mount holds leases of would keep one for each).
+const maxAheadPages = 256
+
+// aheadPages are the last pages read ahead, each with the function that
+// drops it from where it is kept (if it is still there).
+type aheadPages struct {
+	mu   sync.Mutex
+	ring [maxAheadPages]func()
+	next int
+}
+
+func (a *aheadPages) add(drop func()) {
+	a.mu.Lock()
+	old := a.ring[a.next]
+	a.ring[a.next] = drop
+	a.next = (a.next + 1) % maxAheadPages
+	a.mu.Unlock()
+	if old != nil {
+		old()
+	}
+}
+
+// dropPage forgets n's kept first page if it is p.
+func (n *node) dropPage(p *keptPage) {
+	n.dir.mu.Lock()
+	if n.dir.firstPage == p {
+		n.dir.firstPage = nil
+	}
+	n.dir.mu.Unlock()
 }
 
 // listedAhead clears n's mark of a first page on its way.
 func (n *node) listedAhead() {
 	n.dir.mu.Lock()
 	close(n.dir.listingAhead)
-	n.dir.listingAhead = nil
+	n.dir.listingAhead, n.dir.listingStarted = nil, false
 	n.dir.mu.Unlock()
 }
 
@@ -191,6 +233,9 @@ const listAheadWait = 20 * time.Millisecond
 func (n *node) awaitListAhead(ctx context.Context) {
 	n.dir.mu.Lock()
 	ch := n.dir.listingAhead
+	if !n.dir.listingStarted {
+		ch = nil // only queued: it may not start for a while
+	}
 	n.dir.mu.Unlock()
 	if ch == nil {
 		return

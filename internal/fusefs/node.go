@@ -43,6 +43,8 @@ type FS struct {
 	// removals records the inodes this mount's unlinks and rmdirs
 	// change, which do not count in changes (keptpage.go).
 	removals removalLog
+	// aheadPages bounds the first pages read ahead kept (listahead.go).
+	aheadPages aheadPages
 	// lookupsLinearUntil (Unix ns): every lookup is linearizable until
 	// then, after a revoke reached a file's node the kernel had forgotten
 	// (leaseRevoked): that node has no parent to mark.
