@@ -100,12 +100,7 @@ func TestListingPageKept(t *testing.T) {
 // and its parent's (which shows the directory's attributes). Every
 // listing shows the changes.
 func TestListAhead(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	addr := freeAddr(t)
-	// A long attribute timeout: a kept page is served only within it,
-	// and this test must not depend on how fast the machine is.
-	a := mountProc(t, c, "--metrics", addr, "--dir-cache=false", "--attr-timeout", "60s")
+	a, addr := listAheadMount(t)
 	top := filepath.Join(a, "top")
 	must(t, os.Mkdir(top, 0o755))
 	want := map[string][]string{}
@@ -125,31 +120,24 @@ func TestListAhead(t *testing.T) {
 		fsyncDir(t, filepath.Join(top, s))
 	}
 
-	const kept, ahead = "govfs_mount_listing_pages_kept_total", "govfs_mount_listing_pages_ahead_total"
 	listTop := func(what string) int {
 		t.Helper()
-		k0 := mountCounter(t, addr, kept)
+		k0 := mountCounter(t, addr, pagesKept)
 		if got := names(t, top); !slices.Equal(got, subdirs) {
 			t.Fatalf("%s: top lists %v, want %v", what, got, subdirs)
 		}
-		return mountCounter(t, addr, kept) - k0
+		return mountCounter(t, addr, pagesKept) - k0
 	}
-	a0 := mountCounter(t, addr, ahead)
+	a0 := mountCounter(t, addr, pagesAhead)
 	listTop("first listing")
-	deadline := time.Now().Add(10 * time.Second)
-	for mountCounter(t, addr, ahead)-a0 < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("listing top read %d first pages ahead, want 6 (one per subdirectory)", mountCounter(t, addr, ahead)-a0)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitAhead(t, addr, a0, 6, "one per subdirectory")
 	list := func(s string) int {
 		t.Helper()
-		k0 := mountCounter(t, addr, kept)
+		k0 := mountCounter(t, addr, pagesKept)
 		if got := names(t, filepath.Join(top, s)); !slices.Equal(got, want[s]) {
 			t.Fatalf("%s lists %v, want %v", s, got, want[s])
 		}
-		return mountCounter(t, addr, kept) - k0
+		return mountCounter(t, addr, pagesKept) - k0
 	}
 	if n := list("s2"); n != 1 {
 		t.Fatalf("s2, read ahead: %d kept pages served, want 1", n)
@@ -196,10 +184,7 @@ func TestListAhead(t *testing.T) {
 // the kept leases: a walker going down two levels asks the ministry for
 // none of them, and lists what is there.
 func TestListAheadTwoLevels(t *testing.T) {
-	canMount(t)
-	c := startCluster(t)
-	addr := freeAddr(t)
-	a := mountProc(t, c, "--metrics", addr, "--dir-cache=false", "--attr-timeout", "60s")
+	a, addr := listAheadMount(t)
 	top := filepath.Join(a, "top")
 	must(t, os.Mkdir(top, 0o755))
 	// Two changes in top first: its directory lease, under which the
@@ -224,33 +209,52 @@ func TestListAheadTwoLevels(t *testing.T) {
 	fsyncDir(t, top)
 	dropKernelCaches(t)
 
-	const kept, ahead = "govfs_mount_listing_pages_kept_total", "govfs_mount_listing_pages_ahead_total"
-	a0 := mountCounter(t, addr, ahead)
+	a0 := mountCounter(t, addr, pagesAhead)
 	if got := names(t, top); !slices.Equal(got, subdirs) {
 		t.Fatalf("top lists %v, want %v", got, subdirs)
 	}
-	// Four subdirectories, and each one's t.
-	deadline := time.Now().Add(10 * time.Second)
-	for mountCounter(t, addr, ahead)-a0 < 8 {
-		if time.Now().After(deadline) {
-			t.Fatalf("listing top read %d first pages ahead, want 8 (two levels of four)", mountCounter(t, addr, ahead)-a0)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	k0 := mountCounter(t, addr, kept)
+	waitAhead(t, addr, a0, 8, "two levels of four")
+	k0 := mountCounter(t, addr, pagesKept)
 	if got := names(t, filepath.Join(top, "s2", "t")); !slices.Equal(got, want) {
 		t.Fatalf("s2/t lists %v, want %v", got, want)
 	}
-	if n := mountCounter(t, addr, kept) - k0; n != 1 {
+	if n := mountCounter(t, addr, pagesKept) - k0; n != 1 {
 		t.Fatalf("s2/t, two levels below the listing: %d kept pages served, want 1", n)
 	}
 	// A change there (through a node now) and the page is not served.
 	must(t, os.Remove(filepath.Join(top, "s2", "t", "f1")))
-	k0 = mountCounter(t, addr, kept)
+	k0 = mountCounter(t, addr, pagesKept)
 	if got := names(t, filepath.Join(top, "s2", "t")); !slices.Equal(got, []string{"f0", "f2"}) {
 		t.Fatalf("s2/t after an unlink lists %v", got)
 	}
-	if n := mountCounter(t, addr, kept) - k0; n != 0 {
+	if n := mountCounter(t, addr, pagesKept) - k0; n != 0 {
 		t.Fatal("s2/t after an unlink in it served a kept page")
+	}
+}
+
+const pagesKept, pagesAhead = "govfs_mount_listing_pages_kept_total", "govfs_mount_listing_pages_ahead_total"
+
+// listAheadMount mounts a cluster of its own with metrics (their
+// address returned), no kernel listing cache (every listing reaches the
+// mount) and a long attribute timeout: a kept page is served only within
+// it, and the list-ahead tests must not depend on how fast the machine is.
+func listAheadMount(t *testing.T) (dir, addr string) {
+	t.Helper()
+	canMount(t)
+	c := startCluster(t)
+	addr = freeAddr(t)
+	return mountProc(t, c, "--metrics", addr, "--dir-cache=false", "--attr-timeout", "60s"), addr
+}
+
+// waitAhead waits until the mount read n first pages ahead since its
+// count was a0 (why: what n counts).
+func waitAhead(t *testing.T, addr string, a0, n int, why string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for mountCounter(t, addr, pagesAhead)-a0 < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("read %d first pages ahead, want %d (%s)", mountCounter(t, addr, pagesAhead)-a0, n, why)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -237,14 +237,7 @@ func (n *node) awaitListAhead(ctx context.Context) {
 		ch = nil // only queued: it may not start for a while
 	}
 	n.dir.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	t := time.NewTimer(listAheadWait)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
+	if ch != nil {
+		waitClosed(ch, listAheadWait, ctx.Done())
 	}
 }

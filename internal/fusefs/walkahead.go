@@ -292,11 +292,18 @@ func (n *node) waitPrefetch() {
 	if ch == nil {
 		return
 	}
-	t := time.NewTimer(walkWait)
+	waitClosed(ch, walkWait, nil)
+}
+
+// waitClosed waits until ch is closed, d has passed or done is closed
+// (nil: never).
+func waitClosed(ch <-chan struct{}, d time.Duration, done <-chan struct{}) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ch:
 	case <-t.C:
+	case <-done:
 	}
 }
 
