@@ -52,7 +52,12 @@ func (d *deferredLog) get() (int, map[string]error) {
 // name the holder created fails; a deferred change that fails is
 // reported to its done function.
 func TestDeferredOps(t *testing.T) {
-	cl := leaseCluster(t)
+	// A TTL far above leaseTTL: nothing here waits for one to run out,
+	// and the O_EXCL check below needs the directory lease still held
+	// after thousands of creates under -race on a loaded machine (with
+	// a second's TTL, CI once saw it lapse, and the other client's
+	// create then rightly went first).
+	cl := testcluster.NewInProcConfig(t, 3, func(c *metanode.Config) { c.LeaseTTL = 10 * time.Second })
 	ctx := t.Context()
 	c1 := leaseClient(t, cl.Addrs())
 	c2 := leaseClient(t, cl.Addrs())
@@ -62,7 +67,11 @@ func TestDeferredOps(t *testing.T) {
 	}
 	dir := ids.Ino(d.GetIno())
 	revoked := make(chan struct{}, 8)
-	onRevoke := func(*Lease, bool) {
+	var lost atomic.Bool
+	onRevoke := func(_ *Lease, wasLost bool) {
+		if wasLost {
+			lost.Store(true)
+		}
 		c1.FlushDeferred(context.Background())
 		revoked <- struct{}{}
 	}
@@ -131,7 +140,7 @@ func TestDeferredOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c2.CreateAt(ctx, dir, "y", 0o600, true); !errors.Is(err, syscall.EEXIST) {
-		t.Fatalf("other client's O_EXCL create of a deferred name: %v, want EEXIST", err)
+		t.Fatalf("other client's O_EXCL create of a deferred name: %v, want EEXIST (directory lease lost before: %v)", err, lost.Load())
 	}
 	<-revoked
 	ents, err := c2.ReaddirAll(ctx, dir, Linearizable())
