@@ -90,6 +90,9 @@ type benchMetaArgs struct {
 	// compareInsecure also runs the first K on a plaintext local cluster
 	// and reports TLS / plaintext per phase.
 	compareInsecure bool
+	// bothOrders runs the --ministries list forward, then backward, and
+	// compares the means of each K's runs (ministryRatios).
+	bothOrders bool
 }
 
 func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
@@ -111,6 +114,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
 	var sec benchSec
 	sec.register(f)
+	bothOrders := f.Bool("both-orders", false, "run the --ministries list forward and then backward (1,5 runs 1,5,5,1), each on a fresh local cluster, and compare the means of each K's runs: a run after another can be slower or faster for reasons of the machine's, not of K")
 	compare := f.Bool("compare-insecure", false, "also run the first --ministries K on plaintext local clusters and report TLS / plaintext per phase (the cost of security; 4 runs: TLS, plaintext, plaintext, TLS)")
 	if err := f.Parse(args); err != nil {
 		return nil, err
@@ -120,13 +124,16 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	}
 	a := &benchMetaArgs{clients: *clients, files: *files, conns: *conns, jsonOnly: *jsonOnly, timeout: *timeout,
 		baseline: *baseline, localDir: *localDir, cpuProf: *cpuProf, nodeArgs: strings.Fields(*nodeArgs),
-		metaNodes: *metaNodes, nodeCPU: *nodeCPU, sec: sec, compareInsecure: *compare}
+		metaNodes: *metaNodes, nodeCPU: *nodeCPU, sec: sec, compareInsecure: *compare, bothOrders: *bothOrders}
 	var err error
 	if a.ministries, err = parseInts(*ministries, "--ministries"); err != nil {
 		return nil, fmt.Errorf("govfs bench meta: %w", err)
 	}
 	if len(a.ministries) == 0 {
 		return nil, errors.New("govfs bench meta: --ministries is empty: give K, or a list such as 1,5")
+	}
+	if a.bothOrders && len(a.ministries) < 2 {
+		return nil, fmt.Errorf("govfs bench meta: --both-orders needs a list of at least two K in --ministries (such as 1,5), not %q", *ministries)
 	}
 	for _, k := range a.ministries {
 		if k < 1 || k > 64 {
@@ -185,14 +192,22 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if a.jsonOnly {
 		human = io.Discard
 	}
+	order := a.ministries
+	if a.bothOrders {
+		order = slices.Clone(order)
+		for _, k := range slices.Backward(a.ministries) {
+			order = append(order, k)
+		}
+	}
 	var reps []*bench.MetaReport
-	for _, k := range a.ministries {
+	for _, k := range order {
 		rep, err := benchMetaOnce(ctx, a, int(k), a.sec.insecure, stdout, stderr, human)
 		if err != nil {
 			return err
 		}
 		reps = append(reps, rep)
 	}
+	kReps := reps // the --ministries runs, before --compare-insecure's
 	if a.compareInsecure {
 		// TLS, plaintext, plaintext, TLS: each mode once early and once
 		// late, so a machine that slows down (or warms up) during the
@@ -226,15 +241,8 @@ func benchMeta(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		reps = append(reps, more...)
 	}
 	// K ministries against the first K of the same run.
-	for _, rep := range reps[1:] {
-		if rep.Insecure != reps[0].Insecure {
-			continue
-		}
-		for _, p := range rep.Phases {
-			if b, ok := reps[0].Phase(p.Name); ok && b.OpsPerSec() > 0 {
-				fmt.Fprintf(human, "%-8s %d ministries / %d: %.2f\n", p.Name, rep.Ministries, reps[0].Ministries, p.OpsPerSec()/b.OpsPerSec())
-			}
-		}
+	for _, r := range ministryRatios(kReps) {
+		fmt.Fprintln(human, r)
 	}
 	if a.baseline {
 		// The baseline: the same phases on a local directory, same run.
@@ -291,6 +299,49 @@ func benchMetaOnce(ctx context.Context, a *benchMetaArgs, k int, insecure bool, 
 	rep.Testbed = testbedOf(external, a.metaNodes, a.nodeCPU)
 	rep.Insecure = t.tlsDir == ""
 	return rep, nil
+}
+
+// ministryRatios compares each K's phases with the first K's: ops/s of
+// K over ops/s of the first, each the mean over that K's runs (two each
+// with --both-orders, in the order the runs went), one line per K and
+// phase, in the order the Ks first ran.
+func ministryRatios(reps []*bench.MetaReport) []string {
+	if len(reps) == 0 {
+		return nil
+	}
+	type key struct {
+		k     int
+		phase string
+	}
+	sums := map[key]float64{}
+	runs := map[int]int{}
+	var ks []int
+	for _, rep := range reps {
+		if runs[rep.Ministries] == 0 {
+			ks = append(ks, rep.Ministries)
+		}
+		runs[rep.Ministries]++
+		for _, p := range rep.Phases {
+			sums[key{rep.Ministries, p.Name}] += p.OpsPerSec()
+		}
+	}
+	first := ks[0]
+	var lines []string
+	for _, k := range ks[1:] {
+		for _, p := range reps[0].Phases {
+			b := sums[key{first, p.Name}] / float64(runs[first])
+			v, ok := sums[key{k, p.Name}]
+			if !ok || b <= 0 {
+				continue
+			}
+			line := fmt.Sprintf("%-8s %d ministries / %d: %.2f", p.Name, k, first, v/float64(runs[k])/b)
+			if runs[k] > 1 || runs[first] > 1 {
+				line += fmt.Sprintf("  (means of %d and %d runs)", runs[k], runs[first])
+			}
+			lines = append(lines, line)
+		}
+	}
+	return lines
 }
 
 // testbedOf describes the cluster a bench ran on, for its JSON line.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/govfs/govfs/internal/bench"
 )
@@ -34,6 +35,8 @@ func TestParseBenchMeta(t *testing.T) {
 		{"--files", "-1"},
 		{"--phases", "create,nope"},
 		{"extra"},
+		{"--both-orders"}, // one K: no order to turn
+		{"--both-orders", "--ministries", "5"},
 	} {
 		if _, err := parseBenchMeta(args, io.Discard); err == nil {
 			t.Errorf("parseBenchMeta(%q) succeeded", args)
@@ -74,5 +77,40 @@ func TestOtherTarget(t *testing.T) {
 	err = benchMount(context.Background(), []string{"--other", "m=" + dir, "--other", "m=" + dir}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "named twice") {
 		t.Errorf("--other named twice: %v", err)
+	}
+}
+
+// TestMinistryRatios: each K's mean over its runs against the first K's
+// mean, so a 1,5,5,1 run where the machine slowed down in the middle
+// does not pass for a cost of five ministries.
+func TestMinistryRatios(t *testing.T) {
+	rep := func(k int, mkdir, create float64) *bench.MetaReport {
+		// ops over one second: OpsPerSec is the ops count.
+		return &bench.MetaReport{Ministries: k, Phases: []bench.PhaseResult{
+			{Name: "mkdir", Ops: int(mkdir), Elapsed: time.Second},
+			{Name: "create", Ops: int(create), Elapsed: time.Second},
+		}}
+	}
+	got := ministryRatios([]*bench.MetaReport{rep(1, 1000, 800), rep(5, 600, 800), rep(5, 1000, 400), rep(1, 600, 800)})
+	want := []string{
+		"mkdir    5 ministries / 1: 1.00  (means of 2 and 2 runs)",
+		"create   5 ministries / 1: 0.75  (means of 2 and 2 runs)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("both orders: %q, want %q", got, want)
+	}
+	// One run each: the plain ratio, as before the flag; a third K too.
+	got = ministryRatios([]*bench.MetaReport{rep(1, 1000, 800), rep(5, 900, 400), rep(3, 500, 1600)})
+	want = []string{
+		"mkdir    5 ministries / 1: 0.90",
+		"create   5 ministries / 1: 0.50",
+		"mkdir    3 ministries / 1: 0.50",
+		"create   3 ministries / 1: 2.00",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("one order: %q, want %q", got, want)
+	}
+	if got := ministryRatios([]*bench.MetaReport{rep(1, 1000, 800)}); len(got) != 0 {
+		t.Errorf("one K: %q, want nothing", got)
 	}
 }
