@@ -109,7 +109,7 @@ func parseBenchMeta(args []string, stderr io.Writer) (*benchMetaArgs, error) {
 	localDir := f.String("local-dir", "", "directory for the local baseline (default: the system temp dir)")
 	cpuProf := f.String("cpuprofile", "", "write a CPU profile of the bench client process to this file")
 	nodeArgs := f.String("node-args", "", "extra flags for the nodes of the local cluster, space-separated (e.g. \"--batch-delay 0\")")
-	ministries := f.String("ministries", "1", "spread the workers over K ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first; a list (1,5) runs each K in turn, on a fresh local cluster each, and compares them with the first")
+	ministries := f.String("ministries", "1", "spread the workers over K ministries: subtrees s1..sK of the bench directory, s2..sK assigned to new ministries first; a list (1,5) runs each K in turn, on a fresh local cluster each, and compares them with the first (a K listed twice: the mean of its runs)")
 	metaNodes := f.Int("meta-nodes", 3, "metadata nodes of the local cluster (the first 3 form it, the others join)")
 	nodeCPU := f.Float64("node-cpu", 0, "cap each metadata node of the local cluster at this fraction of one core, each in its own cgroup (the scale-out testbed; 0: no cap)")
 	var sec benchSec
