@@ -157,7 +157,9 @@ func (f *FS) queueListAheadKept(ctx context.Context, ino ids.Ino, depth int) {
 	if l == nil {
 		return
 	}
-	f.walkQueue(walkJob{ctx: context.WithoutCancel(ctx), listAhead: true, depth: depth, keptIno: ino, lease: l})
+	if !f.walkQueue(walkJob{ctx: context.WithoutCancel(ctx), listAhead: true, depth: depth, keptIno: ino, lease: l}) {
+		f.kept.endAhead(ino, l, nil) // the queue is full: no read on its way
+	}
 }
 
 // listAheadKept reads and keeps the first page of directory ino, whose

@@ -349,9 +349,6 @@ func (f *FS) walkQueue(j walkJob) bool {
 	case f.walkJobs <- j:
 		return true
 	default:
-		if j.listAhead && j.n == nil {
-			f.kept.endAhead(j.keptIno, j.lease, nil)
-		}
 		if j.relist {
 			j.n.walk.mu.Lock()
 			j.n.walk.relisting = false
