@@ -135,15 +135,13 @@ type deferredQueue struct {
 	plainReserves atomic.Int64
 	// holdForTest, set by a test (under mu: setHoldForTest) before
 	// anything is queued, holds the sender until closed (a queue that
-	// is slow to leave): what is queued stays pending.
+	// is slow to leave): what is queued stays pending. Each batch (and
+	// each time one goes again for refused leases, holdForTestWait)
+	// takes one receive, so a test may also let them go one by one.
 	holdForTest chan struct{}
 	// afterNewFileStoreForTest runs when a new file's bytes are written
 	// and their records not queued yet (newfile.go).
 	afterNewFileStoreForTest func()
-	// noNewDirLeasesForTest, set by a test before anything is queued,
-	// sends new directories' creates without asking for their leases
-	// (as to a minister that grants none).
-	noNewDirLeasesForTest bool
 }
 
 // createHold keeps a file's queued create from being sent (holdCreate).
@@ -829,6 +827,18 @@ func (c *Client) flushDeferred(ctx context.Context) {
 	q.mu.Unlock()
 }
 
+// holdForTestWait waits for holdForTest, if a test set it: before each
+// batch, and before a batch refused for its new directories' leases goes
+// again.
+func (q *deferredQueue) holdForTestWait() {
+	q.mu.Lock()
+	hold := q.holdForTest
+	q.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
+}
+
 // sendDeferred is the sender: it sends what is queued, in batches of at
 // most maxBatch commands of one ministry, in queue order, one batch at a
 // time, until the queue is empty.
@@ -836,12 +846,7 @@ func (c *Client) sendDeferred() {
 	q := &c.deferred
 	ctx := context.Background()
 	for {
-		q.mu.Lock()
-		hold := q.holdForTest
-		q.mu.Unlock()
-		if hold != nil {
-			<-hold
-		}
+		q.holdForTestWait()
 		q.mu.Lock()
 		if len(q.pending) == 0 {
 			q.running = false
@@ -1056,6 +1061,10 @@ func (c *Client) sendBatchOnce(ctx context.Context, run []*deferredOp) ([]*wire.
 		// Refused before anything was granted or applied: the new
 		// directories' leases stay pending for the batch sent again.
 		return nil, nil, &lostLeasesError{ids: lost, err: err}
+	}
+	if refused := full.GetRefusedNewDirs(); len(refused) > 0 && err != nil {
+		// Likewise (newdirlease.go).
+		return nil, nil, &refusedNewDirsError{inos: refused, err: err}
 	}
 	c.settleNewDirLeases(run, run[0].group, g, full, epoch, sent)
 	var leased []ids.Ino

@@ -534,26 +534,6 @@ func TestMakeDirDeferred(t *testing.T) {
 		t.Fatalf("another client's create in the new directory: %d revokes (%d lost), valid %v; want it recalled", revokes.Load(), lost.Load(), l.Valid())
 	}
 
-	// A grant that does not come (as from a minister that grants none).
-	c1.deferred.mu.Lock()
-	c1.deferred.noNewDirLeasesForTest = true
-	c1.deferred.mu.Unlock()
-	_, l = mkdir("new2")
-	c1.FlushDeferred(ctx)
-	<-l.Done() // its OnRevoke ran
-	if n, errs := log.get(); n != 4 || len(errs) != 0 {
-		t.Fatalf("queued mkdir and create after a refused lease: %d done, failures %v", n, errs)
-	}
-	if l.Valid() || lost.Load() != 1 {
-		t.Fatalf("a refused new directory's lease: valid %v, %d lost; want lost", l.Valid(), lost.Load())
-	}
-	if _, err := c2.Stat(ctx, "/p/new2/f"); err != nil {
-		t.Fatalf("the create queued under a refused lease: %v", err)
-	}
-	c1.deferred.mu.Lock()
-	c1.deferred.noNewDirLeasesForTest = false
-	c1.deferred.mu.Unlock()
-
 	// Given back before its batch left: not asked for, the creates go on.
 	release := holdSender(t, c1)
 	dir3, l := mkdir("new3")
@@ -562,7 +542,7 @@ func TestMakeDirDeferred(t *testing.T) {
 	}
 	release()
 	c1.FlushDeferred(ctx)
-	if n, errs := log.get(); n != 6 || len(errs) != 0 {
+	if n, errs := log.get(); n != 4 || len(errs) != 0 {
 		t.Fatalf("queued mkdir and create after a released pending lease: %d done, failures %v", n, errs)
 	}
 	// Nobody holds it: another client's directory lease is granted at once.
@@ -576,8 +556,8 @@ func TestMakeDirDeferred(t *testing.T) {
 	if _, err := c2.CreateAt(ctx, dir3, "g", 0o600, true); err != nil {
 		t.Fatal(err)
 	}
-	if revokes.Load() != 2 {
-		t.Fatalf("%d revokes in all after another client's create in a directory whose pending lease was given back; want 2 (none more)", revokes.Load())
+	if revokes.Load() != 1 {
+		t.Fatalf("%d revokes in all after another client's create in a directory whose pending lease was given back; want 1 (none more)", revokes.Load())
 	}
 
 	// A create that fails (another client took the name): no lease.
@@ -593,39 +573,82 @@ func TestMakeDirDeferred(t *testing.T) {
 	if _, errs := log.get(); !errors.Is(errs["mkdir taken"], syscall.EEXIST) {
 		t.Fatalf("queued mkdir of a name taken meanwhile: %v, want EEXIST", errs["mkdir taken"])
 	}
-	if l.Valid() || lost.Load() != 2 {
-		t.Fatalf("the lease of a directory whose create failed: valid %v, %d lost in all; want lost (2)", l.Valid(), lost.Load())
+	if l.Valid() || lost.Load() != 1 {
+		t.Fatalf("the lease of a directory whose create failed: valid %v, %d lost in all; want lost (1)", l.Valid(), lost.Load())
 	}
 }
 
-// TestNewDirLeaseWaitsForItsAnswer: while the batch with a new
-// directory's create is on its way (takeOff), Valid waits for its answer
-// (the directory may exist by then, and a refused grant must not be
-// trusted); Live does not wait.
-func TestNewDirLeaseWaitsForItsAnswer(t *testing.T) {
-	c := &Client{cfg: DefaultConfig()}
-	l := &Lease{c: c, dir: true, absent: true, done: make(chan struct{})}
-	l.mu.pending, l.mu.until = true, time.Now().Add(time.Minute)
+// TestNewDirLeaseRefused: a minister that cannot grant a new directory's
+// lease (here: the client has no lease session yet) refuses the whole
+// batch, changing nothing (both or neither); the client then revokes the
+// pending lease as lost, before the directory can exist unleased, and
+// sends the batch again without asking for it. What was queued under
+// the lease goes, in order.
+func TestNewDirLeaseRefused(t *testing.T) {
+	cl := leaseCluster(t)
+	ctx := t.Context()
+	c1 := leaseClient(t, cl.Addrs()) // never asks for a lease: no session
+	c2 := leaseClient(t, cl.Addrs())
+	p, err := c1.Mkdir(ctx, "/p", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{}) // one receive per batch sent
+	setHoldForTest(c1, hold)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(hold)
+		}
+	})
+	log := &deferredLog{}
+	var lost atomic.Int32
+	a, l, err := c1.MakeDirDeferred(ctx, ids.Ino(p.GetIno()), "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755}, log.done("mkdir new"), func(_ *Lease, wasLost bool) {
+		if wasLost {
+			lost.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := ids.Ino(a.GetIno())
+	if _, err := c1.MakeNodeDeferred(ctx, dir, "f", NodeSpec{Type: wire.FileType_REGULAR, Mode: 0o600}, log.done("create new/f")); err != nil {
+		t.Fatal(err)
+	}
 	if !l.Valid() {
-		t.Fatal("a pending lease before its batch left is not valid")
+		t.Fatal("a new directory's lease before its batch is answered is not valid")
 	}
-	l.takeOff()
-	got := make(chan bool, 1)
-	go func() { got <- l.Valid() }()
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		c1.FlushDeferred(context.Background())
+	}()
+	hold <- struct{}{} // the first attempt: refused
 	select {
-	case v := <-got:
-		t.Fatalf("Valid answered %v while the grant was on its way", v)
-	case <-time.After(50 * time.Millisecond):
+	case <-l.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the pending lease of a new directory whose grant was refused did not end (valid %v)", l.Valid())
 	}
-	if !l.Live() {
-		t.Fatal("Live of a pending lease on its way is false")
+	if l.Valid() || lost.Load() != 1 {
+		t.Fatalf("a refused new directory's lease: valid %v, %d lost; want lost", l.Valid(), lost.Load())
 	}
-	// Refused: revoked, then landed.
-	l.mu.Lock()
-	l.mu.revoking = true
-	l.mu.Unlock()
-	l.land()
-	if <-got {
-		t.Fatal("Valid true once a refused grant landed")
+	// Ended before the batch goes again: nothing of it applied yet.
+	if _, err := c2.GetAttr(ctx, dir, Linearizable()); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("the new directory after its batch was refused, before it went again: %v, want ENOENT (the batch must change nothing)", err)
+	}
+	if n, _ := log.get(); n != 0 {
+		t.Fatalf("%d queued operations answered after the refusal, want none", n)
+	}
+	released = true
+	close(hold)
+	<-flushed
+	if n, errs := log.get(); n != 2 || len(errs) != 0 {
+		t.Fatalf("queued mkdir and create after a refused lease: %d done, failures %v", n, errs)
+	}
+	if _, err := c2.Stat(ctx, "/p/new/f"); err != nil {
+		t.Fatalf("the create queued under a refused lease: %v", err)
+	}
+	if lost.Load() != 1 {
+		t.Fatalf("%d lost leases in all, want 1", lost.Load())
 	}
 }

@@ -205,13 +205,10 @@ type Lease struct {
 		revoking bool
 		// pending: a new directory's lease whose grant is on its way
 		// (MakeDirDeferred: with the batch that sends its create);
-		// group and id are set when it comes, under mu.
+		// group and id are set when it comes, under mu. Trusted
+		// meanwhile: the directory exists only once it is granted
+		// (newdirlease.go).
 		pending bool
-		// flight, while that batch is on its way, is closed when it
-		// is answered: from when the directory may exist at the
-		// ministry, the lease is trusted only once granted (Valid and
-		// Until wait for the answer).
-		flight chan struct{}
 	}
 	done chan struct{} // closed when ended
 	// hook is the revoke handler of a lease granted with a create, set
@@ -251,19 +248,8 @@ func (l *Lease) Mode() LeaseMode { return l.mode }
 // Range returns the leased range (length 0: to the end of the file).
 func (l *Lease) Range() (off, length int64) { return l.off, l.len }
 
-// Valid reports whether the lease is held and trusted now. A new
-// directory's lease whose create is on its way waits for the answer
-// (MakeDirDeferred).
+// Valid reports whether the lease is held and trusted now.
 func (l *Lease) Valid() bool {
-	l.lockLanded()
-	defer l.mu.Unlock()
-	now := l.c.cfg.Clock.Now()
-	return !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
-}
-
-// Live is Valid without waiting for an answer on its way (takeOff): for
-// a caller that only keeps the lease, trusting nothing under it yet.
-func (l *Lease) Live() bool {
 	now := l.c.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -273,7 +259,7 @@ func (l *Lease) Live() bool {
 // Until returns the time the lease is trusted until (as of its last
 // renewal); zero once it ended.
 func (l *Lease) Until() time.Time {
-	l.lockLanded()
+	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.ended || l.mu.revoking {
 		return time.Time{}
@@ -283,41 +269,6 @@ func (l *Lease) Until() time.Time {
 
 // Done is closed when the lease ends (revoked, lost or released).
 func (l *Lease) Done() <-chan struct{} { return l.done }
-
-// takeOff says that the batch with the create of l's directory leaves
-// (l is a pending lease, MakeDirDeferred): until land, Valid and Until
-// wait. Before it, the directory does not exist at the ministry and the
-// pending lease is trusted; once it exists, only the grant may be (a
-// refused one would leave it there unleased while this Client answered
-// from its listing).
-func (l *Lease) takeOff() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.mu.flight == nil {
-		l.mu.flight = make(chan struct{})
-	}
-}
-
-// land ends takeOff's wait, once the grant is taken or the lease revoked.
-func (l *Lease) land() {
-	l.mu.Lock()
-	ch := l.mu.flight
-	l.mu.flight = nil
-	l.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
-}
-
-// lockLanded locks l.mu once no answer about l is on its way (takeOff).
-func (l *Lease) lockLanded() {
-	l.mu.Lock()
-	for ch := l.mu.flight; ch != nil; ch = l.mu.flight {
-		l.mu.Unlock()
-		<-ch
-		l.mu.Lock()
-	}
-}
 
 // pendingLive says whether l is a pending lease (MakeDirDeferred) nobody
 // gave back.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"slices"
 	"time"
 
 	"github.com/govfs/govfs/internal/ids"
@@ -11,24 +12,54 @@ import (
 // (MakeDirDeferred; the minister's side: internal/metanode
 // newdirlease.go).
 
+// Both or neither: the minister creates such a directory only with its
+// lease granted (or, should the grant's answer be lost, kept for this
+// Client until recalled or expired), and refuses the whole batch,
+// changing nothing, when it cannot grant one (a new minister's fence, a
+// move under way, no lease session yet): refused_new_dirs. The pending
+// lease is then revoked as lost and the batch sent again without asking
+// for it. So the directory never exists unleased while this Client
+// trusts its pending lease, which is therefore trusted, and answers at
+// once, while the batch is on its way. (It used to wait for the answer
+// there, holding the directory's lock: 315 waits of 0.5-20 ms, 1.0 s of
+// a 12-s cp -a of /usr/include, session 27.)
+
 // newDirLeasesFor lists the directories of run whose leases the batch
 // asks for: those made by MakeDirDeferred whose lease nobody gave back.
-// Their leases are trusted only once the answer came (takeOff).
 func (c *Client) newDirLeasesFor(run []*deferredOp) []uint64 {
-	q := &c.deferred
-	q.mu.Lock()
-	none := q.noNewDirLeasesForTest
-	q.mu.Unlock()
 	var out []uint64
 	for _, op := range run {
-		if l := op.newDir; l != nil {
-			l.takeOff()
-			if !none && l.pendingLive() {
-				out = append(out, uint64(l.ino))
-			}
+		if l := op.newDir; l != nil && l.pendingLive() {
+			out = append(out, uint64(l.ino))
 		}
 	}
 	return out
+}
+
+// refusedNewDirsError: a batch was refused, unapplied, because the
+// minister could not grant the leases of new directories inos (both or
+// neither).
+type refusedNewDirsError struct {
+	inos []uint64
+	err  error
+}
+
+func (e *refusedNewDirsError) Error() string { return e.err.Error() }
+func (e *refusedNewDirsError) Unwrap() error { return e.err }
+
+// giveUpNewDirLeases revokes as lost the pending leases of run's new
+// directories among inos, refused by the minister, so that the batch is
+// sent again without asking for them. It reports whether it found any.
+func (c *Client) giveUpNewDirLeases(run []*deferredOp, inos []uint64) bool {
+	found := false
+	for _, op := range run {
+		if l := op.newDir; l != nil && slices.Contains(inos, uint64(l.ino)) {
+			op.newDir = nil
+			c.revoke(l, true) // before the directory can exist unleased
+			found = true
+		}
+	}
+	return found
 }
 
 // settleNewDirLeases hands the grants of resp (group g answered the batch
@@ -56,9 +87,6 @@ func (c *Client) settleNewDirLeases(run []*deferredOp, asked, g ids.GroupID, res
 		}
 		op.newDir = nil
 		id, ok := grants[l.ino]
-		// Granted or revoked (revoke marks it at once) before its users
-		// go on.
-		defer l.land()
 		delete(grants, l.ino)
 		switch {
 		case !ok:

@@ -374,8 +374,9 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
 	if err != nil {
-		if len(full.GetLostLeases()) > 0 {
-			// Which buffered leases refused it (sendBatch).
+		if len(full.GetLostLeases()) > 0 || len(full.GetRefusedNewDirs()) > 0 {
+			// Which buffered leases or new directories' leases refused
+			// it (sendBatch).
 			return nil, full, rt.group, err
 		}
 		return nil, nil, rt.group, err

@@ -439,7 +439,9 @@ func (e *lostLeasesError) Unwrap() error { return e.err }
 
 // sendBatch sends run as one batch (sendBatchOnce). Writes under buffered
 // leases the ministry no longer holds fail with ESTALE, unapplied, and
-// the rest of the batch is sent again without them.
+// the rest of the batch is sent again without them. New directories whose
+// leases the minister refused lose them, and the batch goes again
+// without asking (newdirlease.go).
 func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Result, []ids.Ino, error) {
 	defer func() {
 		for _, op := range run {
@@ -457,6 +459,13 @@ func (c *Client) sendBatch(ctx context.Context, run []*deferredOp) ([]*wire.Resu
 			sub[j] = run[i]
 		}
 		res, leased, err := c.sendBatchOnce(ctx, sub)
+		if refused := (*refusedNewDirsError)(nil); errors.As(err, &refused) {
+			if !c.giveUpNewDirLeases(sub, refused.inos) {
+				return nil, nil, err // none of ours: answered as the ministry said
+			}
+			c.deferred.holdForTestWait()
+			continue
+		}
 		var lost *lostLeasesError
 		if !errors.As(err, &lost) {
 			if err != nil {

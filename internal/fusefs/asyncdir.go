@@ -805,7 +805,7 @@ func (n *node) newDirLease(a *wire.Attr, l *client.Lease, h *leaseHolder) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n.inUseLocked()
-	if d.lease != nil || !l.Live() {
+	if d.lease != nil || !l.Valid() {
 		// Lost already (its grant did not come): not trusted.
 		go func() { _ = l.Release(context.Background()) }()
 		return

@@ -301,7 +301,7 @@ func (n *node) keepDirLease() {
 	d.inUse, d.forgotten = false, true
 	d.mu.Unlock()
 	n.fsys.forgetDirLease(n)
-	keep := l != nil && h != nil && l.Live() && n.fsys.cfg.AsyncDirs
+	keep := l != nil && h != nil && l.Valid() && n.fsys.cfg.AsyncDirs
 	if keep {
 		// The kernel forgot the directory, and with it every entry
 		// handed out under the lease (each held the directory). From

@@ -275,10 +275,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	// apply only while it still holds them (MutateRequest.buffered_leases).
 	unpin := func(bool) {}
 	if bl := req.GetBufferedLeases(); len(bl) > 0 && g != ids.PresidentGroup {
-		first := cmd
-		if subs := cmd.GetBatch().GetCmds(); len(subs) > 0 {
-			first = subs[0]
-		}
+		first := firstOf(cmd)
 		var lost []uint64
 		var err error
 		unpin, lost, err = s.n.leases.pinBuffered(g, lease.ClientID(clientID), bl, first.GetReq().GetSeq())
@@ -304,18 +301,26 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
-	// New directories' leases exist before the directories do
-	// (newdirlease.go).
+	// New directories' leases exist before the directories do, or the
+	// command waits (newdirlease.go).
 	var newDirs []lease.Lease
 	if len(req.GetLeaseNewDirs()) > 0 && g != ids.PresidentGroup {
-		newDirs = s.n.leases.preGrantNewDirs(g, lease.ClientID(clientID), cmd, req.GetLeaseNewDirs())
+		var refused []uint64
+		newDirs, refused = s.n.leases.preGrantNewDirs(g, lease.ClientID(clientID), cmd, req.GetLeaseNewDirs())
+		if len(refused) > 0 && !s.answered(g, firstOf(cmd).GetReq()) {
+			s.n.leases.giveBackNewDirs(g, lease.ClientID(clientID), newDirs)
+			drained(false)
+			msg := fmt.Sprintf("directory leases on new directories %v cannot be granted now (a new minister's fence, a move under way, or no lease session yet): nothing was applied; send the command again without asking for them", refused)
+			return &wire.MutateResponse{Status: &wire.Status{Code: wire.Code_ERRNO, Errno: uint32(syscall.EAGAIN), Message: msg},
+				Result: &wire.Result{Errno: uint32(syscall.EAGAIN), Message: msg}, RefusedNewDirs: refused}, nil
+		}
 	}
 	// The proposer stamps the time so every replica applies the same one.
 	cmd.NowNs = s.n.cfg.Clock.Now().UnixNano()
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
 	drained(err == nil)
 	applied = err == nil
-	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !movingIn(res), newDirs)
+	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !movingIn(res), mayStillApply(err), newDirs)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
@@ -784,6 +789,15 @@ func movingMessage(res *wire.Result) string {
 
 // answered says whether request req was applied by group g and its
 // answer is still kept: a retry proposed again gets that answer.
+// firstOf returns a batch's first command, or cmd: the one whose request
+// a retry of it is known by (answered).
+func firstOf(cmd *wire.Command) *wire.Command {
+	if subs := cmd.GetBatch().GetCmds(); len(subs) > 0 {
+		return subs[0]
+	}
+	return cmd
+}
+
 func (s *metaService) answered(g ids.GroupID, req *wire.RequestID) bool {
 	var ok bool
 	err := s.n.host.Read(g, func(r engine.Reader, _ uint64) error {

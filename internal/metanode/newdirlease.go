@@ -7,6 +7,7 @@ import (
 	"github.com/govfs/govfs/internal/engine"
 	"github.com/govfs/govfs/internal/ids"
 	"github.com/govfs/govfs/internal/lease"
+	"github.com/govfs/govfs/internal/multiraft"
 	"github.com/govfs/govfs/internal/namespace"
 	"github.com/govfs/govfs/internal/wire"
 )
@@ -44,71 +45,130 @@ import (
 
 // preGrantNewDirs grants client a write directory lease on each directory
 // of want that cmd creates with mark_dir_lease and that does not exist
-// yet. The caller proposes cmd next and hands the grants to settleNewDirs.
-func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cmd *wire.Command, want []uint64) []lease.Lease {
-	if len(want) == 0 || len(want) > namespace.MaxBatch || client == 0 {
-		return nil
-	}
+// yet. Both or neither: those it could not grant while their directory
+// is still absent (a fence, a move under way, no lease session, a state
+// it could not read) are returned as refused, and the caller must then
+// not propose cmd, and gives back keep. Otherwise it proposes cmd next
+// and hands keep to settleNewDirs.
+func (ls *leaseService) preGrantNewDirs(g ids.GroupID, client lease.ClientID, cmd *wire.Command, want []uint64) (keep []lease.Lease, refused []uint64) {
 	wanted := make(map[ids.Ino]bool, len(want))
 	for _, ino := range want {
 		wanted[ids.Ino(ino)] = true
 	}
-	var reqs []lease.Request
-	_ = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
-		if frozen, err := namespace.AnyFrozen(r); err != nil || frozen {
-			return err // a move under way: leaseRoute's checks, per directory, are not worth it
+	var cands []ids.Ino
+	for _, c := range batchCmds(cmd) {
+		if cr := c.GetCreate(); cr != nil && cr.GetType() == wire.FileType_DIRECTORY && cr.GetMarkDirLease() && wanted[ids.Ino(cr.GetIno())] {
+			cands = append(cands, ids.Ino(cr.GetIno()))
 		}
-		for _, c := range batchCmds(cmd) {
-			cr := c.GetCreate()
-			if cr == nil || cr.GetType() != wire.FileType_DIRECTORY || !cr.GetMarkDirLease() || !wanted[ids.Ino(cr.GetIno())] {
-				continue
-			}
-			if _, err := namespace.GetAttr(r, ids.Ino(cr.GetIno())); errors.Is(err, syscall.ENOENT) {
-				// No token: each attempt of a batch gets leases of its
-				// own, so an attempt that fails gives back only its own,
-				// never one a concurrent retry hands out (found in
-				// review: with the create's request as token they
-				// shared one).
-				reqs = append(reqs, lease.Request{Client: client, Ino: ids.Ino(cr.GetIno()), Mode: lease.Write, Off: 0, End: lease.ToEnd, Dir: true})
-			}
-		}
-		return nil
-	})
-	granted := ls.tryGrants(g, client, reqs)
-	if len(granted) == 0 {
-		return nil
 	}
-	// Still absent once granted: then the lease is older than the
-	// directory. (Another attempt of the same batch, whose answer was
-	// lost, may have created it between the read above and the grant;
-	// another client could then have changed it unseen by this lease.)
-	var keep []lease.Lease
-	var drop []uint64
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	all := func(inos []ids.Ino) []uint64 {
+		out := make([]uint64, len(inos))
+		for i, ino := range inos {
+			out[i] = uint64(ino)
+		}
+		return out
+	}
+	var absent []ids.Ino
+	frozen := false
 	err := ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
-		for _, l := range granted {
-			if _, err := namespace.GetAttr(r, l.Ino); errors.Is(err, syscall.ENOENT) {
-				keep = append(keep, l)
-			} else {
-				drop = append(drop, uint64(l.ID))
+		var err error
+		if frozen, err = namespace.AnyFrozen(r); err != nil {
+			return err
+		}
+		for _, ino := range cands {
+			switch _, err := namespace.GetAttr(r, ino); {
+			case errors.Is(err, syscall.ENOENT):
+				absent = append(absent, ino)
+			case err != nil:
+				return err
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		keep, drop = nil, drop[:0]
-		for _, l := range granted {
-			drop = append(drop, uint64(l.ID))
+		return nil, all(cands) // cannot tell which exist: none may be made unleased
+	}
+	if len(absent) == 0 {
+		return nil, nil // made already (a retry whose answer was lost)
+	}
+	if frozen || client == 0 || len(want) > namespace.MaxBatch {
+		// A move under way: leaseRoute's checks, per directory, are
+		// not worth it.
+		return nil, all(absent)
+	}
+	// No token: each attempt of a batch gets leases of its own, so an
+	// attempt that fails gives back only its own, never one a concurrent
+	// retry hands out (found in review: with the create's request as
+	// token they shared one).
+	reqs := make([]lease.Request, len(absent))
+	for i, ino := range absent {
+		reqs[i] = lease.Request{Client: client, Ino: ino, Mode: lease.Write, Off: 0, End: lease.ToEnd, Dir: true}
+	}
+	byIno := map[ids.Ino]lease.Lease{}
+	for _, l := range ls.tryGrants(g, client, reqs) {
+		byIno[l.Ino] = l
+	}
+	// Still absent once granted: then the lease is older than the
+	// directory. (Another attempt of the same batch, whose answer was
+	// lost, may have created it between the read above and the grant;
+	// another client could then have changed it unseen by this lease.
+	// Not refused then: it exists, and this attempt changes nothing.)
+	err = ls.n.host.Read(g, func(r engine.Reader, _ uint64) error {
+		for _, ino := range absent {
+			_, err := namespace.GetAttr(r, ino)
+			if err != nil && !errors.Is(err, syscall.ENOENT) {
+				return err
+			}
+			l, ok := byIno[ino]
+			switch {
+			case err == nil:
+			case ok:
+				keep = append(keep, l)
+				delete(byIno, ino)
+			default:
+				refused = append(refused, uint64(ino))
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		for _, l := range keep {
+			byIno[l.Ino] = l
+		}
+		keep, refused = nil, all(absent)
+	}
+	drop := make([]uint64, 0, len(byIno))
+	for _, l := range byIno {
+		drop = append(drop, uint64(l.ID))
 	}
 	ls.giveBack(g, client, drop, "new-directory")
-	return keep
+	return keep, refused
+}
+
+// giveBackNewDirs gives back the grants of preGrantNewDirs for a command
+// that is not proposed.
+func (ls *leaseService) giveBackNewDirs(g ids.GroupID, client lease.ClientID, granted []lease.Lease) {
+	drop := make([]uint64, len(granted))
+	for i, l := range granted {
+		drop[i] = uint64(l.ID)
+	}
+	ls.giveBack(g, client, drop, "new-directory")
 }
 
 // settleNewDirs answers the leases preGrantNewDirs granted for cmd: those
 // whose directory cmd created (res; applied says cmd was proposed and
-// applied, not refused as moving) are handed out, the others given back.
-func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd *wire.Command, res *wire.Result, applied bool, granted []lease.Lease) []*wire.NewDirLease {
-	if len(granted) == 0 {
+// applied, not refused as moving) are handed out, the others given back,
+// unless unsure: the proposal failed in a way that may still see cmd
+// applied (a timeout, a lost leadership). Then they are kept unanswered,
+// so that the directory is leased from its first moment still: the
+// client, which trusts its pending lease until its answer, gives them
+// back as orphans when they are recalled (once its request is answered),
+// or they expire.
+func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd *wire.Command, res *wire.Result, applied, unsure bool, granted []lease.Lease) []*wire.NewDirLease {
+	if len(granted) == 0 || unsure {
 		return nil
 	}
 	made := map[ids.Ino]bool{}
@@ -128,6 +188,13 @@ func (ls *leaseService) settleNewDirs(g ids.GroupID, client lease.ClientID, cmd 
 	}
 	ls.giveBack(g, client, drop, "new-directory")
 	return out
+}
+
+// mayStillApply says whether a proposal that failed with err may still be
+// applied: anything but a refusal before it was queued.
+func mayStillApply(err error) bool {
+	var nl *multiraft.NotLeaderError
+	return err != nil && !errors.As(err, &nl) && !errors.Is(err, multiraft.ErrUnknownGroup)
 }
 
 // batchCmds returns a batch's commands, or cmd alone (batches do not nest).

@@ -4857,10 +4857,13 @@ type MutateRequest struct {
 	// new_dir) on each of these inodes that this command creates as a
 	// directory marked for leases (CreateOp.mark_dir_lease), granted
 	// before the command is proposed, so that it exists from the moment
-	// the directory does: answered in new_dir_leases. Best effort: one
-	// that cannot be granted (the directory exists already, fence, move,
-	// no lease session yet, the create failed) is left out, and the client
-	// holds no lease on it.
+	// the directory does: answered in new_dir_leases. Both or neither: if
+	// one cannot be granted (fence, move, no lease session yet) while its
+	// directory does not exist, the command is not proposed, changing
+	// nothing: ERRNO EAGAIN with refused_new_dirs in the answer, and the
+	// client sends it again without asking for those. A directory that
+	// exists already (the command was applied, its answer lost) or whose
+	// create failed gets no lease, and the client holds none on it.
 	LeaseNewDirs []uint64 `protobuf:"varint,6,rep,packed,name=lease_new_dirs,json=leaseNewDirs,proto3" json:"lease_new_dirs,omitempty"`
 	// The calling client's buffered write leases (LeaseRequest.buffered)
 	// under which this command's writes were answered to the application
@@ -5065,9 +5068,12 @@ type MutateResponse struct {
 	NewDirLeases []*NewDirLease `protobuf:"bytes,8,rep,name=new_dir_leases,json=newDirLeases,proto3" json:"new_dir_leases,omitempty"`
 	// MutateRequest.buffered_leases that are not held: the command was not
 	// proposed.
-	LostLeases    []uint64 `protobuf:"varint,9,rep,packed,name=lost_leases,json=lostLeases,proto3" json:"lost_leases,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LostLeases []uint64 `protobuf:"varint,9,rep,packed,name=lost_leases,json=lostLeases,proto3" json:"lost_leases,omitempty"`
+	// MutateRequest.lease_new_dirs that could not be granted (inodes): the
+	// command was not proposed.
+	RefusedNewDirs []uint64 `protobuf:"varint,10,rep,packed,name=refused_new_dirs,json=refusedNewDirs,proto3" json:"refused_new_dirs,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MutateResponse) Reset() {
@@ -5159,6 +5165,13 @@ func (x *MutateResponse) GetNewDirLeases() []*NewDirLease {
 func (x *MutateResponse) GetLostLeases() []uint64 {
 	if x != nil {
 		return x.LostLeases
+	}
+	return nil
+}
+
+func (x *MutateResponse) GetRefusedNewDirs() []uint64 {
+	if x != nil {
+		return x.RefusedNewDirs
 	}
 	return nil
 }
@@ -9441,7 +9454,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\tno_chunks\x18\x04 \x01(\bR\bnoChunks\x12\x16\n" +
 	"\x06inline\x18\x05 \x01(\bR\x06inline\x12\x1f\n" +
 	"\vinline_data\x18\x06 \x01(\fR\n" +
-	"inlineData\"\x95\x03\n" +
+	"inlineData\"\xbf\x03\n" +
 	"\x0eMutateResponse\x12*\n" +
 	"\x06status\x18\x01 \x01(\v2\x12.govfs.wire.StatusR\x06status\x12*\n" +
 	"\x06result\x18\x02 \x01(\v2\x12.govfs.wire.ResultR\x06result\x12#\n" +
@@ -9454,7 +9467,9 @@ const file_govfs_proto_rawDesc = "" +
 	"leaseTtlMs\x12=\n" +
 	"\x0enew_dir_leases\x18\b \x03(\v2\x17.govfs.wire.NewDirLeaseR\fnewDirLeases\x12\x1f\n" +
 	"\vlost_leases\x18\t \x03(\x04R\n" +
-	"lostLeases\"/\n" +
+	"lostLeases\x12(\n" +
+	"\x10refused_new_dirs\x18\n" +
+	" \x03(\x04R\x0erefusedNewDirs\"/\n" +
 	"\vNewDirLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\"\xdf\x05\n" +
