@@ -651,4 +651,35 @@ func TestNewDirLeaseRefused(t *testing.T) {
 	if lost.Load() != 1 {
 		t.Fatalf("%d lost leases in all, want 1", lost.Load())
 	}
+
+	// A client from before both-or-neither (no new_dirs_or_nothing):
+	// best effort, as it expects: applied without the lease.
+	spec := NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755, MarkDirLease: true, Exclusive: true}
+	op, err := c1.createOp(ctx, ids.Ino(p.GetIno()), "old", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1.deferred.resvMu.Lock()
+	ino, err := c1.reservedIno(ctx, ids.RootMinistry, ids.Ino(p.GetIno()))
+	c1.deferred.resvMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	op.Ino = uint64(ino)
+	cmd := c1.newCommand(func(cmd *wire.Command) { cmd.Op = &wire.Command_Create{Create: op} })
+	var resp *wire.MutateResponse
+	rt := &target{group: ids.RootMinistry, ino: ids.Ino(p.GetIno()), leader: true, follow: true, timeout: c1.cfg.CallTimeout}
+	err = c1.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
+		r, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c1.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewDirs: []uint64{uint64(ino)}})
+		resp = r
+		return r.GetStatus(), r.GetAppliedIndex(), err
+	})
+	c1.finish(cmd.GetReq().GetSeq())
+	if err != nil || resp.GetResult().GetErrno() != 0 || len(resp.GetRefusedNewDirs()) != 0 || len(resp.GetNewDirLeases()) != 0 {
+		t.Fatalf("an older client's mkdir asking for its lease, which cannot be granted: %v, result %v, refused %v, granted %v; want applied without the lease",
+			err, resp.GetResult(), resp.GetRefusedNewDirs(), resp.GetNewDirLeases())
+	}
+	if _, err := c2.GetAttr(ctx, ino, Linearizable()); err != nil {
+		t.Fatalf("an older client's new directory: %v", err)
+	}
 }

@@ -369,7 +369,7 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: extra.leaseNew, LeaseNewDirs: extra.leaseDirs, BufferedLeases: extra.buffered})
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: extra.leaseNew, LeaseNewDirs: extra.leaseDirs, NewDirsOrNothing: len(extra.leaseDirs) > 0, BufferedLeases: extra.buffered})
 		res, full = resp.GetResult(), resp
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})

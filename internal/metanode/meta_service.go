@@ -307,7 +307,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	if len(req.GetLeaseNewDirs()) > 0 && g != ids.PresidentGroup {
 		var refused []uint64
 		newDirs, refused = s.n.leases.preGrantNewDirs(g, lease.ClientID(clientID), cmd, req.GetLeaseNewDirs())
-		if len(refused) > 0 && !s.answered(g, firstOf(cmd).GetReq()) {
+		if len(refused) > 0 && req.GetNewDirsOrNothing() && !s.answered(g, firstOf(cmd).GetReq()) {
 			s.n.leases.giveBackNewDirs(g, lease.ClientID(clientID), newDirs)
 			drained(false)
 			msg := fmt.Sprintf("directory leases on new directories %v cannot be granted now (a new minister's fence, a move under way, or no lease session yet): nothing was applied; send the command again without asking for them", refused)

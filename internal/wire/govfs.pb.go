@@ -4857,13 +4857,15 @@ type MutateRequest struct {
 	// new_dir) on each of these inodes that this command creates as a
 	// directory marked for leases (CreateOp.mark_dir_lease), granted
 	// before the command is proposed, so that it exists from the moment
-	// the directory does: answered in new_dir_leases. Both or neither: if
-	// one cannot be granted (fence, move, no lease session yet) while its
-	// directory does not exist, the command is not proposed, changing
-	// nothing: ERRNO EAGAIN with refused_new_dirs in the answer, and the
-	// client sends it again without asking for those. A directory that
-	// exists already (the command was applied, its answer lost) or whose
-	// create failed gets no lease, and the client holds none on it.
+	// the directory does: answered in new_dir_leases. With
+	// new_dirs_or_nothing, both or neither: if one cannot be granted
+	// (fence, move, no lease session yet) while its directory does not
+	// exist, the command is not proposed, changing nothing: ERRNO EAGAIN
+	// with refused_new_dirs in the answer, and the client sends it again
+	// without asking for those. Without it (clients before session 28),
+	// best effort: one that cannot be granted is left out. A directory
+	// that exists already (the command was applied, its answer lost) or
+	// whose create failed gets no lease, and the client holds none on it.
 	LeaseNewDirs []uint64 `protobuf:"varint,6,rep,packed,name=lease_new_dirs,json=leaseNewDirs,proto3" json:"lease_new_dirs,omitempty"`
 	// The calling client's buffered write leases (LeaseRequest.buffered)
 	// under which this command's writes were answered to the application
@@ -4874,8 +4876,10 @@ type MutateRequest struct {
 	// minister and not reclaimed) refuses the whole command, changing
 	// nothing: ERRNO ESTALE with lost_leases in the answer.
 	BufferedLeases []uint64 `protobuf:"varint,7,rep,packed,name=buffered_leases,json=bufferedLeases,proto3" json:"buffered_leases,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// lease_new_dirs are granted all or the command is refused (above).
+	NewDirsOrNothing bool `protobuf:"varint,8,opt,name=new_dirs_or_nothing,json=newDirsOrNothing,proto3" json:"new_dirs_or_nothing,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *MutateRequest) Reset() {
@@ -4955,6 +4959,13 @@ func (x *MutateRequest) GetBufferedLeases() []uint64 {
 		return x.BufferedLeases
 	}
 	return nil
+}
+
+func (x *MutateRequest) GetNewDirsOrNothing() bool {
+	if x != nil {
+		return x.NewDirsOrNothing
+	}
+	return false
 }
 
 // A read lease granted with a create (MutateRequest.lease_new_files):
@@ -9437,7 +9448,7 @@ const file_govfs_proto_rawDesc = "" +
 	"\x04move\x18\x01 \x01(\x04R\x04move\x12\x10\n" +
 	"\x03dir\x18\x02 \x01(\x04R\x03dir\x12.\n" +
 	"\aentries\x18\x03 \x03(\v2\x14.govfs.wire.DirEntryR\aentries\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\x04R\x06target\"\xf8\x01\n" +
+	"\x06target\x18\x04 \x01(\x04R\x06target\"\xa7\x02\n" +
 	"\rMutateRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -9446,7 +9457,8 @@ const file_govfs_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\x12&\n" +
 	"\x0flease_new_files\x18\x05 \x03(\x04R\rleaseNewFiles\x12$\n" +
 	"\x0elease_new_dirs\x18\x06 \x03(\x04R\fleaseNewDirs\x12'\n" +
-	"\x0fbuffered_leases\x18\a \x03(\x04R\x0ebufferedLeases\"\xac\x01\n" +
+	"\x0fbuffered_leases\x18\a \x03(\x04R\x0ebufferedLeases\x12-\n" +
+	"\x13new_dirs_or_nothing\x18\b \x01(\bR\x10newDirsOrNothing\"\xac\x01\n" +
 	"\fNewFileLease\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12$\n" +
