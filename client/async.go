@@ -1054,6 +1054,11 @@ func (c *Client) sendBatchOnce(ctx context.Context, run []*deferredOp) ([]*wire.
 	if len(leaseNew) > 0 || len(leaseDirs) > 0 {
 		epoch, asked = c.leases.ensureLoop(c, run[0].group)
 	}
+	for _, op := range run {
+		if l := op.newDir; l != nil && len(leaseDirs) > 0 {
+			l.askedIn(run[0].group, epoch)
+		}
+	}
 	defer func() { asked() }()
 	sent := c.cfg.Clock.Now()
 	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, mutateExtra{leaseNew: leaseNew, leaseDirs: leaseDirs, buffered: bufferedLeasesOf(run)})

@@ -683,3 +683,25 @@ func TestNewDirLeaseRefused(t *testing.T) {
 		t.Fatalf("an older client's new directory: %v", err)
 	}
 }
+
+// TestNewDirLeaseAfterReclaim: a pending lease whose batch left before
+// this Client reclaimed its leases in the group (a new minister, which
+// does not know a grant the old one may have made before the directory
+// was created) is not trusted until its answer; once granted, it is
+// trusted as any lease.
+func TestNewDirLeaseAfterReclaim(t *testing.T) {
+	c := &Client{cfg: DefaultConfig()}
+	l := &Lease{c: c, dir: true, absent: true, done: make(chan struct{})}
+	l.mu.pending, l.mu.until = true, time.Now().Add(time.Minute)
+	l.askedIn(ids.RootMinistry, c.leases.reclaimCount(ids.RootMinistry))
+	if !l.Valid() || l.Until().IsZero() {
+		t.Fatal("a pending lease whose batch is on its way, with no reclaim since, is not trusted")
+	}
+	c.leases.snapshot(ids.RootMinistry, true) // a reclaim: a new minister
+	if l.Valid() || !l.Until().IsZero() {
+		t.Fatalf("a pending lease asked for before a reclaim: valid %v, until %v; want untrusted", l.Valid(), l.Until())
+	}
+	if !l.complete(ids.RootMinistry, 7, time.Minute, time.Now()) || !l.Valid() {
+		t.Fatal("a pending lease granted after all: not trusted")
+	}
+}

@@ -209,6 +209,15 @@ type Lease struct {
 		// meanwhile: the directory exists only once it is granted
 		// (newdirlease.go).
 		pending bool
+		// asked: the batch asking for a pending lease's grant left for
+		// askedGroup when this Client's count of reclaims there was
+		// askedEpoch. A reclaim since means a new minister, which does
+		// not know a grant the old one may have made and applied the
+		// directory with: the lease is not trusted from then on
+		// (notReclaimedLocked; found in review).
+		asked      bool
+		askedGroup ids.GroupID
+		askedEpoch uint64
 	}
 	done chan struct{} // closed when ended
 	// hook is the revoke handler of a lease granted with a create, set
@@ -252,19 +261,45 @@ func (l *Lease) Range() (off, length int64) { return l.off, l.len }
 func (l *Lease) Valid() bool {
 	now := l.c.cfg.Clock.Now()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
+	ok := !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
+	l.mu.Unlock()
+	return ok && l.notReclaimed()
 }
 
 // Until returns the time the lease is trusted until (as of its last
 // renewal); zero once it ended.
 func (l *Lease) Until() time.Time {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	until := l.mu.until
 	if l.mu.ended || l.mu.revoking {
+		until = time.Time{}
+	}
+	l.mu.Unlock()
+	if !l.notReclaimed() {
 		return time.Time{}
 	}
-	return l.mu.until
+	return until
+}
+
+// askedIn notes that the batch asking for pending lease l's grant leaves
+// for group g, whose reclaim count is epoch (notReclaimed).
+func (l *Lease) askedIn(g ids.GroupID, epoch uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch = true, g, epoch
+}
+
+// notReclaimed says whether this Client described its leases in the
+// group a pending lease's grant was asked of (a reclaim, for a new
+// minister) since the batch left: then the directory may exist at a
+// minister that knows no lease on it, and whose fence ends once the
+// holders reclaimed, which this one cannot do for a grant it has no id
+// for. False from then on, until the answer (complete or revoke).
+func (l *Lease) notReclaimed() bool {
+	l.mu.Lock()
+	asked, g, epoch := l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch
+	l.mu.Unlock()
+	return !asked || l.c.leases.reclaimCount(g) == epoch
 }
 
 // Done is closed when the lease ends (revoked, lost or released).
@@ -446,7 +481,7 @@ func (l *Lease) complete(group ids.GroupID, id uint64, ttl time.Duration, sent t
 	// attributes to read): Absent and Attr read them without the lock.
 	l.group, l.id = group, id
 	l.mu.until = sent.Add(ttl * trustNum / trustDen)
-	l.mu.pending = false
+	l.mu.pending, l.mu.asked = false, false
 	return true
 }
 
@@ -572,6 +607,15 @@ func (k *leaseKeeper) requesting(g ids.GroupID) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.mu.inflight[g] > 0
+}
+
+// reclaimCount returns how many times this Client described its leases
+// in g for a reclaim (addIfEpoch, Lease.notReclaimed).
+func (k *leaseKeeper) reclaimCount(g ids.GroupID) uint64 {
+	k.init()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.mu.reclaims[g]
 }
 
 // addIfEpoch adds l unless its group's leases were described for a

@@ -320,7 +320,13 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 	res, idx, err := s.n.host.Propose(ctx, g, cmd)
 	drained(err == nil)
 	applied = err == nil
-	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !movingIn(res), mayStillApply(err), newDirs)
+	// A batch is not atomic: one of its commands may meet a move's
+	// freeze (movingIn) after its directories were made. Their grants
+	// are then kept unanswered, as for a proposal that may still apply
+	// (found in review: given back, they left the directories unleased
+	// while the client retried).
+	moving := err == nil && movingIn(res)
+	dirLeases := s.n.leases.settleNewDirs(g, lease.ClientID(clientID), cmd, res, err == nil && !moving, mayStillApply(err) || moving, newDirs)
 	if err != nil {
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
