@@ -701,7 +701,84 @@ func TestNewDirLeaseAfterReclaim(t *testing.T) {
 	if l.Valid() || !l.Until().IsZero() {
 		t.Fatalf("a pending lease asked for before a reclaim: valid %v, until %v; want untrusted", l.Valid(), l.Until())
 	}
-	if !l.complete(ids.RootMinistry, 7, time.Minute, time.Now()) || !l.Valid() {
-		t.Fatal("a pending lease granted after all: not trusted")
+	// Sent again after the reclaim (its first attempt may still apply):
+	// the first stamp stands.
+	l.askedIn(ids.RootMinistry, c.leases.reclaimCount(ids.RootMinistry))
+	if l.Valid() {
+		t.Fatal("a pending lease sent again after a reclaim is trusted again")
+	}
+	// Granted after all, and held (settleNewDirLeases: complete, then
+	// addIfEpoch, then answered): trusted as any lease.
+	if !l.complete(ids.RootMinistry, 7, time.Minute, time.Now()) || l.Valid() {
+		t.Fatal("a pending lease completed but not yet held is trusted across the reclaim")
+	}
+	l.answered()
+	if !l.Valid() {
+		t.Fatal("a pending lease granted after all and held: not trusted")
+	}
+}
+
+// TestNewDirLeaseRedirected: a batch asking for a new directory's lease
+// that is redirected to another ministry (a move) ends the pending lease
+// before it is sent there, and asks nothing of the new ministry: the
+// lease watched the first ministry's minister only (notReclaimed).
+func TestNewDirLeaseRedirected(t *testing.T) {
+	fc := startFake(t, 1)
+	c := newTestClient(t, fc)
+	var l atomic.Pointer[Lease]
+	var atTarget atomic.Int32 // 1: the lease was still trusted when the batch reached ministry 2; 2: not
+	fc.set(func(_ int, req *wire.MutateRequest) *wire.MutateResponse {
+		cmd := req.GetCmd()
+		if r := cmd.GetReserveInodes(); r != nil {
+			return &wire.MutateResponse{Status: ok(), Result: &wire.Result{Start: 1000, End: 2000}}
+		}
+		b := cmd.GetBatch()
+		if b == nil {
+			return &wire.MutateResponse{Status: ok(), Result: &wire.Result{}}
+		}
+		if req.GetGroup() == 1 {
+			return &wire.MutateResponse{Status: &wire.Status{Code: wire.Code_REDIRECT, Ministry: 2, Message: "moved"}}
+		}
+		if len(req.GetLeaseNewDirs()) > 0 || req.GetNewDirsOrNothing() {
+			t.Errorf("the redirected batch asks ministry 2 for new directories' leases %v", req.GetLeaseNewDirs())
+		}
+		if ll := l.Load(); ll != nil {
+			if ll.Valid() {
+				atTarget.Store(1)
+			} else {
+				atTarget.Store(2)
+			}
+		}
+		res := &wire.Result{}
+		for _, sub := range b.GetCmds() {
+			r := &wire.Result{}
+			switch {
+			case sub.GetCreate() != nil:
+				r.Attr = &wire.Attr{Ino: sub.GetCreate().GetIno(), Type: sub.GetCreate().GetType()}
+			case sub.GetReserveInodes() != nil:
+				r.Start, r.End = 2000, 3000
+			}
+			res.Results = append(res.Results, r)
+		}
+		return &wire.MutateResponse{Status: ok(), Result: res}
+	}, nil)
+	ctx := t.Context()
+	release := holdSender(t, c)
+	log := &deferredLog{}
+	_, lease, err := c.MakeDirDeferred(ctx, ids.RootIno, "new", NodeSpec{Type: wire.FileType_DIRECTORY, Mode: 0o755}, log.done("mkdir new"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Store(lease)
+	release()
+	c.FlushDeferred(ctx)
+	if n, errs := log.get(); n != 1 || len(errs) != 0 {
+		t.Fatalf("the redirected mkdir: %d done, failures %v", n, errs)
+	}
+	if got := atTarget.Load(); got != 2 {
+		t.Fatalf("the new directory's pending lease when its batch reached the ministry it was redirected to: trusted %v; want ended first", got == 1)
+	}
+	if lease.Valid() {
+		t.Fatal("the pending lease of a redirected batch is valid after its answer")
 	}
 }

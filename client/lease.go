@@ -282,11 +282,22 @@ func (l *Lease) Until() time.Time {
 }
 
 // askedIn notes that the batch asking for pending lease l's grant leaves
-// for group g, whose reclaim count is epoch (notReclaimed).
+// for group g, whose reclaim count is epoch (notReclaimed). The first
+// time counts: a batch sent again after a reclaim (lostLeasesError) may
+// still be applied in its first attempt's form (review).
 func (l *Lease) askedIn(g ids.GroupID, epoch uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch = true, g, epoch
+	if !l.mu.asked {
+		l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch = true, g, epoch
+	}
+}
+
+// answered ends askedIn's watch once l's grant is held (addIfEpoch).
+func (l *Lease) answered() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.asked = false
 }
 
 // notReclaimed says whether this Client described its leases in the
@@ -310,7 +321,7 @@ func (l *Lease) Done() <-chan struct{} { return l.done }
 func (l *Lease) pendingLive() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.pending && !l.mu.ended
+	return l.mu.pending && !l.mu.ended && !l.mu.revoking
 }
 
 // end marks the lease ended; it reports whether it was still live.
@@ -481,7 +492,7 @@ func (l *Lease) complete(group ids.GroupID, id uint64, ttl time.Duration, sent t
 	// attributes to read): Absent and Attr read them without the lock.
 	l.group, l.id = group, id
 	l.mu.until = sent.Add(ttl * trustNum / trustDen)
-	l.mu.pending, l.mu.asked = false, false
+	l.mu.pending = false
 	return true
 }
 

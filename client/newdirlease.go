@@ -102,6 +102,10 @@ func (c *Client) settleNewDirLeases(run []*deferredOp, asked, g ids.GroupID, res
 			// left (the minister may have changed): as acquireLease.
 			giveBack = append(giveBack, id)
 			c.revoke(l, true)
+		default:
+			// Held, so covered by the next reclaim: trusted as any
+			// lease from now on (not before addIfEpoch: review).
+			l.answered()
 		}
 	}
 	for _, id := range grants {

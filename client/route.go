@@ -345,6 +345,11 @@ func (c *Client) mutateIn(ctx context.Context, group ids.GroupID, route ids.Ino,
 // write leases its writes were answered under (buffered_leases).
 type mutateExtra struct {
 	leaseNew, leaseDirs, buffered []uint64
+	// redirected runs before the first attempt sent to another group
+	// than the one asked (a move), which is then sent without leaseDirs:
+	// the pending leases watch the first group's minister only
+	// (Lease.notReclaimed), so they end first (review).
+	redirected func()
 }
 
 // mutateResp is mutateIn returning the whole answer too, and the group
@@ -369,7 +374,15 @@ func (c *Client) mutateResp(ctx context.Context, group ids.GroupID, route ids.In
 	var full *wire.MutateResponse
 	rt := &target{group: group, ino: route, leader: true, follow: true, timeout: c.cfg.CallTimeout}
 	err := c.call(ctx, rt, func(ctx context.Context, cl wire.MetaClient, epoch uint64) (*wire.Status, uint64, error) {
-		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: extra.leaseNew, LeaseNewDirs: extra.leaseDirs, NewDirsOrNothing: len(extra.leaseDirs) > 0, BufferedLeases: extra.buffered})
+		dirs := extra.leaseDirs
+		if rt.group != group && len(dirs) > 0 {
+			if extra.redirected != nil {
+				extra.redirected()
+				extra.redirected = nil
+			}
+			dirs = nil
+		}
+		resp, err := cl.Mutate(ctx, &wire.MutateRequest{ClusterId: c.clusterID, Group: uint64(rt.group), Cmd: cmd, Epoch: epoch, LeaseNewFiles: extra.leaseNew, LeaseNewDirs: dirs, NewDirsOrNothing: len(dirs) > 0, BufferedLeases: extra.buffered})
 		res, full = resp.GetResult(), resp
 		return resp.GetStatus(), resp.GetAppliedIndex(), err
 	})
