@@ -214,7 +214,7 @@ type Lease struct {
 		// askedEpoch. A reclaim since means a new minister, which does
 		// not know a grant the old one may have made and applied the
 		// directory with: the lease is not trusted from then on
-		// (notReclaimedLocked; found in review).
+		// (watchLocked; found in review).
 		asked      bool
 		askedGroup ids.GroupID
 		askedEpoch uint64
@@ -262,8 +262,9 @@ func (l *Lease) Valid() bool {
 	now := l.c.cfg.Clock.Now()
 	l.mu.Lock()
 	ok := !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
+	watch := l.watchLocked()
 	l.mu.Unlock()
-	return ok && l.notReclaimed()
+	return ok && watch()
 }
 
 // Until returns the time the lease is trusted until (as of its last
@@ -274,15 +275,16 @@ func (l *Lease) Until() time.Time {
 	if l.mu.ended || l.mu.revoking {
 		until = time.Time{}
 	}
+	watch := l.watchLocked()
 	l.mu.Unlock()
-	if !l.notReclaimed() {
+	if !watch() {
 		return time.Time{}
 	}
 	return until
 }
 
 // askedIn notes that the batch asking for pending lease l's grant leaves
-// for group g, whose reclaim count is epoch (notReclaimed). The first
+// for group g, whose reclaim count is epoch (watchLocked). The first
 // time counts: a batch sent again after a reclaim (lostLeasesError) may
 // still be applied in its first attempt's form (review).
 func (l *Lease) askedIn(g ids.GroupID, epoch uint64) {
@@ -300,17 +302,20 @@ func (l *Lease) answered() {
 	l.mu.asked = false
 }
 
-// notReclaimed says whether this Client described its leases in the
-// group a pending lease's grant was asked of (a reclaim, for a new
-// minister) since the batch left: then the directory may exist at a
-// minister that knows no lease on it, and whose fence ends once the
-// holders reclaimed, which this one cannot do for a grant it has no id
-// for. False from then on, until the answer (complete or revoke).
-func (l *Lease) notReclaimed() bool {
-	l.mu.Lock()
-	asked, g, epoch := l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch
-	l.mu.Unlock()
-	return !asked || l.c.leases.reclaimCount(g) == epoch
+// watchLocked returns the check that this Client did not describe its
+// leases in the group a pending lease's grant was asked of (a reclaim,
+// for a new minister) since the batch left (askedIn): otherwise the
+// directory may exist at a minister that knows no lease on it, and
+// whose fence ends once the holders reclaimed, which this one cannot do
+// for a grant it has no id for. The check is false from then on, until
+// the lease is held (answered) or revoked. Called with l.mu held, run
+// without it (the keeper's lock is taken before leases' elsewhere).
+func (l *Lease) watchLocked() func() bool {
+	if !l.mu.asked {
+		return func() bool { return true }
+	}
+	g, epoch := l.mu.askedGroup, l.mu.askedEpoch
+	return func() bool { return l.c.leases.reclaimCount(g) == epoch }
 }
 
 // Done is closed when the lease ends (revoked, lost or released).
@@ -621,7 +626,7 @@ func (k *leaseKeeper) requesting(g ids.GroupID) bool {
 }
 
 // reclaimCount returns how many times this Client described its leases
-// in g for a reclaim (addIfEpoch, Lease.notReclaimed).
+// in g for a reclaim (addIfEpoch, Lease.watchLocked).
 func (k *leaseKeeper) reclaimCount(g ids.GroupID) uint64 {
 	k.init()
 	k.mu.Lock()
