@@ -302,7 +302,7 @@ func (s *metaService) Mutate(ctx context.Context, req *wire.MutateRequest) (*wir
 		return &wire.MutateResponse{Status: s.errStatus(g, err)}, nil
 	}
 	// New directories' leases exist before the directories do, or the
-	// command waits (newdirlease.go).
+	// command is refused unapplied (newdirlease.go).
 	var newDirs []lease.Lease
 	if len(req.GetLeaseNewDirs()) > 0 && g != ids.PresidentGroup {
 		var refused []uint64
@@ -793,8 +793,6 @@ func movingMessage(res *wire.Result) string {
 	return ""
 }
 
-// answered says whether request req was applied by group g and its
-// answer is still kept: a retry proposed again gets that answer.
 // firstOf returns a batch's first command, or cmd: the one whose request
 // a retry of it is known by (answered).
 func firstOf(cmd *wire.Command) *wire.Command {
@@ -804,6 +802,8 @@ func firstOf(cmd *wire.Command) *wire.Command {
 	return cmd
 }
 
+// answered says whether request req was applied by group g and its
+// answer is still kept: a retry proposed again gets that answer.
 func (s *metaService) answered(g ids.GroupID, req *wire.RequestID) bool {
 	var ok bool
 	err := s.n.host.Read(g, func(r engine.Reader, _ uint64) error {
