@@ -33,15 +33,22 @@ import (
 //   - only for a create marked for leases (CreateOp.mark_dir_lease), so
 //     that a new minister, which does not know the lease, fences the
 //     directory's entry changes until the holder reclaimed it;
-//   - kept only if the create succeeded; given back otherwise (failed,
-//     moving, not proposed).
+//   - handed out only if the create succeeded; given back if it failed
+//     or was not proposed; kept unanswered when the proposal may still
+//     apply (a timeout, a lost leadership) or part of the batch met a
+//     move's freeze (settleNewDirs).
 //
 // The batch's commit is the leadership check: a deposed minister's
-// proposal does not commit, and its grant is never answered. Best effort,
-// as grantNewFiles: a fenced table, a move under way, a client whose
-// lease session this term does not know yet, get no lease, and the client
-// treats the lease as lost (its changes in the directory go after the
-// create, as after any lost lease).
+// proposal does not commit, and its grant is never answered. Both or
+// neither, for a client that asks (MutateRequest.new_dirs_or_nothing): a
+// fenced table, a move under way, a client whose lease session this term
+// does not know yet, refuse the whole batch unapplied (refused_new_dirs),
+// and the client drops those leases and sends it again without asking,
+// so it never trusts a lease on a directory that exists unleased. For an
+// older client, best effort, as grantNewFiles: those get no lease, and
+// the client, which waits for the answer, treats the lease as lost (its
+// changes in the directory go after the create, as after any lost
+// lease).
 
 // preGrantNewDirs grants client a write directory lease on each directory
 // of want that cmd creates with mark_dir_lease and that does not exist
