@@ -1062,13 +1062,7 @@ func (c *Client) sendBatchOnce(ctx context.Context, run []*deferredOp) ([]*wire.
 	defer func() { asked() }()
 	sent := c.cfg.Clock.Now()
 	res, full, g, err := c.mutateResp(ctx, run[0].group, run[0].route, batch, false, mutateExtra{leaseNew: leaseNew, leaseDirs: leaseDirs, buffered: bufferedLeasesOf(run),
-		redirected: func() {
-			for _, op := range run {
-				if l := op.newDir; l != nil {
-					c.revoke(l, true)
-				}
-			}
-		}})
+		redirected: func() { c.giveUpNewDirLeases(run, nil) }})
 	if lost := full.GetLostLeases(); len(lost) > 0 && err != nil {
 		// Refused before anything was granted or applied: the new
 		// directories' leases stay pending for the batch sent again.

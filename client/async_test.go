@@ -721,7 +721,7 @@ func TestNewDirLeaseAfterReclaim(t *testing.T) {
 // TestNewDirLeaseRedirected: a batch asking for a new directory's lease
 // that is redirected to another ministry (a move) ends the pending lease
 // before it is sent there, and asks nothing of the new ministry: the
-// lease watched the first ministry's minister only (Lease.watchLocked).
+// lease watched the first ministry's minister only (Lease.askedIn).
 func TestNewDirLeaseRedirected(t *testing.T) {
 	fc := startFake(t, 1)
 	c := newTestClient(t, fc)

@@ -214,7 +214,7 @@ type Lease struct {
 		// askedEpoch. A reclaim since means a new minister, which does
 		// not know a grant the old one may have made and applied the
 		// directory with: the lease is not trusted from then on
-		// (watchLocked; found in review).
+		// (askedIn; found in review).
 		asked      bool
 		askedGroup ids.GroupID
 		askedEpoch uint64
@@ -262,9 +262,9 @@ func (l *Lease) Valid() bool {
 	now := l.c.cfg.Clock.Now()
 	l.mu.Lock()
 	ok := !l.mu.ended && !l.mu.revoking && now.Before(l.mu.until)
-	watch := l.watchLocked()
+	asked, g, epoch := l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch
 	l.mu.Unlock()
-	return ok && watch()
+	return ok && !(asked && l.c.leases.reclaimedSince(g, epoch))
 }
 
 // Until returns the time the lease is trusted until (as of its last
@@ -275,16 +275,21 @@ func (l *Lease) Until() time.Time {
 	if l.mu.ended || l.mu.revoking {
 		until = time.Time{}
 	}
-	watch := l.watchLocked()
+	asked, g, epoch := l.mu.asked, l.mu.askedGroup, l.mu.askedEpoch
 	l.mu.Unlock()
-	if !watch() {
+	if asked && l.c.leases.reclaimedSince(g, epoch) {
 		return time.Time{}
 	}
 	return until
 }
 
 // askedIn notes that the batch asking for pending lease l's grant leaves
-// for group g, whose reclaim count is epoch (watchLocked). The first
+// for group g, whose reclaim count is epoch. Until the lease is held
+// (answered) or revoked, Valid and Until then check that this Client did
+// not describe its leases in g since (a reclaim, for a new minister):
+// otherwise the directory may exist at a minister that knows no lease on
+// it, and whose fence ends once the holders reclaimed, which this one
+// cannot do for a grant it has no id for. The first
 // time counts: a batch sent again after a reclaim (lostLeasesError) may
 // still be applied in its first attempt's form (review).
 func (l *Lease) askedIn(g ids.GroupID, epoch uint64) {
@@ -300,22 +305,6 @@ func (l *Lease) answered() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.asked = false
-}
-
-// watchLocked returns the check that this Client did not describe its
-// leases in the group a pending lease's grant was asked of (a reclaim,
-// for a new minister) since the batch left (askedIn): otherwise the
-// directory may exist at a minister that knows no lease on it, and
-// whose fence ends once the holders reclaimed, which this one cannot do
-// for a grant it has no id for. The check is false from then on, until
-// the lease is held (answered) or revoked. Called with l.mu held, run
-// without it (the keeper's lock is taken before leases' elsewhere).
-func (l *Lease) watchLocked() func() bool {
-	if !l.mu.asked {
-		return func() bool { return true }
-	}
-	g, epoch := l.mu.askedGroup, l.mu.askedEpoch
-	return func() bool { return l.c.leases.reclaimCount(g) == epoch }
 }
 
 // Done is closed when the lease ends (revoked, lost or released).
@@ -626,12 +615,18 @@ func (k *leaseKeeper) requesting(g ids.GroupID) bool {
 }
 
 // reclaimCount returns how many times this Client described its leases
-// in g for a reclaim (addIfEpoch, Lease.watchLocked).
+// in g for a reclaim (addIfEpoch, Lease.askedIn).
 func (k *leaseKeeper) reclaimCount(g ids.GroupID) uint64 {
 	k.init()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.mu.reclaims[g]
+}
+
+// reclaimedSince says whether this Client described its leases in g for
+// a reclaim since its count was epoch.
+func (k *leaseKeeper) reclaimedSince(g ids.GroupID, epoch uint64) bool {
+	return k.reclaimCount(g) != epoch
 }
 
 // addIfEpoch adds l unless its group's leases were described for a

@@ -48,12 +48,13 @@ func (e *refusedNewDirsError) Error() string { return e.err.Error() }
 func (e *refusedNewDirsError) Unwrap() error { return e.err }
 
 // giveUpNewDirLeases revokes as lost the pending leases of run's new
-// directories among inos, refused by the minister, so that the batch is
-// sent again without asking for them. It reports whether it found any.
+// directories among inos (all of them when inos is nil), refused by the
+// minister or redirected away from it, so that the batch is sent again
+// without asking for them. It reports whether it found any.
 func (c *Client) giveUpNewDirLeases(run []*deferredOp, inos []uint64) bool {
 	found := false
 	for _, op := range run {
-		if l := op.newDir; l != nil && slices.Contains(inos, uint64(l.ino)) {
+		if l := op.newDir; l != nil && (inos == nil || slices.Contains(inos, uint64(l.ino))) {
 			op.newDir = nil
 			c.revoke(l, true) // before the directory can exist unleased
 			found = true

@@ -348,7 +348,7 @@ type mutateExtra struct {
 	// redirected runs before the first attempt sent to another group
 	// than the one asked (a move), which is then sent without leaseDirs:
 	// the pending leases watch the first group's minister only
-	// (Lease.watchLocked), so they end first (review).
+	// (Lease.askedIn), so they end first (review).
 	redirected func()
 }
 
